@@ -1,0 +1,61 @@
+"""Names shared by the operator, the trainer, the manifests and the tests. Change them here only."""
+
+GROUP = "mwms.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "TrainJob"
+PLURAL = "trainjobs"
+
+# Labels on every object the operator creates.
+LABEL_JOB_NAME = "mwms.dev/job-name"
+LABEL_REPLICA_INDEX = "mwms.dev/replica-index"
+LABEL_ROLE = "mwms.dev/role"  # "chief" for worker 0, "worker" for the others
+LABEL_RESTART = "mwms.dev/restart"  # which (re)start of the group a pod belongs to
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "mwms-operator"
+ROLE_CHIEF = "chief"
+ROLE_WORKER = "worker"
+
+CONTAINER_NAME = "trainer"  # TF_CONFIG goes into this container only
+DEFAULT_PORT = 2222
+PORT_NAME = "mwms"
+CHECKPOINT_MOUNT_PATH = "/mwms/checkpoint"
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+
+# Environment the operator injects into the trainer container; user env may not set these.
+ENV_TF_CONFIG = "TF_CONFIG"
+ENV_JOB_NAME = "MWMS_JOB_NAME"
+ENV_JOB_NAMESPACE = "MWMS_JOB_NAMESPACE"
+ENV_JOB_UID = "MWMS_JOB_UID"
+ENV_RESTART_COUNT = "MWMS_RESTART_COUNT"
+ENV_TRAINER_CONFIG = "MWMS_TRAINER_CONFIG"
+ENV_CHECKPOINT_DIR = "MWMS_CHECKPOINT_DIR"
+ENV_STARTUP_TIMEOUT = "MWMS_STARTUP_TIMEOUT_SECONDS"
+ENV_REGISTERED_MODEL_NAME = "MWMS_REGISTERED_MODEL_NAME"
+ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
+ENV_EXPERIMENT_NAME = "MLFLOW_EXPERIMENT_NAME"
+RESERVED_ENV = frozenset(
+    {
+        ENV_TF_CONFIG,
+        ENV_JOB_NAME,
+        ENV_JOB_NAMESPACE,
+        ENV_JOB_UID,
+        ENV_RESTART_COUNT,
+        ENV_TRAINER_CONFIG,
+        ENV_CHECKPOINT_DIR,
+        ENV_STARTUP_TIMEOUT,
+        ENV_REGISTERED_MODEL_NAME,
+        ENV_TRACKING_URI,
+        ENV_EXPERIMENT_NAME,
+    }
+)
+
+# Trainer exit codes (the operator's restart policy reads them).
+EXIT_SUCCESS = 0
+EXIT_FAILURE = 1
+EXIT_INVALID_CONFIG = 2  # permanent: a setting is wrong
+EXIT_RETRYABLE = 75  # EX_TEMPFAIL: peer lost, startup deadline, MLflow unavailable
+
+# Images (the node agent of the local control plane maps these to local entrypoints).
+OPERATOR_IMAGE = "ghcr.io/mwms-dev/mwms-operator"
+TRAINER_IMAGE = "ghcr.io/mwms-dev/mwms-trainer"
