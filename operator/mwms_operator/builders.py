@@ -1,0 +1,178 @@
+"""Pure: the trainer's environment, the headless Service and the worker Pods, as plain dicts."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from mwms_operator import constants
+from mwms_operator.spec import TrainJobSpec
+from mwms_operator.tf_config import tf_config
+
+CHECKPOINT_VOLUME = "mwms-checkpoint"
+
+
+def pod_name(job_name: str, index: int) -> str:
+    return f"{job_name}-worker-{index}"
+
+
+def service_name(job_name: str) -> str:
+    return job_name
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def trainer_env(
+    spec: TrainJobSpec,
+    *,
+    job_name: str,
+    namespace: str,
+    uid: str,
+    index: int,
+    hosts: list[str],
+    restart_count: int,
+) -> dict[str, str]:
+    """Every reserved variable that applies to worker `index` (pods and local mode both use this)."""
+    env = {
+        constants.ENV_TF_CONFIG: _compact(tf_config(hosts, index)),
+        constants.ENV_JOB_NAME: job_name,
+        constants.ENV_JOB_NAMESPACE: namespace,
+        constants.ENV_JOB_UID: uid,
+        constants.ENV_RESTART_COUNT: str(restart_count),
+        constants.ENV_TRAINER_CONFIG: _compact(dict(spec.trainer)),
+        constants.ENV_TRACKING_URI: spec.tracking_uri,
+        constants.ENV_EXPERIMENT_NAME: spec.experiment,
+        constants.ENV_STARTUP_TIMEOUT: str(spec.startup_timeout_seconds),
+    }
+    if spec.registered_model_name:
+        env[constants.ENV_REGISTERED_MODEL_NAME] = spec.registered_model_name
+    if spec.checkpoint is not None:
+        env[constants.ENV_CHECKPOINT_DIR] = constants.CHECKPOINT_MOUNT_PATH
+    return env
+
+
+def job_labels(job_name: str) -> dict[str, str]:
+    return {constants.LABEL_JOB_NAME: job_name, constants.LABEL_MANAGED_BY: constants.MANAGED_BY}
+
+
+def owner_reference(job_name: str, uid: str) -> dict[str, Any]:
+    # controller=true: garbage collection removes children with the job, and kubectl shows the owner.
+    return {
+        "apiVersion": constants.API_VERSION,
+        "kind": constants.KIND,
+        "name": job_name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def build_service(spec: TrainJobSpec, *, job_name: str, namespace: str, uid: str) -> dict[str, Any]:
+    """Headless: it exists for DNS only; publishNotReadyAddresses so peers resolve before they are Ready."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(job_name),
+            "namespace": namespace,
+            "labels": job_labels(job_name),
+            "ownerReferences": [owner_reference(job_name, uid)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {constants.LABEL_JOB_NAME: job_name},
+            "ports": [
+                {"name": constants.PORT_NAME, "port": spec.port, "targetPort": spec.port, "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def _trainer_container(containers: list[dict[str, Any]]) -> dict[str, Any]:
+    for container in containers:
+        if container.get("name") == constants.CONTAINER_NAME:
+            return container
+    container = {"name": constants.CONTAINER_NAME}
+    containers.insert(0, container)
+    return container
+
+
+def build_worker_pod(
+    spec: TrainJobSpec,
+    *,
+    job_name: str,
+    namespace: str,
+    uid: str,
+    index: int,
+    hosts: list[str],
+    restart_count: int,
+) -> dict[str, Any]:
+    """spec.template merged with what MWMS needs; the operator's labels and settings win."""
+    template = copy.deepcopy(dict(spec.template))
+    meta = template.get("metadata") or {}
+    pod_spec = template.get("spec") or {}
+    name = pod_name(job_name, index)
+
+    labels = dict(meta.get("labels") or {})
+    labels.update(job_labels(job_name))
+    labels.update(
+        {
+            constants.LABEL_REPLICA_INDEX: str(index),
+            constants.LABEL_ROLE: constants.ROLE_CHIEF if index == 0 else constants.ROLE_WORKER,
+            constants.LABEL_RESTART: str(restart_count),
+        }
+    )
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": labels,
+        "ownerReferences": [owner_reference(job_name, uid)],
+    }
+    if meta.get("annotations"):
+        metadata["annotations"] = dict(meta["annotations"])
+
+    containers = list(pod_spec.get("containers") or [])
+    container = _trainer_container(containers)
+    container.setdefault("image", spec.image)
+    reserved = trainer_env(
+        spec,
+        job_name=job_name,
+        namespace=namespace,
+        uid=uid,
+        index=index,
+        hosts=hosts,
+        restart_count=restart_count,
+    )
+    # Ours first, so user variables may refer to them with $(NAME).
+    container["env"] = [{"name": k, "value": v} for k, v in reserved.items()] + list(
+        container.get("env") or []
+    )
+    ports = list(container.get("ports") or [])
+    if not any(p.get("containerPort") == spec.port for p in ports):
+        ports.append({"name": constants.PORT_NAME, "containerPort": spec.port, "protocol": "TCP"})
+    container["ports"] = ports
+    container.setdefault("terminationMessagePath", constants.TERMINATION_MESSAGE_PATH)
+    # A worker that dies before writing its message still tells us why (the tail of its log).
+    container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
+
+    volumes = list(pod_spec.get("volumes") or [])
+    if spec.checkpoint is not None:
+        volumes.append({"name": CHECKPOINT_VOLUME, **copy.deepcopy(dict(spec.checkpoint))})
+        mounts = list(container.get("volumeMounts") or [])
+        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": constants.CHECKPOINT_MOUNT_PATH})
+        container["volumeMounts"] = mounts
+
+    pod_spec = {
+        **pod_spec,
+        "containers": containers,
+        "restartPolicy": "Never",
+        "hostname": name,
+        "subdomain": job_name,
+    }
+    if volumes:
+        pod_spec["volumes"] = volumes
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}

@@ -1,0 +1,79 @@
+"""Operator settings, read once from the environment at startup."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from mwms_operator import constants
+
+DEFAULT_TRAINER_IMAGE = f"{constants.TRAINER_IMAGE}:0.1.0"
+DEFAULT_TRACKING_URI = "http://mlflow:5000"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class ConfigError(ValueError):
+    """A setting in the environment is invalid; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    trainer_image: str = DEFAULT_TRAINER_IMAGE
+    tracking_uri: str = DEFAULT_TRACKING_URI
+    # "" gives <pod>.<svc>.<ns>.svc; "cluster.local" gives <pod>.<svc>.<ns>.svc.cluster.local
+    cluster_domain: str = ""
+    # Empty: all namespaces (cluster-wide).
+    watch_namespaces: tuple[str, ...] = ()
+    metrics_port: int = 8000
+    health_port: int = 8080
+    progress_interval_seconds: float = 15.0
+    # How often every TrainJob is recomputed from the pods that exist (level-based reconciliation).
+    reconcile_interval_seconds: float = 3.0
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> OperatorConfig:
+        def text(name: str, default: str) -> str:
+            value = environ.get(name, "").strip()
+            return value or default
+
+        def number(name: str, default: float, *, minimum: float, integer: bool) -> float:
+            raw = environ.get(name, "").strip()
+            if not raw:
+                return default
+            try:
+                value = int(raw) if integer else float(raw)
+            except ValueError:
+                kind = "an integer" if integer else "a number"
+                raise ConfigError(f"{name}={raw!r} is not {kind}") from None
+            if value < minimum:
+                raise ConfigError(f"{name}={raw!r} must be at least {minimum:g}")
+            return value
+
+        def port(name: str, default: int) -> int:
+            value = int(number(name, default, minimum=1, integer=True))
+            if value > 65535:
+                raise ConfigError(f"{name}={value} is not a TCP port (1-65535)")
+            return value
+
+        log_level = text("MWMS_LOG_LEVEL", "INFO").upper()
+        if log_level not in LOG_LEVELS:
+            raise ConfigError(f"MWMS_LOG_LEVEL={log_level!r} must be one of {', '.join(LOG_LEVELS)}")
+        namespaces = tuple(
+            ns.strip() for ns in environ.get("MWMS_WATCH_NAMESPACES", "").split(",") if ns.strip()
+        )
+        return cls(
+            trainer_image=text("MWMS_TRAINER_IMAGE", DEFAULT_TRAINER_IMAGE),
+            tracking_uri=text("MWMS_TRACKING_URI", DEFAULT_TRACKING_URI),
+            cluster_domain=text("MWMS_CLUSTER_DOMAIN", "").strip("."),
+            watch_namespaces=namespaces,
+            metrics_port=port("MWMS_METRICS_PORT", 8000),
+            health_port=port("MWMS_HEALTH_PORT", 8080),
+            progress_interval_seconds=number(
+                "MWMS_PROGRESS_INTERVAL_SECONDS", 15.0, minimum=0.1, integer=False
+            ),
+            reconcile_interval_seconds=number(
+                "MWMS_RECONCILE_INTERVAL_SECONDS", 3.0, minimum=0.1, integer=False
+            ),
+            log_level=log_level,
+        )

@@ -1,0 +1,189 @@
+"""A TrainJob body parsed into a typed, defaulted object (defaults are applied here, once).
+
+The CRD schema rejects most bad input at the API server; these checks repeat the ones that matter, so a body
+that never went through the API server (local mode, tests) fails with the same clear, field-named error.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mwms_operator import constants
+from mwms_operator.config import OperatorConfig
+
+MAX_REPLICAS = 256
+CLEAN_POD_POLICIES = ("Running", "All", "None")
+DEFAULT_BACKOFF_LIMIT = 3
+DEFAULT_CLEAN_POD_POLICY = "Running"
+DEFAULT_STARTUP_TIMEOUT_SECONDS = 300
+CHECKPOINT_SOURCES = ("persistentVolumeClaim", "hostPath", "nfs")
+
+
+class SpecError(ValueError):
+    """The TrainJob spec is invalid; `field` is the path of the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class TrainJobSpec:
+    replicas: int
+    image: str
+    tracking_uri: str
+    experiment: str
+    trainer: Mapping[str, Any] = field(default_factory=dict)  # camelCase, passed on as MWMS_TRAINER_CONFIG
+    template: Mapping[str, Any] = field(default_factory=dict)  # a PodTemplateSpec
+    registered_model_name: str | None = None
+    port: int = constants.DEFAULT_PORT
+    checkpoint: Mapping[str, Any] | None = None  # a volume source: {"persistentVolumeClaim": {...}} etc.
+    backoff_limit: int = DEFAULT_BACKOFF_LIMIT
+    active_deadline_seconds: int | None = None
+    ttl_seconds_after_finished: int | None = None
+    clean_pod_policy: str = DEFAULT_CLEAN_POD_POLICY
+    suspend: bool = False
+    startup_timeout_seconds: int = DEFAULT_STARTUP_TIMEOUT_SECONDS
+
+
+def _mapping(value: Any, path: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(path, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _int(value: Any, path: str, *, minimum: int, maximum: int | None = None) -> int:
+    # bool is an int in Python; a YAML `true` is not a count.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(path, f"must be an integer, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise SpecError(path, f"must be {bound}, got {value}")
+    return value
+
+
+def _optional_int(value: Any, path: str, *, minimum: int) -> int | None:
+    return None if value is None else _int(value, path, minimum=minimum)
+
+
+def _str(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(path, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _trainer_container(template: Mapping[str, Any]) -> tuple[int, Mapping[str, Any]] | None:
+    containers = _mapping(template.get("spec"), "spec.template.spec").get("containers")
+    if containers is None:
+        return None
+    if not isinstance(containers, list):
+        raise SpecError("spec.template.spec.containers", "must be a list")
+    for i, container in enumerate(containers):
+        if not isinstance(container, Mapping):
+            raise SpecError(f"spec.template.spec.containers[{i}]", "must be an object")
+        if container.get("name") == constants.CONTAINER_NAME:
+            return i, container
+    return None
+
+
+def _check_template(template: Mapping[str, Any]) -> None:
+    found = _trainer_container(template)
+    if found is None:
+        return
+    i, container = found
+    env = container.get("env") or []
+    if not isinstance(env, list):
+        raise SpecError(f"spec.template.spec.containers[{i}].env", "must be a list")
+    for j, var in enumerate(env):
+        name = var.get("name") if isinstance(var, Mapping) else None
+        if name in constants.RESERVED_ENV:
+            raise SpecError(
+                f"spec.template.spec.containers[{i}].env[{j}].name",
+                f"{name} is set by the operator for the {constants.CONTAINER_NAME!r} container "
+                f"and may not be set in the template (reserved: {', '.join(sorted(constants.RESERVED_ENV))})",
+            )
+
+
+def _checkpoint(value: Any) -> Mapping[str, Any] | None:
+    if value is None:
+        return None
+    source = _mapping(value, "spec.checkpoint")
+    present = [key for key in CHECKPOINT_SOURCES if key in source]
+    unknown = sorted(set(source) - set(CHECKPOINT_SOURCES))
+    if unknown:
+        raise SpecError(
+            f"spec.checkpoint.{unknown[0]}", f"unsupported volume source; use one of {CHECKPOINT_SOURCES}"
+        )
+    if len(present) != 1:
+        raise SpecError("spec.checkpoint", f"must set exactly one of {', '.join(CHECKPOINT_SOURCES)}")
+    return copy.deepcopy(dict(source))
+
+
+def parse_trainjob(body: Mapping[str, Any], config: OperatorConfig) -> TrainJobSpec:
+    """Parse a TrainJob (the whole object, or at least its `spec`) and apply every default once."""
+    spec = _mapping(body.get("spec"), "spec")
+    name = _mapping(body.get("metadata"), "metadata").get("name")
+
+    if "replicas" not in spec:
+        raise SpecError("spec.replicas", "is required")
+    replicas = _int(spec["replicas"], "spec.replicas", minimum=1, maximum=MAX_REPLICAS)
+
+    trainer = dict(_mapping(spec.get("trainer"), "spec.trainer"))
+    batch = trainer.get("globalBatchSize")
+    if isinstance(batch, int) and not isinstance(batch, bool) and batch < replicas:
+        raise SpecError(
+            "spec.trainer.globalBatchSize", f"must be at least spec.replicas ({replicas}), got {batch}"
+        )
+
+    mlflow = _mapping(spec.get("mlflow"), "spec.mlflow")
+    tracking_uri = mlflow.get("trackingUri", config.tracking_uri)
+    # One experiment per TrainJob name by default, so reruns of a job land side by side.
+    experiment = mlflow.get("experiment", name or "Default")
+    registered = mlflow.get("registeredModelName")
+
+    template = copy.deepcopy(dict(_mapping(spec.get("template"), "spec.template")))
+    _check_template(template)
+
+    run_policy = _mapping(spec.get("runPolicy"), "spec.runPolicy")
+    clean = run_policy.get("cleanPodPolicy", DEFAULT_CLEAN_POD_POLICY)
+    if clean not in CLEAN_POD_POLICIES:
+        raise SpecError("spec.runPolicy.cleanPodPolicy", f"must be one of {', '.join(CLEAN_POD_POLICIES)}")
+    suspend = run_policy.get("suspend", False)
+    if not isinstance(suspend, bool):
+        raise SpecError("spec.runPolicy.suspend", f"must be true or false, got {suspend!r}")
+
+    return TrainJobSpec(
+        replicas=replicas,
+        image=_str(spec.get("image", config.trainer_image), "spec.image"),
+        tracking_uri=_str(tracking_uri, "spec.mlflow.trackingUri"),
+        experiment=_str(experiment, "spec.mlflow.experiment"),
+        trainer=trainer,
+        template=template,
+        registered_model_name=None
+        if registered is None
+        else _str(registered, "spec.mlflow.registeredModelName"),
+        port=_int(spec.get("port", constants.DEFAULT_PORT), "spec.port", minimum=1, maximum=65535),
+        checkpoint=_checkpoint(spec.get("checkpoint")),
+        backoff_limit=_int(
+            run_policy.get("backoffLimit", DEFAULT_BACKOFF_LIMIT), "spec.runPolicy.backoffLimit", minimum=0
+        ),
+        active_deadline_seconds=_optional_int(
+            run_policy.get("activeDeadlineSeconds"), "spec.runPolicy.activeDeadlineSeconds", minimum=1
+        ),
+        ttl_seconds_after_finished=_optional_int(
+            run_policy.get("ttlSecondsAfterFinished"), "spec.runPolicy.ttlSecondsAfterFinished", minimum=0
+        ),
+        clean_pod_policy=clean,
+        suspend=suspend,
+        startup_timeout_seconds=_int(
+            run_policy.get("startupTimeoutSeconds", DEFAULT_STARTUP_TIMEOUT_SECONDS),
+            "spec.runPolicy.startupTimeoutSeconds",
+            minimum=1,
+        ),
+    )

@@ -1,0 +1,135 @@
+"""Builders against golden YAML in tests/data/operator/ (MWMS_UPDATE_GOLDEN=1 rewrites; review the diff)."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from mwms_operator import constants
+from mwms_operator.builders import build_service, build_worker_pod, trainer_env
+from mwms_operator.spec import parse_trainjob
+from mwms_operator.tf_config import worker_hosts
+
+GOLDEN = Path(__file__).resolve().parents[2] / "data" / "operator"
+UID = "0b7e9a57-1c4b-4f7e-9d43-6c1f2b9c0e11"
+
+FULL = dict(
+    image="me/trainer:2",
+    trainer={"dataset": "breast_cancer", "epochs": 20, "globalBatchSize": 64, "seed": 42},
+    mlflow={"experiment": "cancer", "registeredModelName": "cancer-model"},
+    checkpoint={"persistentVolumeClaim": {"claimName": "mnist-ckpt"}},
+    template={
+        "metadata": {"labels": {"team": "a", "mwms.dev/job-name": "spoofed"}, "annotations": {"note": "x"}},
+        "spec": {
+            "serviceAccountName": "trainer",
+            "restartPolicy": "Always",
+            "nodeSelector": {"pool": "cpu"},
+            "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+            "imagePullSecrets": [{"name": "regcred"}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+            "containers": [
+                {"name": "sidecar", "image": "busybox", "command": ["sleep", "infinity"]},
+                {
+                    "name": "trainer",
+                    "resources": {"limits": {"cpu": "1", "memory": "2Gi"}},
+                    "env": [{"name": "EXTRA", "value": "$(MWMS_JOB_NAME)-x"}],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                },
+            ],
+        },
+    },
+)
+
+
+def check_golden(name: str, obj: dict) -> None:
+    path = GOLDEN / name
+    if os.environ.get("MWMS_UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(obj, sort_keys=True))
+    assert obj == yaml.safe_load(path.read_text()), f"{name} differs from the golden file"
+
+
+def build(make_trainjob, config, index, restart_count=0, **spec):
+    body = make_trainjob(**spec)
+    parsed = parse_trainjob(body, config)
+    hosts = worker_hosts("mnist", "team-a", parsed.replicas, parsed.port, config.cluster_domain)
+    return parsed, build_worker_pod(
+        parsed,
+        job_name="mnist",
+        namespace="team-a",
+        uid=UID,
+        index=index,
+        hosts=hosts,
+        restart_count=restart_count,
+    )
+
+
+def test_minimal_chief_pod(make_trainjob, config):
+    _, pod = build(make_trainjob, config, 0)
+    check_golden("pod-minimal-worker-0.yaml", pod)
+
+
+def test_full_template_worker_pod(make_trainjob, config):
+    _, pod = build(make_trainjob, config, 2, restart_count=1, **FULL)
+    check_golden("pod-full-worker-2.yaml", pod)
+
+
+def test_service(make_trainjob, config):
+    parsed = parse_trainjob(make_trainjob(port=3333), config)
+    check_golden("service.yaml", build_service(parsed, job_name="mnist", namespace="team-a", uid=UID))
+
+
+def env_of(pod):
+    (container,) = [c for c in pod["spec"]["containers"] if c["name"] == "trainer"]
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_each_pod_gets_its_own_task_index_and_the_same_cluster(make_trainjob, config, index):
+    _, pod = build(make_trainjob, config, index)
+    tf = json.loads(env_of(pod)["TF_CONFIG"])
+    assert tf["task"] == {"type": "worker", "index": index}
+    assert tf["cluster"]["worker"] == [f"mnist-worker-{i}.mnist.team-a.svc:2222" for i in range(3)]
+    assert pod["metadata"]["labels"][constants.LABEL_ROLE] == ("chief" if index == 0 else "worker")
+    assert pod["spec"]["hostname"] == f"mnist-worker-{index}" and pod["spec"]["subdomain"] == "mnist"
+
+
+def test_operator_settings_win_over_the_template(make_trainjob, config):
+    _, pod = build(make_trainjob, config, 1, **FULL)
+    assert pod["metadata"]["labels"]["mwms.dev/job-name"] == "mnist"
+    assert pod["spec"]["restartPolicy"] == "Never"
+
+
+def test_tf_config_goes_into_the_trainer_container_only(make_trainjob, config):
+    _, pod = build(make_trainjob, config, 0, **FULL)
+    sidecar = pod["spec"]["containers"][0]
+    assert sidecar["name"] == "sidecar" and "env" not in sidecar
+
+
+def test_trainer_env_lists_every_reserved_variable_that_applies(make_trainjob, config):
+    parsed = parse_trainjob(make_trainjob(**FULL), config)
+    hosts = worker_hosts("mnist", "team-a", 3, 2222, "")
+    env = trainer_env(
+        parsed, job_name="mnist", namespace="team-a", uid=UID, index=1, hosts=hosts, restart_count=2
+    )
+    assert set(env) == constants.RESERVED_ENV
+    assert env["MWMS_RESTART_COUNT"] == "2"
+    assert json.loads(env["MWMS_TRAINER_CONFIG"]) == FULL["trainer"]
+    assert env["MWMS_CHECKPOINT_DIR"] == "/mwms/checkpoint"
+    minimal = trainer_env(
+        parse_trainjob(make_trainjob(), config),
+        job_name="mnist",
+        namespace="team-a",
+        uid=UID,
+        index=0,
+        hosts=hosts,
+        restart_count=0,
+    )
+    assert set(constants.RESERVED_ENV) - set(minimal) == {"MWMS_CHECKPOINT_DIR", "MWMS_REGISTERED_MODEL_NAME"}
+    assert json.loads(minimal["MWMS_TRAINER_CONFIG"]) == {}
+
+
+def test_builders_do_not_change_the_spec(make_trainjob, config):
+    parsed, _ = build(make_trainjob, config, 0, **FULL)
+    assert parsed.template == FULL["template"]

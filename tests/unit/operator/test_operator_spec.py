@@ -1,0 +1,162 @@
+import dataclasses
+
+import pytest
+from mwms_operator.config import OperatorConfig
+from mwms_operator.spec import SpecError, TrainJobSpec, parse_trainjob
+
+
+def test_defaults_are_applied_once_here(make_trainjob, config):
+    spec = parse_trainjob(make_trainjob(replicas=2), config)
+    assert spec == TrainJobSpec(
+        replicas=2,
+        image="ghcr.io/mwms-dev/mwms-trainer:0.1.0",
+        tracking_uri="http://mlflow:5000",
+        experiment="mnist",
+        trainer={},
+        template={},
+        registered_model_name=None,
+        port=2222,
+        checkpoint=None,
+        backoff_limit=3,
+        active_deadline_seconds=None,
+        ttl_seconds_after_finished=None,
+        clean_pod_policy="Running",
+        suspend=False,
+        startup_timeout_seconds=300,
+    )
+
+
+def test_operator_config_supplies_image_and_tracking_uri(make_trainjob):
+    config = OperatorConfig(trainer_image="r/t:1", tracking_uri="http://t:5000")
+    spec = parse_trainjob(make_trainjob(), config)
+    assert (spec.image, spec.tracking_uri) == ("r/t:1", "http://t:5000")
+
+
+def test_every_field_is_read(make_trainjob, config):
+    body = make_trainjob(
+        replicas=4,
+        image="me/trainer:2",
+        port=3333,
+        trainer={"dataset": "synthetic", "epochs": 5, "globalBatchSize": 64, "hiddenUnits": [8, 4]},
+        mlflow={"trackingUri": "http://m:5000", "experiment": "exp", "registeredModelName": "cancer"},
+        checkpoint={"persistentVolumeClaim": {"claimName": "ckpt"}},
+        template={"metadata": {"labels": {"team": "a"}}},
+        runPolicy={
+            "backoffLimit": 1,
+            "activeDeadlineSeconds": 600,
+            "ttlSecondsAfterFinished": 60,
+            "cleanPodPolicy": "All",
+            "suspend": True,
+            "startupTimeoutSeconds": 30,
+        },
+    )
+    spec = parse_trainjob(body, config)
+    assert spec.replicas == 4 and spec.image == "me/trainer:2" and spec.port == 3333
+    assert spec.trainer == {"dataset": "synthetic", "epochs": 5, "globalBatchSize": 64, "hiddenUnits": [8, 4]}
+    assert (spec.tracking_uri, spec.experiment, spec.registered_model_name) == (
+        "http://m:5000",
+        "exp",
+        "cancer",
+    )
+    assert spec.checkpoint == {"persistentVolumeClaim": {"claimName": "ckpt"}}
+    assert spec.template == {"metadata": {"labels": {"team": "a"}}}
+    assert (spec.backoff_limit, spec.active_deadline_seconds, spec.ttl_seconds_after_finished) == (1, 600, 60)
+    assert (spec.clean_pod_policy, spec.suspend, spec.startup_timeout_seconds) == ("All", True, 30)
+
+
+def test_spec_is_frozen_and_does_not_share_the_body(make_trainjob, config):
+    body = make_trainjob(template={"spec": {"containers": [{"name": "trainer"}]}})
+    spec = parse_trainjob(body, config)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.replicas = 5  # type: ignore[misc]
+    body["spec"]["template"]["spec"]["containers"][0]["name"] = "changed"
+    assert spec.template["spec"]["containers"][0]["name"] == "trainer"
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "text"),
+    [
+        ({}, "spec.replicas", "required"),
+        ({"replicas": 0}, "spec.replicas", "between 1 and 256"),
+        ({"replicas": 257}, "spec.replicas", "between 1 and 256"),
+        ({"replicas": "3"}, "spec.replicas", "integer"),
+        ({"replicas": True}, "spec.replicas", "integer"),
+        ({"replicas": 2, "port": 0}, "spec.port", "between 1 and 65535"),
+        ({"replicas": 2, "image": ""}, "spec.image", "non-empty"),
+        ({"replicas": 2, "trainer": []}, "spec.trainer", "object"),
+        (
+            {"replicas": 4, "trainer": {"globalBatchSize": 2}},
+            "spec.trainer.globalBatchSize",
+            "at least spec.replicas",
+        ),
+        (
+            {"replicas": 2, "runPolicy": {"cleanPodPolicy": "Some"}},
+            "spec.runPolicy.cleanPodPolicy",
+            "Running",
+        ),
+        ({"replicas": 2, "runPolicy": {"backoffLimit": -1}}, "spec.runPolicy.backoffLimit", "at least 0"),
+        ({"replicas": 2, "runPolicy": {"suspend": "yes"}}, "spec.runPolicy.suspend", "true or false"),
+        (
+            {"replicas": 2, "runPolicy": {"activeDeadlineSeconds": 0}},
+            "spec.runPolicy.activeDeadlineSeconds",
+            "1",
+        ),
+        (
+            {"replicas": 2, "runPolicy": {"startupTimeoutSeconds": 0}},
+            "spec.runPolicy.startupTimeoutSeconds",
+            "1",
+        ),
+        ({"replicas": 2, "checkpoint": {}}, "spec.checkpoint", "exactly one"),
+        ({"replicas": 2, "checkpoint": {"emptyDir": {}}}, "spec.checkpoint.emptyDir", "unsupported"),
+        (
+            {
+                "replicas": 2,
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "trainer",
+                                "env": [{"name": "OK", "value": "1"}, {"name": "TF_CONFIG", "value": "{}"}],
+                            }
+                        ]
+                    }
+                },
+            },
+            "spec.template.spec.containers[0].env[1].name",
+            "TF_CONFIG is set by the operator",
+        ),
+        (
+            {
+                "replicas": 2,
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {"name": "side"},
+                            {"name": "trainer", "env": [{"name": "MLFLOW_TRACKING_URI", "value": "x"}]},
+                        ]
+                    }
+                },
+            },
+            "spec.template.spec.containers[1].env[0].name",
+            "MLFLOW_TRACKING_URI",
+        ),
+        ({"replicas": 2, "template": {"spec": {"containers": {}}}}, "spec.template.spec.containers", "list"),
+    ],
+)
+def test_bad_specs_name_the_field(spec, field, text, config):
+    with pytest.raises(SpecError) as raised:
+        parse_trainjob({"metadata": {"name": "j"}, "spec": spec}, config)
+    assert raised.value.field == field
+    assert text in str(raised.value)
+
+
+def test_reserved_names_are_allowed_in_other_containers(make_trainjob, config):
+    body = make_trainjob(
+        template={"spec": {"containers": [{"name": "sidecar", "env": [{"name": "TF_CONFIG"}]}]}}
+    )
+    assert parse_trainjob(body, config).template["spec"]["containers"][0]["name"] == "sidecar"
+
+
+def test_missing_spec_names_replicas(config):
+    with pytest.raises(SpecError, match="spec.replicas"):
+        parse_trainjob({}, config)
