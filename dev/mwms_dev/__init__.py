@@ -1,0 +1,7 @@
+"""The local Kubernetes control plane for tests and the Docker-free demo.
+
+Test-side infrastructure, not product code: `cluster.LocalCluster` starts real etcd, kube-apiserver,
+kube-controller-manager and kube-scheduler (built from the official Go modules by
+hack/build-control-plane.sh) on loopback plus a bridge for pods; `nodeagent` stands in for kubelet and
+the container runtime.
+"""
