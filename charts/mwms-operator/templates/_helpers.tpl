@@ -1,0 +1,92 @@
+{{/* Chart name, truncated to the 63 characters a label value allows. */}}
+{{- define "mwms-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name of the release's objects: the release name when it already contains the chart name. */}}
+{{- define "mwms-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Chart name and version, for the helm.sh/chart label. */}}
+{{- define "mwms-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object of the release. */}}
+{{- define "mwms-operator.labels" -}}
+helm.sh/chart: {{ include "mwms-operator.chart" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: mwms
+{{- end }}
+
+{{/* Selector labels of the operator pod. */}}
+{{- define "mwms-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "mwms-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* Selector labels of the bundled MLflow pod. */}}
+{{- define "mwms-operator.mlflowSelectorLabels" -}}
+app.kubernetes.io/name: mlflow
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: tracking
+{{- end }}
+
+{{/* ServiceAccount the operator runs as. */}}
+{{- define "mwms-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "mwms-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Operator image reference: the digest wins over the tag; the tag defaults to appVersion. */}}
+{{- define "mwms-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Tracking URI the operator gives TrainJobs by default; empty leaves the operator's own default. */}}
+{{- define "mwms-operator.trackingUri" -}}
+{{- if .Values.operator.trackingUri }}
+{{- .Values.operator.trackingUri }}
+{{- else if .Values.mlflow.enabled }}
+{{- printf "http://%s.%s.svc:5000" .Values.mlflow.name .Release.Namespace }}
+{{- end }}
+{{- end }}
+
+{{/* Host headers the bundled MLflow accepts: its in-cluster names (with and without port) and localhost. */}}
+{{- define "mwms-operator.mlflowAllowedHosts" -}}
+{{- $svc := .Values.mlflow.name }}
+{{- $ns := .Release.Namespace }}
+{{- $domains := list "cluster.local" }}
+{{- if and .Values.operator.clusterDomain (ne .Values.operator.clusterDomain "cluster.local") }}
+{{- $domains = append $domains .Values.operator.clusterDomain }}
+{{- end }}
+{{- $names := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) }}
+{{- range $domains }}
+{{- $names = append $names (printf "%s.%s.svc.%s" $svc $ns .) }}
+{{- end }}
+{{- $hosts := list }}
+{{- range $names }}
+{{- $hosts = concat $hosts (list . (printf "%s:5000" .)) }}
+{{- end }}
+{{- $hosts = concat $hosts (list "localhost" "localhost:*" "127.0.0.1" "127.0.0.1:*") .Values.mlflow.extraAllowedHosts }}
+{{- join "," $hosts }}
+{{- end }}
