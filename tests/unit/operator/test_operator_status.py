@@ -1,0 +1,312 @@
+"""The status decision, walked through every transition of a TrainJob's life."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from mwms_operator.config import OperatorConfig
+from mwms_operator.spec import SpecError, parse_trainjob
+from mwms_operator.status import (
+    CreatePods,
+    CreateService,
+    DeleteJob,
+    DeletePods,
+    JobMeta,
+    WorkerPod,
+    decide,
+    format_time,
+    worker_pod,
+)
+
+META = JobMeta(name="mnist", namespace="team-a", uid="uid-1", generation=1)
+T0 = datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC)
+RUN = '{"runId": "r123", "experimentId": "7", "modelUri": "models:/m/1", "metrics": {"accuracy": 0.97}}'
+
+
+def spec(replicas=3, **fields):
+    return parse_trainjob(
+        {"metadata": {"name": "mnist"}, "spec": {"replicas": replicas, **fields}}, OperatorConfig()
+    )
+
+
+def pod(i, phase="Running", restart=0, **kw):
+    return WorkerPod(name=f"mnist-worker-{i}", index=i, restart=restart, phase=phase, **kw)
+
+
+def group(n=3, phase="Running", restart=0):
+    return [pod(i, phase, restart) for i in range(n)]
+
+
+def step(previous, pods, *, at=0, job=None, service=True):
+    return decide(
+        META, job or spec(), pods, service_exists=service, now=T0 + timedelta(seconds=at), previous=previous
+    )
+
+
+def conditions(decision):
+    return {c["type"]: (c["status"], c["reason"]) for c in decision.status["conditions"]}
+
+
+def running_status():
+    first = step(None, [], service=False)
+    created = step(first.status, group(phase="Pending"), at=1)
+    return step(created.status, group(), at=2).status
+
+
+def test_a_new_job_gets_its_service_and_every_pod():
+    d = step(None, [], service=False)
+    assert d.actions == (CreateService(), CreatePods((0, 1, 2), 0))
+    assert d.status["phase"] == "Pending"
+    assert d.status["startTime"] == d.status["groupStartTime"] == format_time(T0)
+    assert d.status["chiefPod"] == "mnist-worker-0" and d.status["restarts"] == 0
+    assert d.status["observedGeneration"] == 1
+    assert [e.reason for e in d.events] == ["Creating"]
+
+
+def test_only_missing_pods_are_created_after_a_partial_create():
+    first = step(None, [], service=False)
+    d = step(first.status, [pod(0, "Pending")], at=1)
+    assert d.actions == (CreatePods((1, 2), 0),)
+    assert d.status["groupStartTime"] == first.status["groupStartTime"]
+
+
+def test_all_pods_created_sets_created_then_running():
+    first = step(None, [], service=False)
+    created = step(first.status, group(phase="Pending"), at=1)
+    assert created.actions == () and created.all_pods_created
+    assert conditions(created) == {"Created": ("True", "PodsCreated")}
+    assert created.status["replicaStatuses"] == {"active": 3, "ready": 0, "succeeded": 0, "failed": 0}
+    running = step(created.status, group(), at=2)
+    assert running.status["phase"] == "Running" and not running.all_pods_created
+    assert conditions(running)["Running"] == ("True", "AllWorkersRunning")
+    assert [e.reason for e in running.events] == ["AllWorkersRunning"]
+
+
+def test_a_steady_state_changes_nothing_and_keeps_transition_times():
+    status = running_status()
+    again = step(status, group(), at=30)
+    assert again.actions == () and again.events == ()
+    assert again.status["conditions"] == status["conditions"]
+
+
+def test_chief_exit_0_succeeds_with_the_mlflow_run_and_cleans_running_pods():
+    status = running_status()
+    pods = [pod(0, "Succeeded", exit_code=0, message=RUN), pod(1, "Succeeded", exit_code=0), pod(2)]
+    d = step(status, pods, at=60)
+    assert d.status["phase"] == "Succeeded"
+    assert d.status["mlflow"] == {"runId": "r123", "experimentId": "7", "modelUri": "models:/m/1"}
+    assert d.status["completionTime"] == format_time(T0 + timedelta(seconds=60))
+    assert conditions(d)["Succeeded"] == ("True", "ChiefSucceeded")
+    assert conditions(d)["Running"][0] == "False"
+    assert d.actions == (DeletePods(("mnist-worker-2",)),)
+    assert "r123" in d.events[0].message
+
+
+@pytest.mark.parametrize(
+    ("policy", "deleted"),
+    [
+        ("Running", ("mnist-worker-2",)),
+        ("All", ("mnist-worker-0", "mnist-worker-1", "mnist-worker-2")),
+        ("None", ()),
+    ],
+)
+def test_clean_pod_policy(policy, deleted):
+    job = spec(runPolicy={"cleanPodPolicy": policy})
+    pods = [pod(0, "Succeeded", exit_code=0), pod(1, "Succeeded", exit_code=0), pod(2)]
+    d = step(running_status(), pods, at=60, job=job)
+    assert d.actions == ((DeletePods(deleted),) if deleted else ())
+
+
+def test_ttl_deletes_the_finished_job_only_when_due():
+    job = spec(runPolicy={"ttlSecondsAfterFinished": 30})
+    done = step(running_status(), [pod(0, "Succeeded", exit_code=0)], at=60, job=job)
+    assert step(done.status, [], at=89, job=job).actions == ()
+    late = step(done.status, [], at=90, job=job)
+    assert late.actions == (DeleteJob(),)
+    assert late.status["phase"] == "Succeeded"
+
+
+def test_finished_jobs_stay_finished():
+    done = step(running_status(), [pod(0, "Succeeded", exit_code=0)], at=60)
+    after = step(done.status, [], at=61)
+    assert after.status["phase"] == "Succeeded" and after.actions == () and after.events == ()
+
+
+@pytest.mark.parametrize(
+    ("failed", "why"),
+    [
+        (dict(exit_code=75, message="peer lost"), "exited with code 75: peer lost"),
+        (dict(exit_code=137, reason="OOMKilled"), "exited with code 137 (OOMKilled)"),
+        (dict(reason="Evicted"), "failed (Evicted)"),
+    ],
+)
+def test_a_retryable_failure_restarts_the_whole_group(failed, why):
+    status = running_status()
+    pods = [pod(0), pod(1, "Failed", **failed), pod(2)]
+    d = step(status, pods, at=60)
+    assert d.status["phase"] == "Restarting" and d.status["restarts"] == 1
+    assert d.actions == (DeletePods(("mnist-worker-0", "mnist-worker-1", "mnist-worker-2")),)
+    assert conditions(d)["Restarting"] == ("True", "GroupRestarting")
+    assert conditions(d)["Running"] == ("False", "GroupRestarting")
+    assert why in d.status["conditions"][-1]["message"] or any(
+        why in c["message"] for c in d.status["conditions"]
+    )
+    assert d.events[0].type == "Warning" and "mnist-worker-1" in d.events[0].message
+
+
+def test_a_restart_waits_for_the_old_group_then_recreates_it_with_the_next_count():
+    restarting = step(running_status(), [pod(0), pod(1, "Failed", exit_code=75), pod(2)], at=60).status
+    leaving = [pod(0, deleting=True), pod(1, "Failed", exit_code=75), pod(2, deleting=True)]
+    waiting = step(restarting, leaving, at=61)
+    assert waiting.actions == (DeletePods(("mnist-worker-1",)),)
+    assert waiting.status["phase"] == "Restarting"
+    recreate = step(waiting.status, [], at=62)
+    assert recreate.actions == (CreatePods((0, 1, 2), 1),)
+    assert recreate.status["groupStartTime"] == format_time(T0 + timedelta(seconds=62))
+    pending = step(recreate.status, group(phase="Pending", restart=1), at=63)
+    assert pending.status["phase"] == "Restarting" and pending.actions == ()
+    running = step(pending.status, group(restart=1), at=64)
+    assert running.status["phase"] == "Running" and running.status["restarts"] == 1
+    assert conditions(running)["Restarting"][0] == "False"
+    assert conditions(running)["Running"][0] == "True"
+
+
+def test_a_pod_deleted_while_running_restarts_the_group():
+    d = step(running_status(), [pod(0), pod(2)], at=60)
+    assert d.status["phase"] == "Restarting" and "mnist-worker-1 was deleted" in d.events[0].message
+    d = step(running_status(), [pod(0), pod(1, deleting=True), pod(2)], at=60)
+    assert d.status["phase"] == "Restarting"
+
+
+def test_a_permanent_exit_fails_at_once_naming_worker_code_and_message():
+    pods = [
+        pod(0, "Failed", exit_code=75),
+        pod(1),
+        pod(2, "Failed", exit_code=2, message="epochs must be >= 1"),
+    ]
+    d = step(running_status(), pods, at=60)
+    assert d.status["phase"] == "Failed"
+    assert conditions(d)["Failed"] == ("True", "WorkerFailed")
+    message = next(c["message"] for c in d.status["conditions"] if c["type"] == "Failed")
+    assert message == "worker mnist-worker-2 exited with code 2: epochs must be >= 1"
+    assert d.actions == (DeletePods(("mnist-worker-1",)),)
+
+
+def test_backoff_exhausted_fails():
+    job = spec(runPolicy={"backoffLimit": 1})
+    status = dict(running_status(), restarts=1)
+    d = step(
+        status,
+        [pod(0, restart=1), pod(1, "Failed", restart=1, exit_code=75), pod(2, restart=1)],
+        at=60,
+        job=job,
+    )
+    assert conditions(d)["Failed"] == ("True", "BackoffLimitExceeded")
+    assert (
+        "restarted 1 times" in d.events[0].message
+        and "mnist-worker-1 exited with code 75" in d.events[0].message
+    )
+
+
+def test_backoff_limit_0_fails_on_the_first_retryable_failure():
+    job = spec(runPolicy={"backoffLimit": 0})
+    d = step(running_status(), [pod(0), pod(1, "Failed", exit_code=75), pod(2)], at=60, job=job)
+    assert d.status["phase"] == "Failed"
+
+
+def test_suspend_deletes_pods_and_resume_recreates_them_after_they_are_gone():
+    suspended_job = spec(runPolicy={"suspend": True})
+    d = step(running_status(), group(), at=60, job=suspended_job)
+    assert d.status["phase"] == "Suspended" and d.status["startTime"] is None
+    assert d.actions == (DeletePods(("mnist-worker-0", "mnist-worker-1", "mnist-worker-2")),)
+    assert conditions(d)["Suspended"] == ("True", "Suspended") and conditions(d)["Running"][0] == "False"
+    still = step(d.status, [pod(0, deleting=True)], at=61, job=suspended_job)
+    assert still.actions == () and still.events == ()
+    # Resumed while a pod is still going away: wait, do not count it as a lost worker.
+    wait = step(still.status, [pod(0, deleting=True)], at=62)
+    assert wait.actions == () and wait.status["phase"] == "Suspended"
+    resumed = step(wait.status, [], at=63)
+    assert resumed.actions == (CreatePods((0, 1, 2), 0),)
+    assert resumed.status["phase"] == "Pending" and resumed.status["startTime"] == format_time(
+        T0 + timedelta(seconds=63)
+    )
+    assert conditions(resumed)["Suspended"] == ("False", "Resumed")
+
+
+def test_suspend_before_start_creates_nothing():
+    d = step(None, [], job=spec(runPolicy={"suspend": True}), service=False)
+    assert d.status["phase"] == "Suspended" and d.actions == ()
+
+
+def test_deadline_fails_and_removes_pods_whatever_the_clean_policy():
+    job = spec(runPolicy={"activeDeadlineSeconds": 100, "cleanPodPolicy": "None"})
+    status = running_status()
+    assert step(status, group(), at=99, job=job).status["phase"] == "Running"
+    d = step(status, group(), at=100, job=job)
+    assert conditions(d)["Failed"] == ("True", "DeadlineExceeded")
+    assert d.actions == (DeletePods(("mnist-worker-0", "mnist-worker-1", "mnist-worker-2")),)
+
+
+def test_startup_timeout_names_pending_workers_and_the_schedulers_reason():
+    job = spec(runPolicy={"startupTimeoutSeconds": 30})
+    first = step(None, [], job=job, service=False)
+    waiting = "Unschedulable: 0/1 nodes are available: 1 Insufficient cpu."
+    pods = [pod(0), pod(1), pod(2, "Pending", waiting=waiting)]
+    assert step(first.status, pods, at=29, job=job).status["phase"] == "Pending"
+    d = step(first.status, pods, at=30, job=job)
+    assert conditions(d)["Failed"] == ("True", "StartupTimeout")
+    assert f"mnist-worker-2 ({waiting})" in d.events[-1].message
+    assert d.actions == (DeletePods(("mnist-worker-0", "mnist-worker-1", "mnist-worker-2")),)
+
+
+def test_an_invalid_spec_fails_with_a_warning_and_creates_nothing():
+    error = SpecError("spec.template.spec.containers[0].env[0].name", "TF_CONFIG is set by the operator")
+    d = decide(META, error, [], service_exists=False, now=T0, previous=None)
+    assert d.status["phase"] == "Failed" and d.actions == ()
+    assert conditions(d)["Failed"] == ("True", "InvalidSpec")
+    assert d.events[0].type == "Warning" and "containers[0].env[0].name" in d.events[0].message
+
+
+def test_pods_of_an_older_group_are_deleted_before_creating():
+    status = dict(running_status(), restarts=2, phase="Restarting")
+    d = step(status, [pod(0, restart=1)], at=5)
+    assert d.actions == (DeletePods(("mnist-worker-0",)),)
+
+
+def test_worker_pod_reads_the_api_objects():
+    api_pod = {
+        "metadata": {
+            "name": "mnist-worker-1",
+            "labels": {"mwms.dev/replica-index": "1", "mwms.dev/restart": "2"},
+        },
+        "status": {
+            "phase": "Failed",
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "containerStatuses": [
+                {"name": "sidecar", "state": {"terminated": {"exitCode": 0}}},
+                {
+                    "name": "trainer",
+                    "state": {"terminated": {"exitCode": 75, "reason": "Error", "message": "peer lost\n"}},
+                },
+            ],
+        },
+    }
+    assert worker_pod(api_pod) == WorkerPod(
+        "mnist-worker-1", 1, 2, "Failed", exit_code=75, message="peer lost", reason="Error"
+    )
+    pending = {
+        "metadata": {"name": "p", "labels": {"mwms.dev/replica-index": "0"}, "deletionTimestamp": "x"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "1 Insufficient cpu.",
+                }
+            ],
+        },
+    }
+    parsed = worker_pod(pending)
+    assert parsed.deleting and parsed.waiting == "Unschedulable: 1 Insufficient cpu." and parsed.restart == 0
+    assert worker_pod({"metadata": {"name": "other"}}) is None
