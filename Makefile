@@ -1,0 +1,41 @@
+# Two entry points (README): `make demo` runs the seed TrainJob on a local control plane;
+# `make test` sets up and runs the whole suite exactly as CI does. Both build the environment at .venv/.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: setup venv tools control-plane demo test test-unit test-integration lint clean
+
+setup: venv tools control-plane
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
+	$(PY) -m pip install --quiet -e ".[operator,trainer]" --group test --group lint
+	rm -f $(VENV)/.installed-* && touch $@
+
+tools: venv
+	bash hack/tools.sh
+
+control-plane:
+	bash hack/build-control-plane.sh
+
+demo: setup
+	$(VENV)/bin/mwms demo
+
+test: setup
+	$(VENV)/bin/python -m pytest tests
+
+test-unit: venv
+	$(VENV)/bin/python -m pytest -m "not integration and not e2e and not tf and not static" tests
+
+lint: venv
+	$(VENV)/bin/ruff check operator trainer dev tests bench
+	$(VENV)/bin/mypy operator/mwms_operator trainer/mwms_trainer
+
+clean:
+	-$(VENV)/bin/mwms dev-cluster down
+	rm -rf $(VENV) .mwms
