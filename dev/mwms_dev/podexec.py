@@ -1,0 +1,125 @@
+"""Exec one pod container for the local node agent: `python -m mwms_dev.podexec PLAN.json`.
+
+Test-side infrastructure (the container runtime's part of our kubelet stand-in, see nodeagent.py). The
+agent writes a plan (argv, env, mounts, user, network namespace) as JSON; this program, running as root:
+joins the pod's network namespace, unshares a private mount and UTS namespace, bind-mounts the per-pod
+files (hosts, resolv.conf, ServiceAccount token, termination-message file, volumes) at their paths, sets
+the hostname, drops to runAsUser/runAsGroup if asked, and replaces itself with the container's command.
+No shell anywhere: argv goes straight to execvpe. Standard library only, so it starts fast.
+
+If anything fails before the exec, the reason goes to the plan's `startErrorFile` (the agent reports it as
+the container's termination message with reason StartError) and to stderr (the container log); exit 128.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import socket
+import sys
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY = 0x1
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
+START_ERROR_EXIT = 128
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def setns(path: str, nstype: int) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _check(_libc.setns(fd, nstype), f"setns({path})")
+    finally:
+        os.close(fd)
+
+
+def unshare(flags: int) -> None:
+    _check(_libc.unshare(flags), "unshare")
+
+
+def mount(source: str | None, target: str, flags: int) -> None:
+    src = source.encode() if source is not None else None
+    _check(
+        _libc.mount(src, target.encode(), None, ctypes.c_ulong(flags), None), f"mount {source} on {target}"
+    )
+
+
+def ensure_mount_point(target: str, is_file: bool) -> None:
+    if is_file:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if not os.path.lexists(target):
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
+    else:
+        os.makedirs(target, exist_ok=True)
+
+
+def prepare(plan: dict) -> None:
+    """Everything between `fork` and `exec` that the kubelet and the runtime would do."""
+    setns(plan["netns"], CLONE_NEWNET)
+    unshare(CLONE_NEWNS | CLONE_NEWUTS)
+    # Our mounts must not leak to the host (and the host's later mounts need not reach us).
+    mount(None, "/", MS_REC | MS_PRIVATE)
+    socket.sethostname(plan["hostname"])
+    for m in plan["mounts"]:
+        is_file = m.get("isFile", os.path.isfile(m["source"]))
+        ensure_mount_point(m["target"], is_file)
+        mount(m["source"], m["target"], MS_BIND | MS_REC)
+        if m.get("readOnly"):
+            mount(None, m["target"], MS_BIND | MS_REMOUNT | MS_RDONLY)
+    os.makedirs(plan["cwd"], exist_ok=True)
+    os.chdir(plan["cwd"])
+    uid, gid = plan.get("uid"), plan.get("gid")
+    if uid is not None or gid is not None:
+        os.setgroups([g for g in [gid, *plan.get("groups", [])] if g is not None])
+        if gid is not None:
+            os.setgid(gid)
+        if uid is not None:
+            os.setuid(uid)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m mwms_dev.podexec PLAN.json", file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        plan = json.load(f)
+    try:
+        prepare(plan)
+    except OSError as exc:
+        return start_error(plan, f"cannot set up the container: {exc}")
+    command = plan["argv"][0]
+    try:
+        os.execvpe(command, plan["argv"], plan["env"])
+    except FileNotFoundError:
+        where = "" if "/" in command else f" in PATH {plan['env'].get('PATH', '')}"
+        return start_error(plan, f"cannot start container: executable {command!r} not found{where}")
+    except OSError as exc:
+        return start_error(plan, f"cannot start container: exec {command!r}: {exc.strerror}")
+    return START_ERROR_EXIT  # not reached: execvpe does not return
+
+
+def start_error(plan: dict, message: str) -> int:
+    print(message, file=sys.stderr, flush=True)
+    try:
+        with open(plan["startErrorFile"], "w") as f:
+            f.write(message)
+    except OSError:
+        pass
+    return START_ERROR_EXIT
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
