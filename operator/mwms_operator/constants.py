@@ -59,3 +59,6 @@ EXIT_RETRYABLE = 75  # EX_TEMPFAIL: peer lost, startup deadline, MLflow unavaila
 # Images (the node agent of the local control plane maps these to local entrypoints).
 OPERATOR_IMAGE = "ghcr.io/mwms-dev/mwms-operator"
 TRAINER_IMAGE = "ghcr.io/mwms-dev/mwms-trainer"
+
+# MLflow: the chief tags its run with the TrainJob's uid, so the operator finds it for status.progress.
+MLFLOW_TAG_JOB_UID = "mwms.job_uid"

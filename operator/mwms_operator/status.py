@@ -319,6 +319,13 @@ def decide(
         return b.finish(_replica_statuses(current))
     resuming = b.previous_phase == SUSPENDED
 
+    # Set once, even if the workers are so quick that the first look already finds them finished.
+    created = {p.index for p in current} >= set(range(spec.replicas))
+    if created and not any(c["type"] == CREATED and c["status"] == "True" for c in b.conditions):
+        b.condition(CREATED, True, "PodsCreated", f"Service and {spec.replicas} worker pods created")
+        b.events.append(Event("Normal", "PodsCreated", f"Service and {spec.replicas} worker pods created"))
+        b.all_pods_created = True
+
     chief = next((p for p in current if p.index == 0 and not p.deleting), None)
     if chief is not None and chief.phase == SUCCEEDED:
         b.status["mlflow"] = chief_mlflow(chief.message) or b.status["mlflow"]
@@ -406,11 +413,6 @@ def decide(
                 )
             )
         return b.finish(_replica_statuses(current))
-
-    if not any(c["type"] == CREATED and c["status"] == "True" for c in b.conditions):
-        b.condition(CREATED, True, "PodsCreated", f"Service and {spec.replicas} worker pods created")
-        b.events.append(Event("Normal", "PodsCreated", f"Service and {spec.replicas} worker pods created"))
-        b.all_pods_created = True
 
     not_started = [p for p in current if not p.started]
     if not not_started:

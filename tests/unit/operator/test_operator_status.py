@@ -310,3 +310,12 @@ def test_worker_pod_reads_the_api_objects():
     parsed = worker_pod(pending)
     assert parsed.deleting and parsed.waiting == "Unschedulable: 1 Insufficient cpu." and parsed.restart == 0
     assert worker_pod({"metadata": {"name": "other"}}) is None
+
+
+def test_created_is_set_even_when_the_first_look_finds_the_job_done():
+    first = step(None, [], service=False)
+    done = step(
+        first.status, [pod(0, "Succeeded", exit_code=0, message=RUN)] + group(3, "Succeeded")[1:], at=1
+    )
+    assert conditions(done)["Created"] == ("True", "PodsCreated") and done.all_pods_created
+    assert done.status["phase"] == "Succeeded"

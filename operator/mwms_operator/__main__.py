@@ -1,0 +1,49 @@
+"""`python -m mwms_operator`: read the settings once, register the handlers, run kopf."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import kopf
+
+from mwms_operator import handlers
+from mwms_operator.config import ConfigError, OperatorConfig
+
+FREQUENT = ("reconcile", "progress", "forget")
+
+
+class _QuietTimers(logging.Filter):
+    """kopf logs each successful handler run at INFO: with timers every few seconds per TrainJob, noise."""
+
+    NOISE = tuple(f"{kind} '{name}' succeeded." for kind in ("Timer", "Handler") for name in FREQUENT)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno == logging.INFO and record.getMessage() in self.NOISE)
+
+
+def main() -> None:
+    try:
+        config = OperatorConfig.from_env(os.environ)
+    except ConfigError as error:
+        print(f"mwms-operator: invalid setting: {error}", file=sys.stderr)
+        sys.exit(2)
+    logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_QuietTimers())
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, config)
+    logging.getLogger("mwms_operator").info("mwms-operator starting: %s", config)
+    kopf.run(
+        registry=registry,
+        standalone=True,  # one replica with the Recreate strategy: no peering needed
+        clusterwide=not config.watch_namespaces,
+        namespaces=config.watch_namespaces,
+        liveness_endpoint=f"http://0.0.0.0:{config.health_port}/healthz",
+        memo=kopf.Memo(),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""The only module that talks to the API server (the `kubernetes` client; kopf's own for events).
+
+Calls are blocking; handlers run them with asyncio.to_thread. Creates are idempotent (409 means it is there),
+deletes too (404 means it is gone), so a retried or repeated reconcile is harmless.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+import kubernetes
+from kubernetes.client.exceptions import ApiException
+
+from mwms_operator import constants
+
+log = logging.getLogger(__name__)
+
+
+class Rejected(Exception):
+    """The API server refused an object for good (400/422): retrying cannot help."""
+
+
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """kopf's credentials: the ServiceAccount in a pod, else $KUBECONFIG (explicit, predictable in tests)."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return kopf.login_with_service_account(**kwargs)
+    return kopf.login_with_kubeconfig(**kwargs)
+
+
+class Kube:
+    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
+        self.core = kubernetes.client.CoreV1Api(api_client)
+        self.custom = kubernetes.client.CustomObjectsApi(api_client)
+
+    @classmethod
+    def connect(cls) -> Kube:
+        configuration = kubernetes.client.Configuration()
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kubernetes.config.load_incluster_config(client_configuration=configuration)
+        else:
+            kubernetes.config.load_kube_config(client_configuration=configuration)
+        # Short timeouts: a hung call must not stall a job's reconcile loop.
+        configuration.retries = 1
+        return cls(kubernetes.client.ApiClient(configuration))
+
+    def _create(self, create: Any, namespace: str, body: Mapping[str, Any]) -> bool:
+        try:
+            create(namespace, body, _request_timeout=15)
+        except ApiException as error:
+            if error.status == 409:
+                return False
+            if error.status in (400, 422):
+                raise Rejected(_reason(error)) from None
+            raise
+        return True
+
+    def create_pod(self, namespace: str, body: Mapping[str, Any]) -> bool:
+        """True if created, False if it already existed."""
+        return self._create(self.core.create_namespaced_pod, namespace, body)
+
+    def create_service(self, namespace: str, body: Mapping[str, Any]) -> bool:
+        return self._create(self.core.create_namespaced_service, namespace, body)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            self.core.delete_namespaced_pod(name, namespace, _request_timeout=15)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any] | None:
+        """JSON merge patch of status (None values remove fields); None if the TrainJob is gone."""
+        try:
+            return self.custom.patch_namespaced_custom_object_status(
+                constants.GROUP,
+                constants.VERSION,
+                namespace,
+                constants.PLURAL,
+                name,
+                {"status": dict(status)},
+                _request_timeout=15,
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def delete_trainjob(self, namespace: str, name: str) -> None:
+        try:
+            self.custom.delete_namespaced_custom_object(
+                constants.GROUP, constants.VERSION, namespace, constants.PLURAL, name, _request_timeout=15
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+
+def post_event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+    """An Event on the TrainJob; kopf posts it in the background, so a reconcile never waits for it."""
+    kopf.event(body, type=type_, reason=reason, message=message)  # type: ignore[arg-type]
+
+
+def _reason(error: ApiException) -> str:
+    try:
+        return json.loads(error.body or "{}").get("message") or str(error.reason)
+    except ValueError:
+        return str(error.reason)

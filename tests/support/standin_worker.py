@@ -1,0 +1,143 @@
+"""A stand-in for the trainer in operator tests: no TensorFlow, same contract.
+
+It checks its TF_CONFIG and the operator's other variables, reaches every peer by name over TCP (and waits
+until every peer reached it), then exits like the trainer would: the chief writes the run JSON to the
+termination-message file, the others {"worker": i, "status": "ok"}.
+
+Behaviour for tests, from the environment (set through spec.template):
+  STANDIN_FAIL_INDEX       only this worker fails (default: none)
+  STANDIN_EXIT_CODE        its exit code (default 1)
+  STANDIN_FAIL_ONCE_FILE   fail only if this file does not exist yet (it is created first): "fail once"
+  STANDIN_SLEEP_SECONDS    keep running this long after the peer check (long jobs: deadline, suspend...)
+  STANDIN_PEER_TIMEOUT     seconds to reach every peer (default 60)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+
+REQUIRED = (
+    "MWMS_JOB_NAME",
+    "MWMS_JOB_NAMESPACE",
+    "MWMS_JOB_UID",
+    "MWMS_RESTART_COUNT",
+    "MWMS_TRAINER_CONFIG",
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_EXPERIMENT_NAME",
+)
+
+
+def log(message: str) -> None:
+    print(f"standin: {message}", flush=True)
+
+
+def finish(code: int, message: str) -> None:
+    path = os.environ.get("MWMS_TERMINATION_LOG", "/dev/termination-log")
+    try:
+        with open(path, "w") as out:
+            out.write(message)
+    except OSError as error:
+        log(f"cannot write the termination message to {path}: {error}")
+    log(f"exit {code}: {message}")
+    sys.exit(code)
+
+
+def check_environment() -> tuple[list[str], int]:
+    missing = [name for name in REQUIRED if not os.environ.get(name)]
+    if missing:
+        finish(1, f"missing environment: {', '.join(missing)}")
+    config = json.loads(os.environ["TF_CONFIG"])
+    hosts, task = config["cluster"]["worker"], config["task"]
+    index = task["index"]
+    if set(config["cluster"]) != {"worker"} or task["type"] != "worker" or not 0 <= index < len(hosts):
+        finish(1, f"TF_CONFIG is not an MWMS worker config: {config}")
+    job, namespace = os.environ["MWMS_JOB_NAME"], os.environ["MWMS_JOB_NAMESPACE"]
+    expected = f"{job}-worker-{index}.{job}.{namespace}.svc"
+    if not hosts[index].startswith(expected + ":") and not hosts[index].startswith(expected + "."):
+        finish(1, f"TF_CONFIG names {hosts[index]} for worker {index}, expected {expected}")
+    if socket.gethostname() != f"{job}-worker-{index}":
+        finish(1, f"hostname {socket.gethostname()} is not {job}-worker-{index}")
+    json.loads(os.environ["MWMS_TRAINER_CONFIG"])
+    return hosts, index
+
+
+def reach_peers(hosts: list[str], index: int, timeout: float) -> None:
+    """Every worker connects to every other by name and waits until every other connected to it."""
+    port = int(hosts[index].rsplit(":", 1)[1])
+    heard: set[int] = set()
+    server = socket.create_server(("0.0.0.0", port), reuse_port=True)
+    server.settimeout(0.5)
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                data = conn.recv(16).decode().strip()
+                if data.isdigit():
+                    heard.add(int(data))
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    for peer, address in enumerate(hosts):
+        if peer == index:
+            continue
+        host, peer_port = address.rsplit(":", 1)
+        while True:
+            try:
+                with socket.create_connection((host, int(peer_port)), timeout=2) as conn:
+                    conn.sendall(f"{index}\n".encode())
+                break
+            except OSError as error:
+                if time.monotonic() > deadline:
+                    finish(75, f"worker {index} could not reach worker {peer} at {address}: {error}")
+                time.sleep(0.2)
+    others = set(range(len(hosts))) - {index}
+    while heard != others:
+        if time.monotonic() > deadline:
+            finish(75, f"worker {index} heard only from {sorted(heard)} of {sorted(others)}")
+        time.sleep(0.1)
+    stop.set()
+    thread.join()
+    server.close()
+    log(f"worker {index} reached all {len(hosts)} workers by name")
+
+
+def main() -> None:
+    hosts, index = check_environment()
+    log(f"worker {index} of {len(hosts)}, restart {os.environ['MWMS_RESTART_COUNT']}")
+    # Fail before the peer check: the others then wait for this worker, as MWMS workers would.
+    if os.environ.get("STANDIN_FAIL_INDEX") == str(index):
+        once = os.environ.get("STANDIN_FAIL_ONCE_FILE")
+        if not once or not os.path.exists(once):
+            if once:
+                with open(once, "w") as marker:
+                    marker.write("failed once\n")
+            finish(int(os.environ.get("STANDIN_EXIT_CODE", "1")), f"standin worker {index} told to fail")
+    reach_peers(hosts, index, float(os.environ.get("STANDIN_PEER_TIMEOUT", "60")))
+    time.sleep(float(os.environ.get("STANDIN_SLEEP_SECONDS", "0")))
+    if index == 0:
+        run_id = uuid.uuid4().hex
+        log(f"run id {run_id}")
+        message = {
+            "runId": run_id,
+            "experimentId": "0",
+            "modelUri": f"runs:/{run_id}/model",
+            "metrics": {"accuracy": 1.0},
+        }
+        finish(0, json.dumps(message))
+    finish(0, json.dumps({"worker": index, "status": "ok"}))
+
+
+if __name__ == "__main__":
+    main()

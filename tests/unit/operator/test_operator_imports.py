@@ -1,0 +1,33 @@
+"""The operator image has no TensorFlow: importing the operator must not need it."""
+
+import subprocess
+import sys
+
+
+def test_operator_imports_with_tensorflow_blocked():
+    code = (
+        "import sys\n"
+        "for name in ('tensorflow', 'tf_keras', 'keras', 'mlflow'):\n"
+        "    sys.modules[name] = None  # any import of these now raises ImportError\n"
+        "import kopf\n"
+        "import mwms_operator.handlers, mwms_operator.__main__\n"
+        "from mwms_operator.config import OperatorConfig\n"
+        "mwms_operator.handlers.register(kopf.OperatorRegistry(), OperatorConfig())\n"
+        "assert 'tensorflow' not in [m for m, v in sys.modules.items() if v is not None]\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_a_bad_setting_stops_the_operator_with_the_variable_named():
+    result = subprocess.run(
+        [sys.executable, "-m", "mwms_operator"],
+        env={"MWMS_METRICS_PORT": "many", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "MWMS_METRICS_PORT" in result.stderr
