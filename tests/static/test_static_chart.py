@@ -1,0 +1,216 @@
+"""The Helm chart: lints strictly, renders objects every supported Kubernetes accepts, refuses value typos,
+and carries the CRD and RBAC of manifests/ unchanged."""
+
+from __future__ import annotations
+
+import copy
+import re
+import sys
+
+import pytest
+import yaml
+from static_support import (
+    CHART,
+    CI_VALUES,
+    KUBE_VERSIONS,
+    MANIFESTS,
+    REPO,
+    container_env,
+    find,
+    helm_template,
+    load_all,
+    run,
+    validate_strict,
+)
+
+pytestmark = pytest.mark.static
+
+VALUE_SETS = {"default": [], "ci": ["--values", str(CI_VALUES)]}
+KEEP = "helm.sh/resource-policy"
+OPERATOR = "mwms-operator"  # the release name the tests use, so chart object names equal the manifests'
+
+
+@pytest.fixture(scope="module")
+def rendered(helm) -> dict[str, str]:
+    return {name: helm_template(helm, *args) for name, args in VALUE_SETS.items()}
+
+
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_helm_lint_strict(helm, values):
+    run([helm, "lint", "--strict", CHART, *VALUE_SETS[values]])
+
+
+@pytest.mark.parametrize("version", KUBE_VERSIONS)
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_rendered_chart_is_valid_for_kubernetes(helm, kubernetes_validate, values, version, tmp_path):
+    objects = helm_template(helm, "--kube-version", f"{version}.0", *VALUE_SETS[values])
+    validate_strict(kubernetes_validate, objects, version, tmp_path)
+
+
+def test_validator_rejects_an_unknown_field(rendered, kubernetes_validate, tmp_path):
+    """The validation above can fail: a misspelt field in the rendered Deployment is caught."""
+    docs = load_all(rendered["default"])
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolice"] = "Always"
+    with pytest.raises(AssertionError, match="imagePullPolice"):
+        validate_strict(kubernetes_validate, yaml.safe_dump_all(docs), KUBE_VERSIONS[-1], tmp_path)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "operatr.trainerImage=x",  # unknown top-level key
+        "mlflow.persistance.enabled=false",  # unknown nested key
+        "operator.watchNamespace=default",  # singular for plural
+        "operator.logLevel=verbose",  # not one of the levels
+        "operator.metricsPort=http",  # wrong type
+        "image.digest=latest",  # not a digest
+    ],
+)
+def test_value_typo_fails_template_and_lint(helm, setting):
+    template = run([helm, "template", "t", CHART, "--set", setting], check=False)
+    assert template.returncode != 0, f"helm template accepted --set {setting}"
+    assert "schema" in template.stderr, template.stderr
+    lint = run([helm, "lint", "--strict", CHART, "--set", setting], check=False)
+    assert lint.returncode != 0, f"helm lint accepted --set {setting}"
+
+
+def test_every_value_is_documented():
+    """A helm-docs `# --` comment on every value (on a map it documents the whole map, as in helm-docs)."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    documented_parents: list[tuple[int, bool]] = []  # (indent, documented) of the enclosing keys
+    undocumented = []
+    for number, line in enumerate(lines):
+        match = re.match(r"^(\s*)([A-Za-z][\w-]*):(\s.*)?$", line)
+        if not match:
+            continue
+        indent = len(match.group(1))
+        while documented_parents and documented_parents[-1][0] >= indent:
+            documented_parents.pop()
+        above = number - 1
+        comments = []
+        while above >= 0 and lines[above].strip().startswith("#"):
+            comments.append(lines[above].strip())
+            above -= 1
+        documented = any(c.startswith("# --") for c in comments) or any(d for _, d in documented_parents)
+        is_map = not (match.group(3) or "").strip()
+        if is_map:
+            documented_parents.append((indent, documented))
+            # A map of sub-values may be documented value by value.
+            continue
+        if not documented:
+            undocumented.append(f"values.yaml:{number + 1}: {match.group(2)}")
+    assert not undocumented, "values without a `# --` description:\n" + "\n".join(undocumented)
+
+
+def test_schema_is_strict_everywhere():
+    """additionalProperties: false on every object of our own (not the Kubernetes pass-through ones)."""
+    import json
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    passthrough = {"podSecurityContext", "securityContext", "affinity", "tolerations", "extraEnv"}
+    loose = []
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            strict = node.get("additionalProperties") is False
+            if node.get("type") == "object" and "properties" in node and not strict:
+                loose.append(path or "/")
+            for key, child in node.items():
+                if key not in passthrough:
+                    walk(child, f"{path}/{key}")
+        elif isinstance(node, list):
+            for index, child in enumerate(node):
+                walk(child, f"{path}/{index}")
+
+    walk(schema, "")
+    assert not loose, f"schema objects that accept unknown keys: {loose}"
+
+
+def test_chart_crd_matches_manifests(rendered):
+    """Drift: the CRD the chart installs is manifests/crd.yaml plus the keep annotation, nothing else."""
+    source = load_all((MANIFESTS / "crd.yaml").read_text())
+    installed = [d for d in load_all(rendered["default"]) if d["kind"] == "CustomResourceDefinition"]
+    assert [d["metadata"]["name"] for d in installed] == [d["metadata"]["name"] for d in source]
+    for crd in installed:
+        assert crd["metadata"]["annotations"][KEEP] == "keep"
+        stripped = copy.deepcopy(crd)
+        del stripped["metadata"]["annotations"][KEEP]
+        if not stripped["metadata"]["annotations"]:
+            del stripped["metadata"]["annotations"]
+        original = next(d for d in source if d["metadata"]["name"] == crd["metadata"]["name"])
+        assert stripped == original, "templates/crds.yaml drifted: run hack/sync-chart-crds.py"
+
+
+def test_chart_crd_template_is_up_to_date():
+    result = run([sys.executable, REPO / "hack" / "sync-chart-crds.py", "--check"], check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_crds_can_be_left_out(helm):
+    kinds = {d["kind"] for d in load_all(helm_template(helm, "--set", "crds.enabled=false"))}
+    assert "CustomResourceDefinition" not in kinds
+    assert "Deployment" in kinds
+
+
+def _rules_by_role(docs: list[dict], prefix: str = "") -> dict[str, list]:
+    return {
+        d["metadata"]["name"].removeprefix(prefix): d["rules"] for d in docs if d["kind"] == "ClusterRole"
+    }
+
+
+def test_chart_rbac_matches_manifests(rendered):
+    """The chart has the rules of manifests/rbac.yaml (which the integration tests run the operator with)."""
+    manifests = _rules_by_role(load_all((MANIFESTS / "rbac.yaml").read_text()))
+    chart = _rules_by_role(load_all(rendered["default"]))
+    # The release is named mwms-operator, so the chart's names equal the manifests'.
+    assert chart == manifests
+
+
+def test_operator_env_matches_manifests(rendered):
+    """The chart's default operator settings are the manifests' (which point at manifests/mlflow)."""
+    manifests = container_env(
+        find(load_all((MANIFESTS / "deployment.yaml").read_text()), "Deployment", OPERATOR)
+    )
+    chart = container_env(find(load_all(rendered["default"]), "Deployment", OPERATOR))
+    # Without mlflow.enabled or operator.trackingUri the chart leaves the tracking URI to the operator.
+    assert {k: v for k, v in manifests.items() if k != "MWMS_TRACKING_URI"} == chart
+
+
+def test_bundled_mlflow_is_the_default_tracking_uri(rendered):
+    docs = load_all(rendered["ci"])
+    env = container_env(find(docs, "Deployment", OPERATOR))
+    assert env["MWMS_TRACKING_URI"] == "http://mlflow.mwms-system.svc:5000"
+    assert env["MWMS_WATCH_NAMESPACES"] == "default,mwms-e2e"
+    command = find(docs, "Deployment", "mlflow")["spec"]["template"]["spec"]["containers"][0]["command"]
+    hosts = set(command[command.index("--allowed-hosts") + 1].split(","))
+    assert {
+        "mlflow:5000",
+        "mlflow.mwms-system.svc:5000",
+        "mlflow.mwms-system.svc.cluster.local:5000",
+    } <= hosts
+
+
+def test_helm_test_probes_the_operator(helm):
+    docs = load_all(run([helm, "template", "mwms-operator", CHART, "-n", "mwms-system"]).stdout)
+    tests = [d for d in docs if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
+    assert len(tests) == 1
+    command = tests[0]["spec"]["containers"][0]["command"]
+    assert command[:2] == ["python", "-c"]
+    script = command[2]
+    compile(script, "helm-test-probe", "exec")  # the rendered probe is valid Python
+    assert 'base = "http://mwms-operator.mwms-system.svc"' in script
+    assert '":8080/healthz"' in script and '":8000/metrics"' in script
+
+
+def test_no_lookup_in_templates():
+    """GitOps tools (Argo CD, Flux) render offline: `lookup` would silently return nothing there."""
+    templates = [p for p in (CHART / "templates").rglob("*") if p.is_file()]
+    offenders = [p.name for p in templates if re.search(r"\blookup\b", p.read_text())]
+    assert not offenders
+
+
+def test_notes_render(helm):
+    for args in VALUE_SETS.values():
+        notes = run([helm, "install", "mwms-operator", CHART, "--dry-run=client", "-n", "mwms-system", *args])
+        assert "kubectl wait --for=condition=Succeeded" in notes.stdout
