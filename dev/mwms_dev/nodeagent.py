@@ -846,6 +846,70 @@ class NodeAgent:
                 log.warning("watch %s: %s", path, exc)
                 self.stopping.wait(1)
 
+    # --- volumes: a stand-in provisioner, so the scheduler sees claims bound ---------------------------
+
+    def _claims_snapshot(self, items: list[dict[str, Any]]) -> None:
+        for claim in items:
+            self._claim_event("ADDED", claim)
+
+    def _claim_event(self, kind: str, claim: dict[str, Any]) -> None:
+        meta, spec = claim["metadata"], claim.get("spec") or {}
+        pv_name = f"mwms-{meta['uid']}"
+        if kind == "DELETED":
+            self._deleter.submit(self._delete_volume, pv_name)
+            return
+        if spec.get("volumeName") or meta.get("deletionTimestamp"):
+            return
+        if (claim.get("status") or {}).get("phase") not in (None, "Pending"):
+            return
+        self._deleter.submit(self._create_volume, claim, pv_name)
+
+    def _create_volume(self, claim: dict[str, Any], pv_name: str) -> None:
+        """A PersistentVolume pre-bound to the claim (the PV controller completes the binding). Pods reach the
+        claim's data at <state-dir>/pvc/<namespace>/<claim>, whatever node agent runs them."""
+        meta, spec = claim["metadata"], claim.get("spec") or {}
+        path = self.cfg.state_dir / "pvc" / meta["namespace"] / meta["name"]
+        pv = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": pv_name, "labels": {"mwms.dev/provisioned-by": "nodeagent"}},
+            "spec": {
+                "capacity": {
+                    "storage": ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
+                },
+                "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
+                "volumeMode": spec.get("volumeMode") or "Filesystem",
+                "storageClassName": spec.get("storageClassName") or "",
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
+                "claimRef": {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "namespace": meta["namespace"],
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                },
+            },
+        }
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            self.kube.request("POST", "/api/v1/persistentvolumes", body=pv)
+            log.info("provisioned %s for claim %s/%s", pv_name, meta["namespace"], meta["name"])
+        except ApiError as exc:
+            if exc.status != 409:
+                log.warning("claim %s/%s: cannot provision: %s", meta["namespace"], meta["name"], exc)
+        except Exception as exc:  # noqa: BLE001 - the next resync retries
+            log.warning("claim %s/%s: cannot provision: %s", meta["namespace"], meta["name"], exc)
+
+    def _delete_volume(self, pv_name: str) -> None:
+        try:
+            self.kube.request("DELETE", f"/api/v1/persistentvolumes/{pv_name}")
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("cannot delete %s: %s", pv_name, exc)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("cannot delete %s: %s", pv_name, exc)
+
     # --- lifecycle -----------------------------------------------------------------------------------
 
     def cleanup_leftovers(self) -> None:
@@ -876,6 +940,12 @@ class NodeAgent:
                 name="services",
                 daemon=True,
                 args=("/api/v1/services", self._services_snapshot, self._service_event),
+            ),
+            threading.Thread(
+                target=self._informer,
+                name="claims",
+                daemon=True,
+                args=("/api/v1/persistentvolumeclaims", self._claims_snapshot, self._claim_event),
             ),
             threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True),
             threading.Thread(target=self._hosts_loop, name="hosts", daemon=True),
