@@ -26,7 +26,8 @@ from static_support import (
 pytestmark = pytest.mark.static
 
 VALUE_SETS = {"default": [], "ci": ["--values", str(CI_VALUES)]}
-KEEP = "helm.sh/resource-policy"
+# What the chart's CRD adds to manifests/crd.yaml, so uninstalling never deletes the CRD (and every TrainJob).
+KEEP = {"helm.sh/resource-policy": "keep", "argocd.argoproj.io/sync-options": "Prune=false,Delete=false"}
 OPERATOR = "mwms-operator"  # the release name the tests use, so chart object names equal the manifests'
 
 
@@ -128,14 +129,14 @@ def test_schema_is_strict_everywhere():
 
 
 def test_chart_crd_matches_manifests(rendered):
-    """Drift: the CRD the chart installs is manifests/crd.yaml plus the keep annotation, nothing else."""
+    """Drift: the CRD the chart installs is manifests/crd.yaml plus the keep annotations, nothing else."""
     source = load_all((MANIFESTS / "crd.yaml").read_text())
     installed = [d for d in load_all(rendered["default"]) if d["kind"] == "CustomResourceDefinition"]
     assert [d["metadata"]["name"] for d in installed] == [d["metadata"]["name"] for d in source]
     for crd in installed:
-        assert crd["metadata"]["annotations"][KEEP] == "keep"
         stripped = copy.deepcopy(crd)
-        del stripped["metadata"]["annotations"][KEEP]
+        for key, value in KEEP.items():
+            assert stripped["metadata"]["annotations"].pop(key) == value
         if not stripped["metadata"]["annotations"]:
             del stripped["metadata"]["annotations"]
         original = next(d for d in source if d["metadata"]["name"] == crd["metadata"]["name"])
@@ -214,3 +215,20 @@ def test_notes_render(helm):
     for args in VALUE_SETS.values():
         notes = run([helm, "install", "mwms-operator", CHART, "--dry-run=client", "-n", "mwms-system", *args])
         assert "kubectl wait --for=condition=Succeeded" in notes.stdout
+
+
+def _gitops_values() -> dict[str, dict]:
+    gitops = MANIFESTS / "gitops"
+    (app,) = load_all((gitops / "argocd-application.yaml").read_text())
+    release = find(load_all((gitops / "flux-helmrelease.yaml").read_text()), "HelmRelease", OPERATOR)
+    chart_path = str(CHART.relative_to(REPO))
+    assert app["spec"]["source"]["path"] == release["spec"]["chart"]["spec"]["chart"] == chart_path
+    return {"argocd": app["spec"]["source"]["helm"]["valuesObject"], "flux": release["spec"]["values"]}
+
+
+@pytest.mark.parametrize("tool", ["argocd", "flux"])
+def test_gitops_examples_render(helm, kubernetes_validate, tool, tmp_path):
+    """The Argo CD and Flux examples' values pass the strict schema and render valid objects."""
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(_gitops_values()[tool]))
+    validate_strict(kubernetes_validate, helm_template(helm, "--values", values), KUBE_VERSIONS[-1], tmp_path)
