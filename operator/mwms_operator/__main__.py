@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 
 import kopf
@@ -11,16 +12,14 @@ import kopf
 from mwms_operator import handlers
 from mwms_operator.config import ConfigError, OperatorConfig
 
-FREQUENT = ("reconcile", "progress", "forget")
-
 
 class _QuietTimers(logging.Filter):
     """kopf logs each successful handler run at INFO: with timers every few seconds per TrainJob, noise."""
 
-    NOISE = tuple(f"{kind} '{name}' succeeded." for kind in ("Timer", "Handler") for name in FREQUENT)
+    NOISE = re.compile(r"(Timer|Handler) '(reconcile|progress|forget)[^']*' succeeded\.")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.levelno == logging.INFO and record.getMessage() in self.NOISE)
+        return not (record.levelno == logging.INFO and self.NOISE.fullmatch(record.getMessage()))
 
 
 def main() -> None:

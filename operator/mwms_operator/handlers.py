@@ -89,6 +89,8 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         logger: logging.Logger,
         **_: Any,
     ) -> None:
+        if body.metadata.get("deletionTimestamp"):
+            return  # going away (its pods too, e.g. with its namespace): nothing to recreate
         started = time.monotonic()
         key = (namespace, uid)
         meta = JobMeta(name, namespace, uid, int(body.metadata.get("generation") or 1))

@@ -1,0 +1,159 @@
+"""The operator as users run it: `python -m mwms_operator` with the CRD and RBAC from manifests/, logged in
+as its ServiceAccount through a TokenRequest (so RBAC is enforced), against the session's local cluster."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+STANDIN = REPO / "tests" / "support" / "standin_worker.py"
+OPERATOR_NAMESPACE = "mwms-system"
+SERVICE_ACCOUNT = "mwms-operator"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class OperatorProcess:
+    """One `python -m mwms_operator` subprocess at a time; its log accumulates across restarts."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path) -> None:
+        self.kubeconfig, self.log_path = kubeconfig, log_path
+        self.metrics_port, self.health_port = free_port(), free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "MWMS_METRICS_PORT": str(self.metrics_port),
+            "MWMS_HEALTH_PORT": str(self.health_port),
+            "MWMS_RECONCILE_INTERVAL_SECONDS": "1",
+            "MWMS_PROGRESS_INTERVAL_SECONDS": "2",
+            "MWMS_LOG_LEVEL": "INFO",
+        }
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mwms_operator"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
+        )
+
+    def kill(self) -> None:
+        """SIGKILL: no graceful shutdown, like a node dying under the operator."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)
+        self.process = None
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+        self.process = None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def service_account_kubeconfig(kubectl: Any, cluster: Any, path: Path) -> Path:
+    token = kubectl(
+        "create", "token", SERVICE_ACCOUNT, "-n", OPERATOR_NAMESPACE, "--duration=2h"
+    ).stdout.strip()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {"server": cluster.server, "certificate-authority": str(cluster.ca_file)},
+            }
+        ],
+        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": SERVICE_ACCOUNT}}],
+        "current-context": "operator",
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture(scope="module")
+def crd(kubectl: Any, wait_for: Any) -> None:
+    kubectl("apply", "-f", str(REPO / "manifests" / "crd.yaml"))
+    # Served once discovery knows it (kubectl wait races the CRD's first status).
+    wait_for(
+        lambda: kubectl("get", "trainjobs", "-A", check=False).returncode == 0,
+        timeout=60,
+        what="the TrainJob resource to be served",
+    )
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cluster: Any, kubectl: Any, crd: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    if kubectl("get", "namespace", OPERATOR_NAMESPACE, check=False).returncode != 0:
+        kubectl("create", "namespace", OPERATOR_NAMESPACE)
+    kubectl("apply", "-f", str(REPO / "manifests" / "rbac.yaml"))
+    workdir = tmp_path_factory.mktemp("operator")
+    kubeconfig = service_account_kubeconfig(kubectl, cluster, workdir / "operator.kubeconfig")
+    # The operator must run with its own rights, not the admin's.
+    whoami = kubectl("auth", "can-i", "get", "secrets", "-A", f"--kubeconfig={kubeconfig}", check=False)
+    assert whoami.stdout.strip() == "no", "the operator's ServiceAccount must not read secrets"
+    process = OperatorProcess(kubeconfig, workdir / "operator.log")
+    process.start()
+    try:
+        yield process
+        # Our finalizer is on every TrainJob: delete them while the operator still runs.
+        kubectl("delete", "trainjobs", "--all", "-A", "--wait=true", "--timeout=60s", check=False)
+    finally:
+        process.stop()
+    log = process.log()
+    # An RBAC denial reads `... is forbidden: User "system:serviceaccount:..." cannot <verb> ...`. (A 403 for
+    # a namespace being terminated at a test's end is not one.)
+    denied = [
+        line for line in log.splitlines() if "forbidden: User" in line or "cannot " in line and "403" in line
+    ]
+    assert not denied, "the operator hit RBAC limits:\n" + "\n".join(denied[:20])
+
+
+@pytest.fixture(scope="session")
+def make_standin():
+    """`make_standin(name, replicas, env={...}, **spec)`: see standin_trainjob."""
+    return standin_trainjob
+
+
+def standin_trainjob(name: str, replicas: int = 3, *, env: dict[str, str] | None = None, **spec: Any) -> dict:
+    """A TrainJob whose `trainer` container runs the stand-in worker instead of TensorFlow."""
+    template = spec.pop("template", {})
+    container = {
+        "name": "trainer",
+        "command": [sys.executable, str(STANDIN)],
+        "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+    }
+    container.update(template.pop("container", {}))
+    template.setdefault("spec", {})["containers"] = [container]
+    return {
+        "apiVersion": "mwms.dev/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "template": template, **spec},
+    }

@@ -1,0 +1,104 @@
+"""The API server itself rejects malformed TrainJobs (schema, CEL), naming the field, before any operator
+sees them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def trainjob(name="bad", **spec):
+    return {"apiVersion": "mwms.dev/v1alpha1", "kind": "TrainJob", "metadata": {"name": name}, "spec": spec}
+
+
+MALFORMED = [
+    (trainjob(), "spec.replicas: Required value"),
+    (trainjob(replicas=0), "spec.replicas"),
+    (trainjob(replicas=257), "spec.replicas"),
+    (trainjob(replicas="two"), "spec.replicas"),
+    (trainjob(replicas=2, port=70000), "spec.port"),
+    (trainjob(replicas=4, trainer={"globalBatchSize": 2}), "spec.trainer.globalBatchSize"),
+    (trainjob(replicas=2, trainer={"dataset": "mnist"}), "spec.trainer.dataset"),
+    (trainjob(replicas=2, trainer={"dataset": "csv"}), "spec.trainer.dataPath"),
+    (trainjob(replicas=2, trainer={"testSize": 1.5}), "spec.trainer.testSize"),
+    (trainjob(replicas=2, trainer={"learningRate": 0}), "spec.trainer.learningRate"),
+    (trainjob(replicas=2, trainer={"hiddenUnits": [0]}), "spec.trainer.hiddenUnits[0]"),
+    (trainjob(replicas=2, trainer={"epochz": 3}), 'unknown field "spec.trainer.epochz"'),
+    (trainjob(replicas=2, runPolicy={"cleanPodPolicy": "Sometimes"}), "spec.runPolicy.cleanPodPolicy"),
+    (trainjob(replicas=2, runPolicy={"backoffLimit": -1}), "spec.runPolicy.backoffLimit"),
+    (trainjob(replicas=2, runPolicy={"activeDeadlineSeconds": 0}), "spec.runPolicy.activeDeadlineSeconds"),
+    (trainjob(replicas=2, checkpoint={}), "spec.checkpoint"),
+    (
+        trainjob(replicas=2, checkpoint={"persistentVolumeClaim": {}}),
+        "spec.checkpoint.persistentVolumeClaim.claimName",
+    ),
+    (trainjob(replicas=2, mlflow={"experiment": ""}), "spec.mlflow.experiment"),
+    (trainjob(name="x" * 53, replicas=2), "metadata.name"),
+    (trainjob(name="9lives", replicas=2), "metadata.name"),
+]
+
+
+@pytest.mark.parametrize(("manifest", "named"), MALFORMED, ids=[m[1] for m in MALFORMED])
+def test_malformed_trainjobs_are_rejected_naming_the_field(crd, kubectl, namespace, manifest, named):
+    result = kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest), check=False)
+    assert result.returncode != 0, f"accepted: {manifest}"
+    assert named in result.stderr, result.stderr
+
+
+IMMUTABLE = [
+    ({"replicas": 3}, "spec.replicas is immutable"),
+    ({"image": "other:1"}, "spec.image is immutable"),
+    ({"port": 3333}, "spec.port is immutable"),
+    ({"trainer": {"epochs": 3}}, "spec.trainer is immutable"),
+    ({"mlflow": {"experiment": "other"}}, "spec.mlflow is immutable"),
+    ({"checkpoint": {"hostPath": {"path": "/tmp"}}}, "spec.checkpoint is immutable"),
+]
+
+
+def test_training_settings_are_immutable_and_suspend_is_not(crd, kubectl, namespace):
+    kubectl.apply(
+        trainjob(name="fixed", replicas=2, trainer={"epochs": 2}, runPolicy={"suspend": True}),
+        "-n",
+        namespace,
+    )
+    for change, message in IMMUTABLE:
+        result = kubectl(
+            "patch",
+            "trainjob",
+            "fixed",
+            "-n",
+            namespace,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": change}),
+            check=False,
+        )
+        assert result.returncode != 0 and message in result.stderr, (change, result.stderr)
+    kubectl(
+        "patch",
+        "trainjob",
+        "fixed",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"runPolicy": {"suspend": False, "backoffLimit": 5}}}),
+    )
+    kubectl("delete", "trainjob", "fixed", "-n", namespace, "--wait=false")
+
+
+def test_defaults_are_applied_by_the_api_server(crd, kubectl, namespace):
+    kubectl.apply(trainjob(name="defaults", replicas=2, runPolicy={"suspend": True}), "-n", namespace)
+    spec = kubectl.json("get", "trainjob", "defaults", "-n", namespace)["spec"]
+    assert spec["port"] == 2222
+    assert spec["runPolicy"] == {
+        "backoffLimit": 3,
+        "cleanPodPolicy": "Running",
+        "suspend": True,
+        "startupTimeoutSeconds": 300,
+    }
+    assert "trainer" not in spec  # the trainer owns those defaults
+    kubectl("delete", "trainjob", "defaults", "-n", namespace, "--wait=false")

@@ -1,0 +1,276 @@
+"""TrainJobs on the real control plane: the operator (as its ServiceAccount) and stand-in workers run by the
+node agent. Short timeouts and intervals keep this tier quick; nothing here asserts on timings."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def get_job(kubectl, namespace, name):
+    return kubectl.json("get", "trainjob", name, "-n", namespace)
+
+
+def pods_of(kubectl, namespace, name):
+    return kubectl.json("get", "pods", "-n", namespace, "-l", f"mwms.dev/job-name={name}")["items"]
+
+
+def condition(job, type_):
+    return next((c for c in job.get("status", {}).get("conditions", []) if c["type"] == type_), None)
+
+
+def wait_condition(kubectl, namespace, name, type_, timeout=90):
+    kubectl(
+        "wait",
+        f"--for=condition={type_}",
+        f"trainjob/{name}",
+        "-n",
+        namespace,
+        f"--timeout={timeout}s",
+        timeout=timeout + 10,
+    )
+    return get_job(kubectl, namespace, name)
+
+
+def events_of(kubectl, namespace, name):
+    items = kubectl.json(
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        f"involvedObject.kind=TrainJob,involvedObject.name={name}",
+    )["items"]
+    return [(e["type"], e["reason"], e["message"]) for e in items]
+
+
+def test_three_workers_succeed_with_the_chiefs_run(
+    operator, make_standin, cluster, kubectl, namespace, wait_for
+):
+    kubectl.apply(make_standin("three", 3, runPolicy={"cleanPodPolicy": "None"}), "-n", namespace)
+    job = wait_condition(kubectl, namespace, "three", "Succeeded")
+    status = job["status"]
+    assert (
+        status["phase"] == "Succeeded" and status["restarts"] == 0 and status["chiefPod"] == "three-worker-0"
+    )
+    chief_log = cluster.pod_log(namespace, "three-worker-0")
+    run_id = re.search(r"run id ([0-9a-f]{32})", chief_log).group(1)
+    assert status["mlflow"]["runId"] == run_id
+    assert status["mlflow"]["modelUri"] == f"runs:/{run_id}/model"
+    assert status["completionTime"] and status["startTime"] and status["observedGeneration"] == 1
+    assert condition(job, "Created")["status"] == "True"
+
+    pods = pods_of(kubectl, namespace, "three")
+    assert sorted(p["metadata"]["name"] for p in pods) == [f"three-worker-{i}" for i in range(3)]
+    for pod in pods:
+        index = pod["metadata"]["labels"]["mwms.dev/replica-index"]
+        assert pod["metadata"]["labels"]["mwms.dev/role"] == ("chief" if index == "0" else "worker")
+        assert pod["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+        assert pod["spec"]["hostname"] == f"three-worker-{index}" and pod["spec"]["subdomain"] == "three"
+        assert pod["spec"]["restartPolicy"] == "Never"
+        # Each worker reached every peer by the name in its TF_CONFIG (the stand-in checks and says so).
+        assert "reached all 3 workers by name" in cluster.pod_log(namespace, pod["metadata"]["name"])
+    service = kubectl.json("get", "service", "three", "-n", namespace)
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+
+    printed = kubectl("get", "trainjob", "three", "-n", namespace).stdout
+    assert run_id in printed and "Succeeded" in printed
+    reasons = [reason for _, reason, _ in events_of(kubectl, namespace, "three")]
+    assert "Creating" in reasons and "ChiefSucceeded" in reasons
+
+    metrics = (
+        urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10)
+        .read()
+        .decode()
+    )
+    assert (
+        'mwms_trainjobs{phase="Succeeded"}' in metrics and "mwms_reconcile_duration_seconds_count" in metrics
+    )
+    health = urllib.request.urlopen(f"http://127.0.0.1:{operator.health_port}/healthz", timeout=10)
+    assert health.status == 200
+
+
+def test_a_retryable_exit_restarts_the_whole_group_once(operator, make_standin, kubectl, namespace, tmp_path):
+    tmp_path.chmod(0o777)
+    job = make_standin(
+        "retry",
+        3,
+        env={
+            "STANDIN_FAIL_INDEX": "1",
+            "STANDIN_EXIT_CODE": "75",
+            "STANDIN_FAIL_ONCE_FILE": "/marker/failed",
+        },
+        runPolicy={"cleanPodPolicy": "None"},
+        template={
+            "container": {"volumeMounts": [{"name": "marker", "mountPath": "/marker"}]},
+            "spec": {
+                "volumes": [{"name": "marker", "hostPath": {"path": str(tmp_path), "type": "Directory"}}]
+            },
+        },
+    )
+    kubectl.apply(job, "-n", namespace)
+    done = wait_condition(kubectl, namespace, "retry", "Succeeded")
+    assert (tmp_path / "failed").exists()
+    assert done["status"]["restarts"] == 1
+    assert condition(done, "Restarting")["status"] == "False"
+    # The whole group was recreated, not only the worker that failed.
+    pods = pods_of(kubectl, namespace, "retry")
+    assert len(pods) == 3
+    assert {p["metadata"]["labels"]["mwms.dev/restart"] for p in pods} == {"1"}
+    for pod in pods:
+        trainer = next(e for e in pod["spec"]["containers"][0]["env"] if e["name"] == "MWMS_RESTART_COUNT")
+        assert trainer["value"] == "1"
+    restarting = [m for t, r, m in events_of(kubectl, namespace, "retry") if r == "GroupRestarting"]
+    assert restarting and "retry-worker-1 exited with code 75" in restarting[0]
+
+
+def test_a_permanent_exit_fails_naming_the_worker(operator, make_standin, kubectl, namespace, wait_for):
+    kubectl.apply(
+        make_standin("bad", 3, env={"STANDIN_FAIL_INDEX": "1", "STANDIN_EXIT_CODE": "2"}), "-n", namespace
+    )
+    job = wait_condition(kubectl, namespace, "bad", "Failed")
+    failed = condition(job, "Failed")
+    assert failed["reason"] == "WorkerFailed"
+    assert failed["message"] == "worker bad-worker-1 exited with code 2: standin worker 1 told to fail"
+    assert job["status"]["restarts"] == 0
+    # cleanPodPolicy Running: the workers still waiting for their peer are removed, the failed one kept.
+    wait_for(
+        lambda: (
+            [
+                p["metadata"]["name"]
+                for p in pods_of(kubectl, namespace, "bad")
+                if not p["metadata"].get("deletionTimestamp")
+            ]
+            == ["bad-worker-1"]
+        ),
+        timeout=60,
+        what="only the failed worker left",
+    )
+    assert ("Warning", "WorkerFailed", failed["message"]) in events_of(kubectl, namespace, "bad")
+
+
+def test_exhausted_backoff_fails(operator, make_standin, kubectl, namespace):
+    job = make_standin(
+        "flaky", 2, env={"STANDIN_FAIL_INDEX": "1", "STANDIN_EXIT_CODE": "75"}, runPolicy={"backoffLimit": 1}
+    )
+    kubectl.apply(job, "-n", namespace)
+    done = wait_condition(kubectl, namespace, "flaky", "Failed")
+    failed = condition(done, "Failed")
+    assert failed["reason"] == "BackoffLimitExceeded"
+    assert "flaky-worker-1 exited with code 75" in failed["message"]
+    assert done["status"]["restarts"] == 1
+
+
+def test_suspend_deletes_the_pods_and_resume_recreates_them(
+    operator, make_standin, kubectl, namespace, wait_for
+):
+    kubectl.apply(make_standin("nap", 2, env={"STANDIN_SLEEP_SECONDS": "600"}), "-n", namespace)
+    wait_condition(kubectl, namespace, "nap", "Running")
+    kubectl(
+        "patch",
+        "trainjob",
+        "nap",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"runPolicy": {"suspend": True}}}),
+    )
+    job = wait_condition(kubectl, namespace, "nap", "Suspended")
+    assert job["status"]["phase"] == "Suspended"
+    wait_for(lambda: not pods_of(kubectl, namespace, "nap"), timeout=60, what="pods deleted on suspend")
+    kubectl(
+        "patch",
+        "trainjob",
+        "nap",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"runPolicy": {"suspend": False}}}),
+    )
+    job = wait_condition(kubectl, namespace, "nap", "Running")
+    assert condition(job, "Suspended")["status"] == "False" and job["status"]["restarts"] == 0
+    assert len(pods_of(kubectl, namespace, "nap")) == 2
+
+
+def test_the_deadline_fails_the_job_and_removes_its_pods(
+    operator, make_standin, kubectl, namespace, wait_for
+):
+    job = make_standin(
+        "slow",
+        2,
+        env={"STANDIN_SLEEP_SECONDS": "600"},
+        runPolicy={"activeDeadlineSeconds": 8, "cleanPodPolicy": "None"},
+    )
+    kubectl.apply(job, "-n", namespace)
+    done = wait_condition(kubectl, namespace, "slow", "Failed")
+    assert condition(done, "Failed")["reason"] == "DeadlineExceeded"
+    wait_for(
+        lambda: not pods_of(kubectl, namespace, "slow"), timeout=60, what="pods removed after the deadline"
+    )
+
+
+def test_ttl_deletes_the_finished_job(operator, make_standin, kubectl, namespace, wait_for):
+    kubectl.apply(make_standin("brief", 2, runPolicy={"ttlSecondsAfterFinished": 2}), "-n", namespace)
+    wait_condition(kubectl, namespace, "brief", "Succeeded")
+    wait_for(
+        lambda: kubectl("get", "trainjob", "brief", "-n", namespace, check=False).returncode != 0,
+        timeout=60,
+        what="the TrainJob deleted after its TTL",
+    )
+
+
+def test_startup_timeout_names_the_pending_worker_and_the_schedulers_reason(
+    operator, make_standin, kubectl, namespace
+):
+    job = make_standin(
+        "greedy",
+        2,
+        runPolicy={"startupTimeoutSeconds": 5},
+        template={"container": {"resources": {"requests": {"cpu": "64"}}}},
+    )
+    kubectl.apply(job, "-n", namespace)
+    done = wait_condition(kubectl, namespace, "greedy", "Failed")
+    failed = condition(done, "Failed")
+    assert failed["reason"] == "StartupTimeout"
+    assert "greedy-worker-0 (Unschedulable" in failed["message"] and "Insufficient cpu" in failed["message"]
+
+
+def test_reserved_env_is_refused_with_a_status_message_and_a_warning(
+    operator, make_standin, kubectl, namespace
+):
+    job = make_standin("clash", 2, env={"TF_CONFIG": "{}"})
+    kubectl.apply(job, "-n", namespace)
+    done = wait_condition(kubectl, namespace, "clash", "Failed")
+    failed = condition(done, "Failed")
+    assert failed["reason"] == "InvalidSpec"
+    assert (
+        "spec.template.spec.containers[0].env[0].name" in failed["message"]
+        and "TF_CONFIG" in failed["message"]
+    )
+    assert pods_of(kubectl, namespace, "clash") == []
+    assert any(t == "Warning" and r == "InvalidSpec" for t, r, _ in events_of(kubectl, namespace, "clash"))
+
+
+def test_an_operator_killed_mid_job_creates_no_duplicates(
+    operator, make_standin, kubectl, namespace, wait_for
+):
+    kubectl.apply(
+        make_standin("steady", 3, env={"STANDIN_SLEEP_SECONDS": "10"}, runPolicy={"cleanPodPolicy": "None"}),
+        "-n",
+        namespace,
+    )
+    wait_for(lambda: len(pods_of(kubectl, namespace, "steady")) == 3, timeout=60, what="3 pods")
+    before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods_of(kubectl, namespace, "steady")}
+    operator.kill()
+    operator.start()
+    done = wait_condition(kubectl, namespace, "steady", "Succeeded")
+    after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods_of(kubectl, namespace, "steady")}
+    assert after == before
+    assert done["status"]["restarts"] == 0
