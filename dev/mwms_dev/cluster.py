@@ -1,0 +1,476 @@
+"""A real Kubernetes control plane on this machine: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, plus node agents that stand in for kubelet and the container runtime.
+
+    cluster = LocalCluster(state_dir=Path(".mwms/dev"), subnet_index=1).start()
+    agent = cluster.start_node_agent()
+    ... KUBECONFIG=cluster.kubeconfig ...
+    cluster.stop()
+
+Needs root (the pod bridge, network namespaces) and the binaries of hack/build-control-plane.sh.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from mwms_dev import network, nodeagent_net, pki
+from mwms_dev.nodeagent_ipam import IPAM_ROOT
+from mwms_dev.procs import Supervisor
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO_ROOT / "hack" / "build-control-plane.sh"
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+LOCK_DIR = Path("/run/mwms")
+STATE_MARKER = ".mwms-cluster"  # only a directory holding this file is ever wiped by start()
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+READY_TIMEOUT = 90.0
+
+# file stem -> (user CN, groups); the two controllers get their bootstrap RBAC roles by these names.
+CLIENTS = {
+    "admin": ("mwms-admin", ("system:masters",)),
+    "controller-manager": ("system:kube-controller-manager", ()),
+    "scheduler": ("system:kube-scheduler", ()),
+}
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def find_bin_dir() -> Path:
+    """$MWMS_BIN_DIR, else whatever hack/build-control-plane.sh prints (it builds what is missing)."""
+    if env_dir := os.environ.get("MWMS_BIN_DIR"):
+        return Path(env_dir)
+    if not BUILD_SCRIPT.is_file():
+        raise ClusterError(f"set MWMS_BIN_DIR: {BUILD_SCRIPT} not found to build or locate the binaries")
+    result = subprocess.run(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        raise ClusterError(f"{BUILD_SCRIPT} failed with exit code {result.returncode}")
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def kubeconfig(server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, user: str) -> dict:
+    """A self-contained kubeconfig (credentials embedded, so it can be copied anywhere)."""
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "mwms", "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)}}
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {"client-certificate-data": b64(cert_pem), "client-key-data": b64(key_pem)},
+            }
+        ],
+        "contexts": [{"name": "mwms", "context": {"cluster": "mwms", "user": user}}],
+        "current-context": "mwms",
+    }
+
+
+class NodeAgentHandle:
+    """A running `python -m mwms_dev.nodeagent`. stop(): graceful; kill(): SIGKILL, as a crash would."""
+
+    def __init__(self, supervisor: Supervisor, key: str, node_name: str):
+        self._supervisor = supervisor
+        self._key = key
+        self.node_name = node_name
+
+    @property
+    def pid(self) -> int:
+        return self._supervisor.processes[self._key].pid
+
+    def alive(self) -> bool:
+        return self._supervisor.processes[self._key].poll() is None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._supervisor.stop(self._key, timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the agent alone; its pods stay behind like containers after a kubelet crash."""
+        proc = self._supervisor.processes[self._key]
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait(10)
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        name: str = "mwms",
+        state_dir: Path | str | None = None,
+        bin_dir: Path | str | None = None,
+        subnet_index: int = 0,
+    ):
+        self.name = name
+        self.net = network.pod_network(subnet_index)
+        self.subnet_index = subnet_index
+        self.state_dir = Path(state_dir or Path.cwd() / ".mwms" / name).absolute()
+        self._bin_dir = Path(bin_dir) if bin_dir else None
+        self._supervisor = Supervisor(self.net.bridge)
+        self._lock_file: int | None = None
+        self._pki: pki.PkiFiles | None = None
+        self._node_agents: dict[str, NodeAgentHandle] = {}
+        self.api_port = 0
+        self.timings: dict[str, float] = {}  # seconds from start() to each milestone
+
+    # --- what callers use ---------------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "admin.kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.state_dir / "pki" / "ca.crt"
+
+    @property
+    def pod_api_host(self) -> str:
+        return self.net.gateway
+
+    @property
+    def pod_api_port(self) -> int:
+        return self.api_port
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    def pids(self) -> list[int]:
+        """Every process this cluster started that may still exist (for leak checks)."""
+        return self._supervisor.pids()
+
+    def pod_log(self, namespace: str, pod: str, container: str = "trainer") -> str:
+        """The container's output as the node agent recorded it."""
+        path = self.state_dir / "pods" / namespace / pod / f"{container}.log"
+        try:
+            return path.read_text(errors="replace")
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"no log for container {container!r} of pod {namespace}/{pod} at {path}"
+            ) from None
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> LocalCluster:
+        started = time.monotonic()
+        if os.geteuid() != 0:
+            raise ClusterError("the local cluster needs root (it creates a bridge and network namespaces)")
+        bin_dir = self._bin_dir or find_bin_dir()
+        missing = [b for b in BINARIES if not os.access(bin_dir / b, os.X_OK)]
+        if missing:
+            raise ClusterError(f"missing in {bin_dir}: {', '.join(missing)}; run hack/build-control-plane.sh")
+        self._take_lock()
+        atexit.register(self.stop)
+        try:
+            self._clean_leftovers()
+            self._prepare_state_dir()
+            network.create_bridge(self.net)
+            self._write_credentials()
+            self._start_etcd(bin_dir)
+            self._start_apiserver(bin_dir)
+            self._wait_https("kube-apiserver", f"{self.server}/readyz", verify=True)
+            self.timings["api_ready"] = time.monotonic() - started
+            self._start_controllers(bin_dir)
+            self.timings["ready"] = time.monotonic() - started
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def start_node_agent(
+        self,
+        node_name: str = "node-1",
+        cpu: str = "4",
+        memory: str = "16Gi",
+        pods: int = 250,
+        wait: bool = True,
+    ) -> NodeAgentHandle:
+        """Start a node agent; with `wait`, return once its Node reports Ready."""
+        if not self.api_port:
+            raise ClusterError("start() the cluster before its node agents")
+        key = f"nodeagent-{node_name}"
+        argv = [
+            sys.executable, "-m", "mwms_dev.nodeagent",
+            "--kubeconfig", str(self.kubeconfig),
+            "--node-name", node_name,
+            "--cpu", str(cpu),
+            "--memory", str(memory),
+            "--pods", str(pods),
+            "--bridge", self.net.bridge,
+            "--gateway", self.net.gateway,
+            "--subnet", self.net.subnet,
+            "--state-dir", str(self.state_dir),
+            "--api-host", self.pod_api_host,
+            "--api-port", str(self.pod_api_port),
+            "--ca-file", str(self.ca_file),
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "KUBECONFIG": str(self.kubeconfig)}
+        self._supervisor.spawn(key, argv, self.logs_dir / f"{key}.log", env)
+        handle = NodeAgentHandle(self._supervisor, key, node_name)
+        self._node_agents[node_name] = handle
+        if wait:
+            self.wait_node_ready(node_name, key)
+        return handle
+
+    def wait_node_ready(
+        self, node_name: str, agent_key: str | None = None, timeout: float = READY_TIMEOUT
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        condition: dict = {}
+        while time.monotonic() < deadline:
+            self._check_alive(f"Node {node_name}", only=agent_key)
+            try:
+                node = self.api_get(f"/api/v1/nodes/{node_name}")
+            except urllib.error.HTTPError as exc:
+                if exc.code != 404:
+                    raise
+            else:
+                conditions = node.get("status", {}).get("conditions", [])
+                condition = next((c for c in conditions if c.get("type") == "Ready"), {})
+                if condition.get("status") == "True":
+                    return
+            time.sleep(0.2)
+        raise ClusterError(
+            f"Node {node_name} not Ready after {timeout:.0f}s (Ready condition: {condition or 'none'})"
+        )
+
+    def api_get(self, path: str) -> dict:
+        """GET an API path as admin (for readiness checks; tests use kubectl or a real client)."""
+        with urllib.request.urlopen(self.server + path, context=self._admin_tls(), timeout=10) as response:
+            return json.load(response)
+
+    def stop(self) -> None:
+        """Stop everything this cluster started and remove its bridge. Safe to call again."""
+        if self._lock_file is None:
+            return  # never started, or already stopped: the bridge may belong to someone else's cluster
+        self._supervisor.stop_all()
+        with contextlib.suppress(network.NetworkError):
+            self._remove_pod_network()
+        self._release_lock()
+        atexit.unregister(self.stop)
+
+    def clean(self) -> None:
+        """Remove what a crashed run on this subnet index left (processes, bridge); refuse if one is live."""
+        self._take_lock()
+        try:
+            self._clean_leftovers()
+        finally:
+            self._release_lock()
+
+    def _clean_leftovers(self) -> None:
+        # We hold the subnet's lock, so whatever is still in its cgroup or on its bridge is a dead run's.
+        self._supervisor.cgroup.kill_all()
+        self._remove_pod_network()
+
+    def _remove_pod_network(self) -> None:
+        """Pod sandboxes and address reservations (the node agents' conventions), then the bridge."""
+        nodeagent_net.remove_all(self.net.bridge)
+        shutil.rmtree(IPAM_ROOT / self.net.bridge, ignore_errors=True)
+        network.delete_bridge(self.net)
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- steps -----------------------------------------------------------------------------------
+    def _take_lock(self) -> None:
+        """One live cluster per subnet index; the lock dies with its holder, so a crash frees it."""
+        if self._lock_file is not None:
+            raise ClusterError(f"cluster {self.name} is already started")
+        LOCK_DIR.mkdir(parents=True, exist_ok=True)
+        fd = os.open(LOCK_DIR / f"{self.net.bridge}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode().strip()
+            os.close(fd)
+            raise ClusterError(
+                f"subnet_index {self.subnet_index} ({self.net.bridge}) is used by another live cluster "
+                f"(pid {holder or '?'}); pick another subnet_index"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_file = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_file is not None:
+            os.close(self._lock_file)  # closing drops the flock
+            self._lock_file = None
+
+    def _prepare_state_dir(self) -> None:
+        if self.state_dir.exists() and any(self.state_dir.iterdir()):
+            if not (self.state_dir / STATE_MARKER).exists():
+                raise ClusterError(f"state_dir {self.state_dir} is not empty and not a cluster state dir")
+            shutil.rmtree(self.state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / STATE_MARKER).write_text(f"{self.name} {self.net.bridge}\n")
+        self.logs_dir.mkdir()
+
+    def _write_credentials(self) -> None:
+        self.api_port = free_port("0.0.0.0")
+        files = pki.write_cluster_pki(
+            self.state_dir / "pki",
+            api_ips=("127.0.0.1", self.net.gateway, self.net.kubernetes_service_ip),
+            clients=CLIENTS,
+        )
+        self._pki = files
+        ca_pem = files.ca_cert.read_bytes()
+        for stem, (cert, key) in files.clients.items():
+            config = kubeconfig(self.server, ca_pem, cert.read_bytes(), key.read_bytes(), CLIENTS[stem][0])
+            path = self.state_dir / f"{stem}.kubeconfig"
+            path.write_text(json.dumps(config, indent=2))
+            path.chmod(0o600)
+
+    def _start_etcd(self, bin_dir: Path) -> None:
+        client, peer = free_port(), free_port()
+        self._etcd_url = f"http://127.0.0.1:{client}"
+        peer_url = f"http://127.0.0.1:{peer}"
+        argv = [
+            str(bin_dir / "etcd"),
+            f"--name={self.name}",
+            f"--data-dir={self.state_dir / 'etcd'}",
+            f"--listen-client-urls={self._etcd_url}",
+            f"--advertise-client-urls={self._etcd_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster={self.name}={peer_url}",
+            "--initial-cluster-state=new",
+            "--unsafe-no-fsync=true",  # a throw-away test store: durability buys nothing, fsync costs seconds
+            "--log-level=warn",
+        ]
+        self._supervisor.spawn("etcd", argv, self.logs_dir / "etcd.log")
+
+    def _start_apiserver(self, bin_dir: Path) -> None:
+        p = self._pki
+        argv = [
+            str(bin_dir / "kube-apiserver"),
+            f"--etcd-servers={self._etcd_url}",
+            # One listener for both loopback (kubeconfig) and the pods on the bridge (gateway IP).
+            "--bind-address=0.0.0.0",
+            f"--secure-port={self.api_port}",
+            f"--advertise-address={self.net.gateway}",
+            f"--cert-dir={self.state_dir / 'apiserver'}",
+            f"--tls-cert-file={p.apiserver_cert}",
+            f"--tls-private-key-file={p.apiserver_key}",
+            f"--client-ca-file={p.ca_cert}",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-key-file={p.sa_pub}",
+            f"--service-account-signing-key-file={p.sa_key}",
+            f"--service-cluster-ip-range={self.net.service_cidr}",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",  # on top of the default set, as kubeadm does
+            "--allow-privileged=true",
+            "--profiling=false",
+        ]
+        self._supervisor.spawn("kube-apiserver", argv, self.logs_dir / "kube-apiserver.log")
+
+    def _start_controllers(self, bin_dir: Path) -> None:
+        p = self._pki
+        kcm_port, sched_port = free_port(), free_port()
+        kcm_config = self.state_dir / "controller-manager.kubeconfig"
+        sched_config = self.state_dir / "scheduler.kubeconfig"
+        kcm = [
+            str(bin_dir / "kube-controller-manager"),
+            f"--kubeconfig={kcm_config}",
+            f"--authentication-kubeconfig={kcm_config}",
+            f"--authorization-kubeconfig={kcm_config}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={kcm_port}",
+            f"--cert-dir={self.state_dir / 'controller-manager'}",
+            "--leader-elect=false",
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={p.sa_key}",
+            f"--root-ca-file={p.ca_cert}",
+            f"--cluster-signing-cert-file={p.ca_cert}",
+            f"--cluster-signing-key-file={p.ca_key}",
+            f"--service-cluster-ip-range={self.net.service_cidr}",
+            "--controllers=*",
+            "--profiling=false",
+        ]
+        scheduler = [
+            str(bin_dir / "kube-scheduler"),
+            f"--kubeconfig={sched_config}",
+            f"--authentication-kubeconfig={sched_config}",
+            f"--authorization-kubeconfig={sched_config}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={sched_port}",
+            "--leader-elect=false",
+            "--profiling=false",
+        ]
+        self._supervisor.spawn("kube-controller-manager", kcm, self.logs_dir / "kube-controller-manager.log")
+        self._supervisor.spawn("kube-scheduler", scheduler, self.logs_dir / "kube-scheduler.log")
+        # Their /healthz answers only once they have synced with the API server.
+        self._wait_https("kube-controller-manager", f"https://127.0.0.1:{kcm_port}/healthz", verify=False)
+        self._wait_https("kube-scheduler", f"https://127.0.0.1:{sched_port}/healthz", verify=False)
+
+    def _wait_https(self, component: str, url: str, verify: bool) -> None:
+        """Poll `url` until it answers 200; fail early, with the log's tail, if the component died."""
+        # The controllers serve self-signed certs of their own.
+        context = self._admin_tls() if verify else ssl._create_unverified_context()
+        deadline = time.monotonic() + READY_TIMEOUT
+        last_error = ""
+        while time.monotonic() < deadline:
+            self._check_alive(component)
+            try:
+                with urllib.request.urlopen(url, context=context, timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError) as exc:
+                last_error = str(exc)
+            time.sleep(0.1)
+        raise ClusterError(
+            f"{component} not ready at {url} after {READY_TIMEOUT:.0f}s ({last_error}):\n"
+            + self._log_tail(component)
+        )
+
+    def _admin_tls(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        context.load_cert_chain(
+            str(self.state_dir / "pki" / "admin.crt"), str(self.state_dir / "pki" / "admin.key")
+        )
+        return context
+
+    def _check_alive(self, waiting_for: str, only: str | None = None) -> None:
+        """Fail at once, with the log's tail, when a process we wait on has died."""
+        for name, proc in self._supervisor.processes.items():
+            if (only is None or name == only) and proc.poll() is not None:
+                raise ClusterError(
+                    f"{name} exited with code {proc.returncode} while waiting for {waiting_for}:\n"
+                    + self._log_tail(name)
+                )
+
+    def _log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.logs_dir / f"{name}.log"
+        try:
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return f"(no log at {path})"

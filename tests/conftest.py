@@ -1,0 +1,139 @@
+"""Fixtures shared by every test tier. Nothing here imports TensorFlow.
+
+`cluster` (session): a real local control plane (mwms_dev.cluster.LocalCluster) plus one node agent.
+`namespace`: a fresh namespace per test, deleted afterwards. `kubectl`: kubectl as the cluster admin
+(`kubectl(*args)`, `.json(*args)`, `.apply(manifest_dict)`). `wait_for`: poll a predicate.
+Environment: MWMS_TEST_SUBNET_INDEX (default 0; helpers developing in parallel use their own),
+MWMS_TEST_STATE_DIR (keep the cluster's state and logs there instead of pytest's tmp dir),
+MWMS_KUBECTL (default /usr/bin/kubectl).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+KUBECTL = os.environ.get("MWMS_KUBECTL", "/usr/bin/kubectl")
+
+
+def cluster_subnet_index() -> int:
+    return int(os.environ.get("MWMS_TEST_SUBNET_INDEX", "0"))
+
+
+def platform_problem() -> str | None:
+    """Why this machine cannot run a local cluster, or None. Only true platform limits count."""
+    if os.geteuid() != 0:
+        return "the local control plane needs root (bridge, network namespaces); run as root as CI does"
+    try:
+        subprocess.run(["unshare", "--net", "true"], check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        return f"cannot create a network namespace here (`unshare --net true`: {exc})"
+    return None
+
+
+class Kubectl:
+    """kubectl with the admin kubeconfig; argument lists only."""
+
+    def __init__(self, kubeconfig: Path):
+        self.kubeconfig = kubeconfig
+
+    def __call__(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [KUBECTL, f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+        return result
+
+    def json(self, *args: str) -> dict:
+        return json.loads(self(*args, "-o", "json").stdout)
+
+    def apply(self, manifest: dict | list[dict], *extra: str, check: bool = True):
+        if isinstance(manifest, list):  # kubectl reads one JSON document from stdin: wrap several in a List
+            manifest = {"apiVersion": "v1", "kind": "List", "items": manifest}
+        return self("apply", "-f", "-", *extra, input=json.dumps(manifest), check=check)
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 60, interval: float = 0.5, what: str = ""):
+    """Poll until `predicate()` returns something truthy and return it; fail with `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+@pytest.fixture(name="wait_for", scope="session")
+def wait_for_fixture() -> Callable[..., object]:
+    """`wait_for(predicate, timeout=60, interval=0.5, what="...")` for tests."""
+    return wait_for
+
+
+@pytest.fixture(scope="session")
+def cluster_platform() -> None:
+    """Skip (with the reason) where no local cluster can run; depend on it to start clusters of your own."""
+    problem = platform_problem()
+    if problem:
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def spare_subnet_index() -> int:
+    """A subnet index for a test's own extra cluster, next to the session's."""
+    return cluster_subnet_index() + 10
+
+
+@pytest.fixture(scope="session")
+def cluster(cluster_platform: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    from mwms_dev.cluster import LocalCluster
+
+    state_dir = os.environ.get("MWMS_TEST_STATE_DIR") or tmp_path_factory.mktemp("cluster")
+    local = LocalCluster(name="test", state_dir=state_dir, subnet_index=cluster_subnet_index())
+    local.start()
+    try:
+        local.start_node_agent()
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def kubectl(cluster) -> Kubectl:
+    return Kubectl(cluster.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def make_kubectl() -> type[Kubectl]:
+    """`make_kubectl(kubeconfig)`: the same helper for a cluster a test starts itself."""
+    return Kubectl
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    kubectl("create", "namespace", name)
+    # Pods are refused until the service-account controller has made the namespace's `default` account.
+    wait_for(
+        lambda: kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
+        timeout=30,
+        interval=0.2,
+        what=f"serviceaccount default in {name}",
+    )
+    yield name
+    kubectl("delete", "namespace", name, "--wait=false", check=False)
