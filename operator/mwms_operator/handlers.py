@@ -108,7 +108,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         if not await _write(memo, body, meta, decision, previous):
             return
         try:
-            await _act(memo.kube, meta, spec, decision, config)
+            await _act(memo.kube, body, meta, spec, decision, config)
         except k8s.Rejected as error:
             # A pod or Service the API server refuses (e.g. an invalid spec.template) fails the job.
             logger.warning("the API server refused a worker object: %s", error)
@@ -152,9 +152,9 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
             uid,
             epochs if isinstance(epochs, int) else None,
         )
-        if found and found != {
-            k: v for k, v in (body.get("status", {}).get("progress") or {}).items() if k != "updateTime"
-        }:
+        shown = dict(body.get("status", {}).get("progress") or {})
+        shown.pop("updateTime", None)
+        if found and found != shown:
             found["updateTime"] = format_time(datetime.now(UTC))
             await asyncio.to_thread(memo.kube.patch_status, namespace, name, {"progress": found})
 
@@ -192,7 +192,12 @@ async def _write(
 
 
 async def _act(
-    kube: k8s.Kube, meta: JobMeta, spec: TrainJobSpec | SpecError, decision: Decision, config: OperatorConfig
+    kube: k8s.Kube,
+    body: kopf.Body,
+    meta: JobMeta,
+    spec: TrainJobSpec | SpecError,
+    decision: Decision,
+    config: OperatorConfig,
 ) -> None:
     for action in decision.actions:
         if isinstance(action, DeletePods):
@@ -218,4 +223,11 @@ async def _act(
                 )
                 for i in action.indices
             ]
-            await asyncio.gather(*(asyncio.to_thread(kube.create_pod, meta.namespace, pod) for pod in pods))
+            created = await asyncio.gather(
+                *(asyncio.to_thread(kube.create_pod, meta.namespace, pod) for pod in pods)
+            )
+            # Only what was really created (409 = a retried or lagging reconcile): no event spam.
+            names = [pod["metadata"]["name"] for pod, new in zip(pods, created, strict=True) if new]
+            if names:
+                message = f"created worker pods {', '.join(names)} (restart {action.restart_count})"
+                k8s.post_event(body, "Normal", "CreatedPods", message)

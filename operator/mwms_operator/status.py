@@ -406,12 +406,6 @@ def decide(
             b.phase(PENDING, "Resumed", "spec.runPolicy.suspend is false: recreating the worker pods")
         elif b.previous_phase is None:
             b.phase(PENDING, "Creating", f"creating the Service and {spec.replicas} worker pods")
-        else:
-            b.events.append(
-                Event(
-                    "Normal", "CreatingPods", f"creating {len(missing)} worker pod(s) of restart {restarts}"
-                )
-            )
         return b.finish(_replica_statuses(current))
 
     not_started = [p for p in current if not p.started]

@@ -10,6 +10,9 @@ Behaviour for tests, from the environment (set through spec.template):
   STANDIN_FAIL_ONCE_FILE   fail only if this file does not exist yet (it is created first): "fail once"
   STANDIN_SLEEP_SECONDS    keep running this long after the peer check (long jobs: deadline, suspend...)
   STANDIN_PEER_TIMEOUT     seconds to reach every peer (default 60)
+  STANDIN_MLFLOW           "1": the chief writes a real MLflow run via the REST API at MLFLOW_TRACKING_URI
+                           (tagged with the job's uid, a loss metric per epoch of MWMS_TRAINER_CONFIG.epochs)
+  STANDIN_EPOCH_SECONDS    pause after each such epoch (default 1)
 """
 
 from __future__ import annotations
@@ -20,7 +23,12 @@ import socket
 import sys
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
+
+from mwms_operator.constants import MLFLOW_TAG_JOB_UID
 
 REQUIRED = (
     "MWMS_JOB_NAME",
@@ -113,6 +121,63 @@ def reach_peers(hosts: list[str], index: int, timeout: float) -> None:
     log(f"worker {index} reached all {len(hosts)} workers by name")
 
 
+def mlflow_call(base: str, method: str, payload: dict) -> dict:
+    request = urllib.request.Request(
+        f"{base}/api/2.0/mlflow/{method}",
+        data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read() or b"{}")
+
+
+def mlflow_run() -> tuple[str, str]:
+    """One run, as the trainer's chief would write it: tagged with the job uid, a metric per epoch."""
+    base = os.environ["MLFLOW_TRACKING_URI"].rstrip("/")
+    name = os.environ["MLFLOW_EXPERIMENT_NAME"]
+    try:
+        query = urllib.parse.urlencode({"experiment_name": name})
+        with urllib.request.urlopen(
+            f"{base}/api/2.0/mlflow/experiments/get-by-name?{query}", timeout=10
+        ) as r:
+            experiment_id = json.loads(r.read())["experiment"]["experiment_id"]
+    except urllib.error.HTTPError as error:
+        if error.code != 404:
+            raise
+        experiment_id = mlflow_call(base, "experiments/create", {"name": name})["experiment_id"]
+    epochs = int(json.loads(os.environ["MWMS_TRAINER_CONFIG"]).get("epochs", 3))
+    now = int(time.time() * 1000)
+    run = mlflow_call(
+        base,
+        "runs/create",
+        {
+            "experiment_id": experiment_id,
+            "start_time": now,
+            "run_name": os.environ["MWMS_JOB_NAME"],
+            "tags": [{"key": MLFLOW_TAG_JOB_UID, "value": os.environ["MWMS_JOB_UID"]}],
+        },
+    )["run"]["info"]["run_id"]
+    mlflow_call(base, "runs/log-parameter", {"run_id": run, "key": "epochs", "value": str(epochs)})
+    for epoch in range(epochs):
+        mlflow_call(
+            base,
+            "runs/log-metric",
+            {
+                "run_id": run,
+                "key": "loss",
+                "value": 1 / (epoch + 1),
+                "timestamp": int(time.time() * 1000),
+                "step": epoch,
+            },
+        )
+        log(f"epoch {epoch + 1}/{epochs} logged")
+        time.sleep(float(os.environ.get("STANDIN_EPOCH_SECONDS", "1")))
+    mlflow_call(
+        base, "runs/update", {"run_id": run, "status": "FINISHED", "end_time": int(time.time() * 1000)}
+    )
+    return run, experiment_id
+
+
 def main() -> None:
     hosts, index = check_environment()
     log(f"worker {index} of {len(hosts)}, restart {os.environ['MWMS_RESTART_COUNT']}")
@@ -127,11 +192,18 @@ def main() -> None:
     reach_peers(hosts, index, float(os.environ.get("STANDIN_PEER_TIMEOUT", "60")))
     time.sleep(float(os.environ.get("STANDIN_SLEEP_SECONDS", "0")))
     if index == 0:
-        run_id = uuid.uuid4().hex
+        experiment_id = "0"
+        if os.environ.get("STANDIN_MLFLOW") == "1":
+            try:
+                run_id, experiment_id = mlflow_run()
+            except OSError as error:
+                finish(75, f"MLflow unavailable: {error}")
+        else:
+            run_id = uuid.uuid4().hex
         log(f"run id {run_id}")
         message = {
             "runId": run_id,
-            "experimentId": "0",
+            "experimentId": experiment_id,
             "modelUri": f"runs:/{run_id}/model",
             "metrics": {"accuracy": 1.0},
         }

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -157,3 +158,39 @@ def standin_trainjob(name: str, replicas: int = 3, *, env: dict[str, str] | None
         "metadata": {"name": name},
         "spec": {"replicas": replicas, "template": template, **spec},
     }
+
+
+@pytest.fixture(scope="module")
+def mlflow_uri(cluster: Any, tmp_path_factory: pytest.TempPathFactory, wait_for: Any) -> Iterator[str]:
+    """A real `mlflow server` on the pod bridge's gateway, reachable from pods and from the operator."""
+    workdir = tmp_path_factory.mktemp("mlflow")
+    host, port = cluster.pod_api_host, free_port()
+    argv = [
+        sys.executable, "-m", "mlflow", "server",
+        "--host", host, "--port", str(port), "--workers", "1",
+        "--backend-store-uri", f"sqlite:///{workdir}/mlflow.db",
+        "--default-artifact-root", str(workdir / "artifacts"),
+        "--allowed-hosts", f"{host}:{port},{host}",
+    ]  # fmt: skip
+    log = (workdir / "mlflow.log").open("wb")
+    server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    uri = f"http://{host}:{port}"
+
+    def healthy() -> bool:
+        assert server.poll() is None, (workdir / "mlflow.log").read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    try:
+        wait_for(healthy, timeout=120, interval=0.5, what="mlflow server /health")
+        yield uri
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=30)

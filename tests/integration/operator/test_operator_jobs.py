@@ -274,3 +274,40 @@ def test_an_operator_killed_mid_job_creates_no_duplicates(
     after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods_of(kubectl, namespace, "steady")}
     assert after == before
     assert done["status"]["restarts"] == 0
+
+
+def test_progress_and_the_run_come_from_mlflow(
+    operator, make_standin, mlflow_uri, kubectl, namespace, wait_for
+):
+    job = make_standin(
+        "tracked",
+        2,
+        env={"STANDIN_MLFLOW": "1", "STANDIN_EPOCH_SECONDS": "1.5"},
+        trainer={"epochs": 5},
+        mlflow={"trackingUri": mlflow_uri, "experiment": f"progress-{namespace}"},
+    )
+    kubectl.apply(job, "-n", namespace)
+    # While it runs, status.progress follows the run (epochs finished of the total, latest metrics).
+    progress = wait_for(
+        lambda: get_job(kubectl, namespace, "tracked").get("status", {}).get("progress", {}).get("epoch"),
+        timeout=90,
+        interval=0.3,
+        what="status.progress.epoch",
+    )
+    assert 1 <= progress <= 5
+    done = wait_condition(kubectl, namespace, "tracked", "Succeeded")
+    status = done["status"]
+    assert status["progress"]["epochs"] == 5 and "loss" in status["progress"]["metrics"]
+    # The run in status is the one MLflow holds for this job's uid.
+    search = urllib.request.Request(
+        f"{mlflow_uri}/api/2.0/mlflow/runs/search",
+        data=json.dumps(
+            {
+                "experiment_ids": [status["mlflow"]["experimentId"]],
+                "filter": f"tags.`mwms.job_uid` = '{done['metadata']['uid']}'",
+            }
+        ).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    runs = json.loads(urllib.request.urlopen(search, timeout=10).read())["runs"]
+    assert [r["info"]["run_id"] for r in runs] == [status["mlflow"]["runId"]] == [status["progress"]["runId"]]
