@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import textwrap
 
 import pytest
@@ -76,7 +77,9 @@ CLIENT = """
             time.sleep(0.2)
     conn.sendall(b"hello from w-1")
     reply = conn.recv(1024).decode()
-    open("/dev/termination-log", "w").write(f"reply {reply!r}; I am {socket.gethostbyname('w-1.job')}")
+    service = sorted({a[4][0] for a in socket.getaddrinfo("job", 2222, socket.AF_INET)})
+    me = socket.gethostbyname("w-1.job")
+    open("/dev/termination-log", "w").write(f"reply {reply!r}; I am {me}; job is {','.join(service)}")
     raise SystemExit(7)
 """
 
@@ -105,7 +108,8 @@ def test_pods_of_a_headless_service_resolve_each_other_and_talk_over_tcp(kubectl
     assert server["exitCode"] == 0 and server["reason"] == "Completed"
     assert server["message"] == f"got 'hello from w-1' from {ip1}"
     assert client["exitCode"] == 7 and client["reason"] == "Error"
-    assert client["message"] == f"reply 'hello back'; I am {ip1}"
+    # The Service name maps to both pods, with no DNS server (hosts file) and no kube-proxy.
+    assert client["message"] == f"reply 'hello back'; I am {ip1}; job is {','.join(sorted([ip0, ip1]))}"
     assert pod_status(kubectl, namespace, "w-0")["phase"] == "Succeeded"
     assert pod_status(kubectl, namespace, "w-1")["phase"] == "Failed"
 
@@ -330,3 +334,34 @@ def test_pods_of_one_claim_share_its_directory(kubectl, namespace, wait_for):
     kubectl.apply(pod("reader", SHARED_READER), "-n", namespace)
     state = wait_for(lambda: terminated(kubectl, namespace, "reader"), timeout=120, what="reader")
     assert state["message"] == "written by the first pod"
+
+
+def test_run_as_user_and_group_own_the_writable_pod_files(cluster, kubectl, namespace, wait_for):
+    def pod(name, command):
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "restartPolicy": "Never",
+                "securityContext": {"runAsUser": 1000, "runAsGroup": 2000},
+                "volumes": [{"name": "scratch", "emptyDir": {}}],
+                "containers": [
+                    {"name": "main", "image": "none", "command": command,
+                     "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}
+                ],
+            },
+        }  # fmt: skip
+
+    # Plain binaries: the venv's python may live where uid 1000 cannot reach (e.g. under /root).
+    kubectl.apply(
+        as_list(pod("who", ["id"]), pod("writer", ["touch", "/scratch/ok", "/dev/termination-log"])),
+        "-n",
+        namespace,
+    )
+    assert wait_for(lambda: terminated(kubectl, namespace, "who"), timeout=120, what="who")["exitCode"] == 0
+    assert re.match(r"uid=1000\b.* gid=2000\b", cluster.pod_log(namespace, "who", container="main"))
+    assert (
+        wait_for(lambda: terminated(kubectl, namespace, "writer"), timeout=120, what="writer")["exitCode"]
+        == 0
+    )
