@@ -37,8 +37,12 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="mwms", description="TensorFlow multi-worker training on Kubernetes.")
-    parser.add_argument("command", choices=sorted(COMMANDS), help="; ".join(f"{k}: {v[1]}" for k, v in COMMANDS.items()))
+    parser = argparse.ArgumentParser(
+        prog="mwms", description="TensorFlow multi-worker training on Kubernetes."
+    )
+    parser.add_argument(
+        "command", choices=sorted(COMMANDS), help="; ".join(f"{k}: {v[1]}" for k, v in COMMANDS.items())
+    )
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else 2
