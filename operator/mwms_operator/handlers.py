@@ -114,10 +114,10 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
             logger.warning("the API server refused a worker object: %s", error)
             refused = SpecError("spec.template", f"the API server refused a worker object: {error}")
             previous = _previous_status(memo, uid, body)
-            failed = decide(meta, refused, [], service_exists=True, now=now, previous=previous)
-            await _write(memo, body, meta, failed, previous)
+            decision = decide(meta, refused, [], service_exists=True, now=now, previous=previous)
+            await _write(memo, body, meta, decision, previous)
         metrics.RECONCILE.observe(time.monotonic() - started)
-        memo.phases.set(uid, memo.written.get(uid, (0, decision.status))[1].get("phase"))
+        memo.phases.set(uid, decision.status["phase"])
         if decision.all_pods_created:
             created = parse_time(body.metadata.get("creationTimestamp"))
             if created is not None:

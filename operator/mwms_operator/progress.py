@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -52,7 +53,12 @@ def progress_from_run(run: Mapping[str, Any], epochs: int | None) -> dict[str, A
     params = {p.get("key"): p.get("value") for p in data.get("params") or []}
     progress: dict[str, Any] = {
         "runId": (run.get("info") or {}).get("run_id"),
-        "metrics": {m["key"]: float(m["value"]) for m in metrics if "key" in m and "value" in m},
+        # JSON (and so the API server) has no NaN or infinity: a diverged loss is left out.
+        "metrics": {
+            m["key"]: float(m["value"])
+            for m in metrics
+            if "key" in m and isinstance(m.get("value"), int | float) and math.isfinite(m["value"])
+        },
     }
     if metrics:
         progress["epoch"] = max(int(m.get("step") or 0) for m in metrics) + 1

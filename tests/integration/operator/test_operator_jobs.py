@@ -311,3 +311,15 @@ def test_progress_and_the_run_come_from_mlflow(
     )
     runs = json.loads(urllib.request.urlopen(search, timeout=10).read())["runs"]
     assert [r["info"]["run_id"] for r in runs] == [status["mlflow"]["runId"]] == [status["progress"]["runId"]]
+
+
+def test_a_template_the_api_server_refuses_fails_the_job_with_its_message(
+    operator, make_standin, kubectl, namespace
+):
+    job = make_standin("odd", 2, template={"container": {"imagePullPolicy": "Sometimes"}})
+    kubectl.apply(job, "-n", namespace)
+    done = wait_condition(kubectl, namespace, "odd", "Failed")
+    failed = condition(done, "Failed")
+    assert failed["reason"] == "InvalidSpec"
+    assert "the API server refused" in failed["message"] and "spec.containers[0].imagePullPolicy" in failed["message"]
+    assert pods_of(kubectl, namespace, "odd") == []

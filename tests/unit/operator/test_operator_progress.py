@@ -27,6 +27,19 @@ def test_progress_from_run_counts_epochs_from_steps():
     }
 
 
+def test_non_finite_metrics_are_left_out():
+    run = {
+        "info": {"run_id": "x"},
+        "data": {
+            "metrics": [
+                {"key": "loss", "value": float("nan"), "step": 0},
+                {"key": "acc", "value": 0.5, "step": 0},
+            ]
+        },
+    }
+    assert progress_from_run(run, 1)["metrics"] == {"acc": 0.5}
+
+
 def test_progress_falls_back_to_the_spec_epochs_and_tolerates_an_empty_run():
     assert progress_from_run({"info": {"run_id": "x"}}, 7) == {"runId": "x", "metrics": {}, "epochs": 7}
 
