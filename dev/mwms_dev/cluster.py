@@ -44,7 +44,10 @@ CLIENTS = {
     "admin": ("mwms-admin", ("system:masters",)),
     "controller-manager": ("system:kube-controller-manager", ()),
     "scheduler": ("system:kube-scheduler", ()),
+    # What the API server shows a node's kubelet endpoint (the node agent's log server), as kubeadm does.
+    "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", ("system:masters",)),
 }
+KUBECONFIGS = ("admin", "controller-manager", "scheduler")
 
 
 class ClusterError(RuntimeError):
@@ -133,7 +136,6 @@ class LocalCluster:
         self._bin_dir = Path(bin_dir) if bin_dir else None
         self._supervisor = Supervisor(self.net.bridge)
         self._lock_file: int | None = None
-        self._pki: pki.PkiFiles | None = None
         self._node_agents: dict[str, NodeAgentHandle] = {}
         self.api_port = 0
         self.timings: dict[str, float] = {}  # seconds from start() to each milestone
@@ -192,12 +194,12 @@ class LocalCluster:
             self._clean_leftovers()
             self._prepare_state_dir()
             network.create_bridge(self.net)
-            self._write_credentials()
+            credentials = self._write_credentials()
             self._start_etcd(bin_dir)
-            self._start_apiserver(bin_dir)
+            self._start_apiserver(bin_dir, credentials)
             self._wait_https("kube-apiserver", f"{self.server}/readyz", verify=True)
             self.timings["api_ready"] = time.monotonic() - started
-            self._start_controllers(bin_dir)
+            self._start_controllers(bin_dir, credentials)
             self.timings["ready"] = time.monotonic() - started
         except BaseException:
             self.stop()
@@ -335,20 +337,21 @@ class LocalCluster:
         (self.state_dir / STATE_MARKER).write_text(f"{self.name} {self.net.bridge}\n")
         self.logs_dir.mkdir()
 
-    def _write_credentials(self) -> None:
+    def _write_credentials(self) -> pki.PkiFiles:
         self.api_port = free_port("0.0.0.0")
         files = pki.write_cluster_pki(
             self.state_dir / "pki",
             api_ips=("127.0.0.1", self.net.gateway, self.net.kubernetes_service_ip),
             clients=CLIENTS,
         )
-        self._pki = files
         ca_pem = files.ca_cert.read_bytes()
-        for stem, (cert, key) in files.clients.items():
+        for stem in KUBECONFIGS:
+            cert, key = files.clients[stem]
             config = kubeconfig(self.server, ca_pem, cert.read_bytes(), key.read_bytes(), CLIENTS[stem][0])
             path = self.state_dir / f"{stem}.kubeconfig"
             path.write_text(json.dumps(config, indent=2))
             path.chmod(0o600)
+        return files
 
     def _start_etcd(self, bin_dir: Path) -> None:
         client, peer = free_port(), free_port()
@@ -369,8 +372,7 @@ class LocalCluster:
         ]
         self._supervisor.spawn("etcd", argv, self.logs_dir / "etcd.log")
 
-    def _start_apiserver(self, bin_dir: Path) -> None:
-        p = self._pki
+    def _start_apiserver(self, bin_dir: Path, p: pki.PkiFiles) -> None:
         argv = [
             str(bin_dir / "kube-apiserver"),
             f"--etcd-servers={self._etcd_url}",
@@ -382,6 +384,8 @@ class LocalCluster:
             f"--tls-cert-file={p.apiserver_cert}",
             f"--tls-private-key-file={p.apiserver_key}",
             f"--client-ca-file={p.ca_cert}",
+            f"--kubelet-client-certificate={p.clients['apiserver-kubelet-client'][0]}",
+            f"--kubelet-client-key={p.clients['apiserver-kubelet-client'][1]}",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-key-file={p.sa_pub}",
             f"--service-account-signing-key-file={p.sa_key}",
@@ -393,8 +397,7 @@ class LocalCluster:
         ]
         self._supervisor.spawn("kube-apiserver", argv, self.logs_dir / "kube-apiserver.log")
 
-    def _start_controllers(self, bin_dir: Path) -> None:
-        p = self._pki
+    def _start_controllers(self, bin_dir: Path, p: pki.PkiFiles) -> None:
         kcm_port, sched_port = free_port(), free_port()
         kcm_config = self.state_dir / "controller-manager.kubeconfig"
         sched_config = self.state_dir / "scheduler.kubeconfig"

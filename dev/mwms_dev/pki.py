@@ -107,6 +107,8 @@ def _leaf(
 ) -> CertKey:
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError("the CA key must be an ECDSA key (made by new_ca)")
     key = ec.generate_private_key(ec.SECP256R1())
     builder = (
         _builder(subject, ca_cert.subject, key.public_key())
@@ -127,7 +129,7 @@ def _leaf(
         )
         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()), critical=False
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
         )
     )
     if san is not None:
