@@ -61,17 +61,17 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
 
     # Pods and Services are indexed by their owner's uid: a reconcile reads memory, not the API server.
     @kopf.index("pods", id="job_pods", labels=OWNED, registry=registry)
-    def job_pods(body: kopf.Body, namespace: str, **_: Any) -> dict[Any, Any] | None:
+    def job_pods(body: kopf.Body, namespace: str | None, **_: Any) -> dict[Any, Any] | None:
         owner, pod = _owner_uid(body), worker_pod(body)
         return {(namespace, owner): pod} if owner and pod else None
 
     @kopf.index("services", id="job_services", labels=OWNED, registry=registry)
-    def job_services(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict[Any, Any] | None:
+    def job_services(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[Any, Any] | None:
         owner = _owner_uid(body)
         return {(namespace, owner): name} if owner else None
 
     # A failed reconcile (API error) is simply tried again on the next tick.
-    @kopf.timer(
+    @kopf.timer(  # type: ignore[arg-type]  # kopf passes the indexes as extra keyword arguments
         *TRAINJOBS,
         id="reconcile",
         interval=config.reconcile_interval_seconds,
@@ -85,8 +85,8 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         uid: str,
         job_pods: kopf.Index[Any, Any],
         job_services: kopf.Index[Any, Any],
-        memo: kopf.Memo,
-        logger: logging.Logger,
+        memo: Any,
+        logger: logging.Logger | logging.LoggerAdapter[Any],
         **_: Any,
     ) -> None:
         if body.metadata.get("deletionTimestamp"):
@@ -139,7 +139,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         registry=registry,
     )
     async def progress(
-        body: kopf.Body, name: str, namespace: str, uid: str, memo: kopf.Memo, **_: Any
+        body: kopf.Body, name: str, namespace: str | None, uid: str, memo: Any, **_: Any
     ) -> None:
         spec = _parse(body, config)
         if isinstance(spec, SpecError):

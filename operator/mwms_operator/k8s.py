@@ -10,7 +10,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import kopf
 import kubernetes
@@ -76,7 +76,7 @@ class Kube:
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any] | None:
         """JSON merge patch of status (None values remove fields); None if the TrainJob is gone."""
         try:
-            return self.custom.patch_namespaced_custom_object_status(
+            response = self.custom.patch_namespaced_custom_object_status(
                 constants.GROUP,
                 constants.VERSION,
                 namespace,
@@ -89,6 +89,7 @@ class Kube:
             if error.status == 404:
                 return None
             raise
+        return cast(dict[str, Any], response)
 
     def delete_trainjob(self, namespace: str, name: str) -> None:
         try:

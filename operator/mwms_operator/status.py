@@ -78,7 +78,7 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
     except (KeyError, ValueError):
         return None
     status = pod.get("status") or {}
-    trainer = next(
+    trainer: Mapping[str, Any] = next(
         (c for c in status.get("containerStatuses") or [] if c.get("name") == constants.CONTAINER_NAME), {}
     )
     state = trainer.get("state") or {}
