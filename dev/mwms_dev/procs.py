@@ -29,6 +29,21 @@ def pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
+def live_group_members(pgid: int) -> list[int]:
+    """Processes (not zombies) in process group `pgid`."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state, _ppid, pgrp = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
@@ -105,10 +120,13 @@ class Supervisor:
             _signal_group(proc.pid, sig)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout)
-        # Children in the group may outlive the leader.
+        # Children in the group may outlive the leader; a signalled process takes a moment to die.
         _signal_group(proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(5)
+        deadline = time.monotonic() + 5
+        while live_group_members(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def stop_all(self, timeout: float = 10.0) -> None:
         for name in reversed(list(self.processes)):
