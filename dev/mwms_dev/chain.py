@@ -24,12 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from mwms_operator.constants import API_VERSION, LABEL_JOB_NAME, PLURAL
+from mwms_operator.constants import API_VERSION, LABEL_JOB_NAME, MLFLOW_TAG_JOB_UID, PLURAL
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "mwms-operator"
 SEED_SAMPLE = REPO / "manifests" / "samples" / "seed-breast-cancer.yaml"
-JOB_UID_TAG = "mwms.dev/job-uid"
 
 
 class ChainError(RuntimeError):
@@ -250,7 +249,7 @@ def runs_of_job(base_url: str, job_uid: str) -> list[dict]:
     experiments = mlflow_post(base_url, "experiments/search", {"max_results": 1000}).get("experiments", [])
     body = {
         "experiment_ids": [e["experiment_id"] for e in experiments],
-        "filter": f"tags.`{JOB_UID_TAG}` = '{job_uid}'",
+        "filter": f"tags.`{MLFLOW_TAG_JOB_UID}` = '{job_uid}'",
         "max_results": 100,
     }
     return mlflow_post(base_url, "runs/search", body).get("runs", [])
@@ -272,7 +271,7 @@ def check_mlflow(base_url: str, job: dict) -> dict:
     except (urllib.error.URLError, OSError) as exc:
         raise ChainError(f"mlflow: cannot search runs at {base_url}: {exc}") from exc
     if len(runs) != 1:
-        raise ChainError(f"mlflow: expected exactly one run tagged {JOB_UID_TAG}={uid}, found {len(runs)}")
+        raise ChainError(f"mlflow: expected exactly one run tagged {MLFLOW_TAG_JOB_UID}={uid}, found {len(runs)}")
     run = runs[0]
     run_id = run["info"]["run_id"]
     if run_id != status_mlflow["runId"]:

@@ -61,4 +61,4 @@ OPERATOR_IMAGE = "ghcr.io/mwms-dev/mwms-operator"
 TRAINER_IMAGE = "ghcr.io/mwms-dev/mwms-trainer"
 
 # MLflow: the chief tags its run with the TrainJob's uid, so the operator finds it for status.progress.
-MLFLOW_TAG_JOB_UID = "mwms.job_uid"
+MLFLOW_TAG_JOB_UID = "mwms.dev/job-uid"

@@ -304,7 +304,7 @@ def test_progress_and_the_run_come_from_mlflow(
         data=json.dumps(
             {
                 "experiment_ids": [status["mlflow"]["experimentId"]],
-                "filter": f"tags.`mwms.job_uid` = '{done['metadata']['uid']}'",
+                "filter": f"tags.`mwms.dev/job-uid` = '{done['metadata']['uid']}'",
             }
         ).encode(),
         headers={"Content-Type": "application/json"},

@@ -80,7 +80,7 @@ def test_fetch_progress_searches_the_run_by_job_uid_tag(tracking):
     assert fetch_progress(uri, "my exp", "uid-1", None)["epoch"] == 5
     assert seen[0] == "/api/2.0/mlflow/experiments/get-by-name?experiment_name=my+exp"
     assert seen[1]["experiment_ids"] == ["3"]
-    assert seen[1]["filter"] == "tags.`mwms.job_uid` = 'uid-1'"
+    assert seen[1]["filter"] == "tags.`mwms.dev/job-uid` = 'uid-1'"
 
 
 def test_an_unreachable_tracking_server_gives_no_progress():
