@@ -136,9 +136,10 @@ def parse_trainjob(body: Mapping[str, Any], config: OperatorConfig) -> TrainJobS
 
     trainer = dict(_mapping(spec.get("trainer"), "spec.trainer"))
     batch = trainer.get("globalBatchSize")
-    if isinstance(batch, int) and not isinstance(batch, bool) and batch < replicas:
+    if isinstance(batch, int) and not isinstance(batch, bool) and batch % replicas:
         raise SpecError(
-            "spec.trainer.globalBatchSize", f"must be at least spec.replicas ({replicas}), got {batch}"
+            "spec.trainer.globalBatchSize",
+            f"must be a multiple of spec.replicas ({replicas}) (equal slices per worker), got {batch}",
         )
 
     mlflow = _mapping(spec.get("mlflow"), "spec.mlflow")

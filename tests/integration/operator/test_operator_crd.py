@@ -20,7 +20,7 @@ MALFORMED = [
     (trainjob(replicas=257), "spec.replicas"),
     (trainjob(replicas="two"), "spec.replicas"),
     (trainjob(replicas=2, port=70000), "spec.port"),
-    (trainjob(replicas=4, trainer={"globalBatchSize": 2}), "spec.trainer.globalBatchSize"),
+    (trainjob(replicas=4, trainer={"globalBatchSize": 6}), "spec.trainer.globalBatchSize"),
     (trainjob(replicas=2, trainer={"dataset": "mnist"}), "spec.trainer.dataset"),
     (trainjob(replicas=2, trainer={"dataset": "csv"}), "spec.trainer.dataPath"),
     (trainjob(replicas=2, trainer={"testSize": 1.5}), "spec.trainer.testSize"),

@@ -9,6 +9,8 @@ import urllib.request
 
 import pytest
 
+from mwms_operator.constants import MLFLOW_TAG_JOB_UID
+
 pytestmark = pytest.mark.integration
 
 
@@ -304,7 +306,7 @@ def test_progress_and_the_run_come_from_mlflow(
         data=json.dumps(
             {
                 "experiment_ids": [status["mlflow"]["experimentId"]],
-                "filter": f"tags.`mwms.dev/job-uid` = '{done['metadata']['uid']}'",
+                "filter": f"tags.`{MLFLOW_TAG_JOB_UID}` = '{done['metadata']['uid']}'",
             }
         ).encode(),
         headers={"Content-Type": "application/json"},
@@ -321,5 +323,8 @@ def test_a_template_the_api_server_refuses_fails_the_job_with_its_message(
     done = wait_condition(kubectl, namespace, "odd", "Failed")
     failed = condition(done, "Failed")
     assert failed["reason"] == "InvalidSpec"
-    assert "the API server refused" in failed["message"] and "spec.containers[0].imagePullPolicy" in failed["message"]
+    assert (
+        "the API server refused" in failed["message"]
+        and "spec.containers[0].imagePullPolicy" in failed["message"]
+    )
     assert pods_of(kubectl, namespace, "odd") == []

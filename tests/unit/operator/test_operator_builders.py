@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from mwms_operator import constants
 from mwms_operator.builders import build_service, build_worker_pod, trainer_env
 from mwms_operator.spec import parse_trainjob
@@ -16,7 +17,7 @@ UID = "0b7e9a57-1c4b-4f7e-9d43-6c1f2b9c0e11"
 
 FULL = dict(
     image="me/trainer:2",
-    trainer={"dataset": "breast_cancer", "epochs": 20, "globalBatchSize": 64, "seed": 42},
+    trainer={"dataset": "breast_cancer", "epochs": 20, "globalBatchSize": 96, "seed": 42},
     mlflow={"experiment": "cancer", "registeredModelName": "cancer-model"},
     checkpoint={"persistentVolumeClaim": {"claimName": "mnist-ckpt"}},
     template={

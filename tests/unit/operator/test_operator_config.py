@@ -1,6 +1,7 @@
 import dataclasses
 
 import pytest
+
 from mwms_operator.config import ConfigError, OperatorConfig
 
 

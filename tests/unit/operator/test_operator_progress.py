@@ -3,6 +3,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
 from mwms_operator.progress import fetch_progress, progress_from_run
 
 RUN = {

@@ -1,6 +1,7 @@
 import dataclasses
 
 import pytest
+
 from mwms_operator.config import OperatorConfig
 from mwms_operator.spec import SpecError, TrainJobSpec, parse_trainjob
 
@@ -85,9 +86,9 @@ def test_spec_is_frozen_and_does_not_share_the_body(make_trainjob, config):
         ({"replicas": 2, "image": ""}, "spec.image", "non-empty"),
         ({"replicas": 2, "trainer": []}, "spec.trainer", "object"),
         (
-            {"replicas": 4, "trainer": {"globalBatchSize": 2}},
+            {"replicas": 4, "trainer": {"globalBatchSize": 6}},
             "spec.trainer.globalBatchSize",
-            "at least spec.replicas",
+            "multiple of spec.replicas",
         ),
         (
             {"replicas": 2, "runPolicy": {"cleanPodPolicy": "Some"}},

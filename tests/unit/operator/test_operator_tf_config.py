@@ -1,4 +1,5 @@
 import pytest
+
 from mwms_operator.tf_config import tf_config, worker_hosts
 
 
