@@ -1,0 +1,19 @@
+"""The MWMS trainer: `python -m mwms_trainer` in worker pods, and a migration API for
+spark-tensorflow-distributor users.
+
+Importing this package does not import TensorFlow; the names below load their modules on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["MirroredStrategyRunner", "is_chief", "log_model", "mlflow_callback"]
+_EXPORTS = {name: "mwms_trainer.runner" for name in __all__}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'mwms_trainer' has no attribute {name!r}")

@@ -1,0 +1,70 @@
+"""`python -m mwms_trainer`: what a worker pod runs.
+
+Exit codes: 0 ok, 2 invalid config, 75 retryable, 1 anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+from mwms_operator import constants
+
+MAX_MESSAGE_BYTES = 4000  # the kubelet keeps 4 KiB of a termination message
+
+
+def write_termination(path: str, message: str | Mapping[str, Any]) -> None:
+    """What the operator reads back into the TrainJob's status; never fatal if the file cannot be written."""
+    text = message if isinstance(message, str) else json.dumps(message, separators=(",", ":"))
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text.encode()[:MAX_MESSAGE_BYTES].decode(errors="ignore"))
+    except OSError as e:
+        logging.getLogger("mwms_trainer").debug("cannot write the termination message to %s: %s", path, e)
+
+
+def main(environ: Mapping[str, str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(message)s")
+    log = logging.getLogger("mwms_trainer")
+    environ = os.environ if environ is None else environ
+    from mwms_trainer import config
+    from mwms_trainer.errors import TrainerError
+
+    path = environ.get(config.ENV_TERMINATION_LOG, "").strip() or constants.TERMINATION_MESSAGE_PATH
+    try:
+        settings = config.load(environ)
+        log.info(
+            "worker %d of %d (%s), job %s/%s uid %s, restart %d",
+            settings.cluster.rank,
+            settings.cluster.num_workers,
+            "chief" if settings.cluster.is_chief else "worker",
+            settings.job_namespace,
+            settings.job_name,
+            settings.job_uid,
+            settings.restart_count,
+        )
+        from mwms_trainer import train
+
+        summary = train.run(settings, note=lambda message: write_termination(path, message))
+    except TrainerError as e:
+        kind = {constants.EXIT_INVALID_CONFIG: "invalid configuration", constants.EXIT_RETRYABLE: "retryable"}
+        message = f"{kind.get(e.exit_code, 'failed')}: {e}"
+        log.error("%s", message)
+        write_termination(path, message)
+        return e.exit_code
+    except Exception as e:
+        traceback.print_exc()
+        write_termination(path, f"failed: {type(e).__name__}: {e}")
+        return constants.EXIT_FAILURE
+    write_termination(path, summary)
+    print(json.dumps(summary), flush=True)
+    return constants.EXIT_SUCCESS
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The seeded data: every worker builds the same split, then trains on its own slice of each global batch.
+
+Loading and splitting are numpy/sklearn only (no TensorFlow), so bad data fails before any peer is waited for.
+Batches: each epoch is a seeded permutation of the training rows cut into full global batches; the remainder
+(fewer rows than one global batch) is dropped, and a different remainder each epoch, so every row is still
+seen. Full batches split into equal per-worker slices, which is what makes N workers compute exactly the
+gradient of one worker (a partial last batch would split unevenly, and each worker's mean counts equally).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mwms_trainer.config import TrainerConfig
+from mwms_trainer.errors import ConfigError
+from mwms_trainer.tfenv import tensorflow
+
+_SETTING = "MWMS_TRAINER_CONFIG"
+
+
+@dataclass(frozen=True)
+class Split:
+    x_train: np.ndarray  # raw (unscaled) float32 rows: the scaler lives inside the model
+    y_train: np.ndarray  # float32 0/1
+    x_test: np.ndarray
+    y_test: np.ndarray
+    feature_names: tuple[str, ...]
+    mean: np.ndarray  # StandardScaler statistics of the training split only
+    variance: np.ndarray
+
+    @property
+    def num_features(self) -> int:
+        return int(self.x_train.shape[1])
+
+
+def _read_table(cfg: TrainerConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    import pandas as pd
+
+    path = Path(cfg.dataPath or "")
+    if not path.is_file():
+        raise ConfigError(f"{_SETTING}.dataPath", f"{str(path)!r} is not a readable file")
+    try:
+        frame = pd.read_csv(path) if cfg.dataset == "csv" else pd.read_parquet(path)
+    except Exception as e:  # the parsers raise many types; all mean "not a usable file"
+        raise ConfigError(
+            f"{_SETTING}.dataPath", f"cannot read {str(path)!r} as {cfg.dataset}: {e}"
+        ) from None
+    if cfg.labelColumn not in frame.columns:
+        raise ConfigError(
+            f"{_SETTING}.labelColumn",
+            f"{cfg.labelColumn!r} is not a column of {str(path)!r}: {list(frame.columns)}",
+        )
+    features = frame.drop(columns=[cfg.labelColumn])
+    non_numeric = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
+    if non_numeric or features.shape[1] == 0:
+        raise ConfigError(
+            f"{_SETTING}.dataPath", f"feature columns must be numeric; not numeric: {non_numeric}"
+        )
+    labels = frame[cfg.labelColumn].to_numpy()
+    if not set(np.unique(labels)).issubset({0, 1}):
+        raise ConfigError(f"{_SETTING}.labelColumn", f"{cfg.labelColumn!r} must hold 0/1 labels")
+    return features.to_numpy(dtype=np.float64), labels, tuple(str(c) for c in features.columns)
+
+
+def load_features(cfg: TrainerConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    if cfg.dataset == "breast_cancer":
+        from sklearn.datasets import load_breast_cancer
+
+        bunch: Any = load_breast_cancer()
+        return bunch.data, bunch.target, tuple(str(n) for n in bunch.feature_names)
+    if cfg.dataset == "synthetic":
+        from sklearn.datasets import make_classification
+
+        x, y = make_classification(
+            n_samples=cfg.syntheticSamples,
+            n_features=cfg.syntheticFeatures,
+            n_informative=max(2, cfg.syntheticFeatures // 2),
+            random_state=cfg.seed,
+        )
+        return x, y, tuple(f"f{i}" for i in range(cfg.syntheticFeatures))
+    return _read_table(cfg)
+
+
+def load_split(cfg: TrainerConfig, num_workers: int = 1) -> Split:
+    """The seed's split (train_test_split with random_state=seed), identical on every worker."""
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+
+    x, y, names = load_features(cfg)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=cfg.testSize, random_state=cfg.seed)
+    if len(x_train) < cfg.globalBatchSize:
+        raise ConfigError(
+            f"{_SETTING}.globalBatchSize",
+            f"is larger than the {len(x_train)} training rows, so not one full batch exists",
+        )
+    scaler = StandardScaler().fit(x_train)
+    return Split(
+        x_train=x_train.astype(np.float32),
+        y_train=y_train.astype(np.float32),
+        x_test=x_test.astype(np.float32),
+        y_test=y_test.astype(np.float32),
+        feature_names=names,
+        mean=scaler.mean_,
+        variance=scaler.var_,
+    )
+
+
+def steps_per_epoch(num_rows: int, global_batch: int) -> int:
+    return num_rows // global_batch
+
+
+def epoch_order(num_rows: int, global_batch: int, epochs: int, seed: int) -> np.ndarray:
+    """Row indices of every global batch of the whole fit: shape (epochs * steps, global_batch)."""
+    steps = steps_per_epoch(num_rows, global_batch)
+    rng = np.random.default_rng(seed)
+    order = [rng.permutation(num_rows)[: steps * global_batch] for _ in range(epochs)]
+    return np.concatenate(order).reshape(epochs * steps, global_batch)
+
+
+def worker_slice(global_batch: int, num_workers: int, rank: int) -> slice:
+    """Which rows of a global batch a worker trains on (tf.distribute's contiguous per-replica split)."""
+    per_worker = global_batch // num_workers
+    return slice(rank * per_worker, (rank + 1) * per_worker)
+
+
+def train_dataset(split: Split, cfg: TrainerConfig) -> Any:
+    """A tf.data pipeline of global batches; the strategy hands each worker its contiguous slice of each."""
+    tf = tensorflow()
+    order = epoch_order(len(split.x_train), cfg.globalBatchSize, cfg.epochs, cfg.seed)
+    x, y = tf.constant(split.x_train), tf.constant(split.y_train)
+    dataset = tf.data.Dataset.from_tensor_slices(order).map(
+        lambda idx: (tf.gather(x, idx), tf.gather(y, idx))
+    )
+    options = tf.data.Options()
+    # DATA: every worker reads the same batches and keeps its slice (no input files to shard by).
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options)

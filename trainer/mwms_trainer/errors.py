@@ -1,0 +1,25 @@
+"""The trainer's failures, each with the exit code the operator acts on (see mwms_operator.constants)."""
+
+from __future__ import annotations
+
+from mwms_operator import constants
+
+
+class TrainerError(Exception):
+    exit_code = constants.EXIT_FAILURE
+
+
+class ConfigError(TrainerError, ValueError):
+    """A setting is invalid: permanent, the message names the setting."""
+
+    exit_code = constants.EXIT_INVALID_CONFIG
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(f"{setting}: {message}")
+        self.setting = setting
+
+
+class RetryableError(TrainerError):
+    """Peer lost, startup deadline passed, MLflow unreachable: restarting the group may succeed."""
+
+    exit_code = constants.EXIT_RETRYABLE

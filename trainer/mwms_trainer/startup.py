@@ -1,0 +1,117 @@
+"""Getting the group together: wait for every peer, then create the strategy, all before a deadline.
+
+MultiWorkerMirroredStrategy() blocks until every worker has connected, for an hour if one never comes, and it
+holds the GIL while it waits, so no Python timer can interrupt it (FACTS.md). So: first a rendezvous in plain
+Python (every worker listens on its own port and waits until each peer's name resolves and its port accepts
+TCP), which fails cleanly with exit 75 at the deadline; only then the constructor, with faulthandler's C-level
+timer as a backstop for a peer that dies inside that short window.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import logging
+import socket
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from mwms_trainer.cluster import Cluster, split_host_port
+from mwms_trainer.errors import RetryableError
+
+log = logging.getLogger("mwms_trainer")
+POLL_SECONDS = 0.5
+BACKSTOP_MIN_SECONDS = 30
+
+
+def _reachable(address: str) -> str | None:
+    """None when `address` resolves and accepts a TCP connection, else why not."""
+    host, port = split_host_port(address)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        return f"name does not resolve ({e.strerror})"
+    last = "no address"
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.settimeout(2)
+            try:
+                s.connect(sockaddr)
+                return None
+            except OSError as e:
+                last = f"port {port} does not accept connections ({e.strerror or e})"
+    return last
+
+
+@contextlib.contextmanager
+def _listening(address: str | None, deadline: float) -> Iterator[None]:
+    """Accept rendezvous probes on our own port until the strategy's gRPC server takes it over."""
+    if address is None:
+        yield
+        return
+    _, port = split_host_port(address)
+    sock = socket.socket(socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    while True:
+        try:
+            sock.bind(("::" if sock.family == socket.AF_INET6 else "", port))
+            break
+        except OSError as e:
+            if time.monotonic() > deadline:
+                sock.close()
+                raise RetryableError(f"startup deadline passed: cannot listen on port {port}: {e}") from None
+            time.sleep(POLL_SECONDS)
+    # Probes are never accepted: the kernel completes the handshake from the backlog, and closing the
+    # listener resets them, so no connection lingers on the port gRPC binds next.
+    sock.listen(128)
+    try:
+        yield
+    finally:
+        sock.close()
+
+
+def wait_for_peers(
+    cluster: Cluster, deadline: float, probe: Callable[[str], str | None] = _reachable
+) -> None:
+    """Return once every peer resolves and accepts TCP; at the deadline RetryableError names the missing."""
+    waiting = {i: h for i, h in enumerate(cluster.hosts) if i != cluster.rank}
+    reasons: dict[int, str] = {}
+    while waiting:
+        for i, host in list(waiting.items()):
+            reason = probe(host)
+            if reason is None:
+                log.info("peer worker %d (%s) is reachable", i, host)
+                del waiting[i]
+            else:
+                reasons[i] = reason
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            missing = "; ".join(f"worker {i} ({waiting[i]}): {reasons[i]}" for i in sorted(waiting))
+            raise RetryableError(f"startup deadline passed waiting for peers: {missing}")
+        time.sleep(POLL_SECONDS)
+
+
+def create_strategy(cluster: Cluster, deadline: float, on_backstop: Callable[[str], None]) -> Any:
+    """Rendezvous, then MultiWorkerMirroredStrategy(); exit 75 (or the backstop) at the deadline."""
+    from mwms_trainer.tfenv import tensorflow
+
+    tf = tensorflow()
+    if cluster.is_distributed:
+        with _listening(cluster.own_address, deadline):
+            wait_for_peers(cluster, deadline)
+    # The backstop kills the process from C (exit code 1, traceback on stderr) if a peer vanished between the
+    # rendezvous and registration; the message it leaves behind is written first.
+    on_backstop(
+        "startup deadline passed inside MultiWorkerMirroredStrategy(): a peer left during registration"
+    )
+    faulthandler.dump_traceback_later(max(BACKSTOP_MIN_SECONDS, deadline - time.monotonic()), exit=True)
+    try:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    log.info("strategy ready: %d worker(s), this is worker %d", strategy.num_replicas_in_sync, cluster.rank)
+    return strategy

@@ -1,0 +1,178 @@
+"""MLflow, on the chief only. Other workers get NullTracker and never import mlflow.
+
+One run per TrainJob: the run carries the job's uid as a tag and the chief always looks it up before creating
+one, so a restarted group (or an operator-retried chief) continues the same run instead of opening another.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import numpy as np
+
+from mwms_trainer.errors import RetryableError
+
+log = logging.getLogger("mwms_trainer")
+T = TypeVar("T")
+
+TAG_JOB_NAME = "mwms.dev/job-name"
+TAG_JOB_NAMESPACE = "mwms.dev/job-namespace"
+TAG_JOB_UID = "mwms.dev/job-uid"
+TAG_RESTART_COUNT = "mwms.dev/restart-count"
+TAG_RESUMED_FROM_EPOCH = "mwms.dev/resumed-from-epoch"
+MODEL_NAME = "model"
+RETRY_DELAYS_SECONDS = (1, 2, 4, 8, 16)  # ~30 s of an unreachable server, then exit 75
+
+
+class NullTracker:
+    """What non-chief workers get: the same calls, nothing happens."""
+
+    run_id: str | None = None
+    experiment_id: str | None = None
+
+    def log_epoch(self, epoch: int, logs: Mapping[str, float]) -> None:
+        pass
+
+    def note_resume(self, epoch: int) -> None:
+        pass
+
+    def log_model(self, model: Any, example: np.ndarray, metrics: Mapping[str, float]) -> str | None:
+        return None
+
+    def close(self, ok: bool) -> None:
+        pass
+
+
+def with_retries(
+    what: str, uri: str, call: Callable[[], T], delays: tuple[float, ...] = RETRY_DELAYS_SECONDS
+) -> T:
+    """Call, retrying with backoff; RetryableError (exit 75) once the delays are used up."""
+    for attempt, delay in enumerate((*delays, None), start=1):
+        try:
+            return call()
+        except Exception as e:  # connection refused, timeouts, 5xx: all retried the same way
+            if delay is None:
+                raise RetryableError(
+                    f"MLflow at {uri} is unavailable ({what} failed {attempt} times): {type(e).__name__}: {e}"
+                ) from None
+            log.warning("MLflow %s failed (attempt %d), retrying in %ss: %s", what, attempt, delay, e)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+class MlflowTracker:
+    def __init__(
+        self,
+        *,
+        tracking_uri: str,
+        experiment_name: str,
+        job_name: str,
+        job_namespace: str,
+        job_uid: str,
+        restart_count: int,
+        params: Mapping[str, Any],
+        registered_model_name: str | None = None,
+        delays: tuple[float, ...] = RETRY_DELAYS_SECONDS,
+    ) -> None:
+        # Bound each HTTP call: our own retry loop decides when MLflow counts as unavailable.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+        import mlflow
+
+        self._mlflow = mlflow
+        self._uri = tracking_uri
+        self._delays = delays
+        self._registered_model_name = registered_model_name
+        mlflow.set_tracking_uri(tracking_uri)
+        self._client = mlflow.MlflowClient(tracking_uri)
+        self.experiment_id = self._retry("experiment lookup", lambda: self._experiment(experiment_name))
+        existing = self._retry("run lookup", lambda: self._find_run(job_uid))
+        if existing is not None:
+            log.info("continuing MLflow run %s of job uid %s (restart %d)", existing, job_uid, restart_count)
+            run = self._retry("run resume", lambda: mlflow.start_run(run_id=existing))
+        else:
+            tags = {TAG_JOB_NAME: job_name, TAG_JOB_NAMESPACE: job_namespace, TAG_JOB_UID: job_uid}
+            # run_name explicitly: the generated names come from Python's seeded `random` (FACTS.md).
+            run = self._retry(
+                "run creation",
+                lambda: mlflow.start_run(experiment_id=self.experiment_id, run_name=job_name, tags=tags),
+            )
+            self._retry("params", lambda: mlflow.log_params({k: _param(v) for k, v in params.items()}))
+            log.info("opened MLflow run %s for job uid %s", run.info.run_id, job_uid)
+        self.run_id: str = run.info.run_id
+        self._retry("tags", lambda: mlflow.set_tag(TAG_RESTART_COUNT, str(restart_count)))
+
+    def _retry(self, what: str, call: Callable[[], T]) -> T:
+        return with_retries(what, self._uri, call, self._delays)
+
+    def _experiment(self, name: str) -> str:
+        found = self._client.get_experiment_by_name(name)
+        if found is not None:
+            return found.experiment_id
+        try:
+            return self._client.create_experiment(name)
+        except self._mlflow.exceptions.MlflowException:
+            found = self._client.get_experiment_by_name(name)  # created meanwhile by another job's chief
+            if found is None:
+                raise
+            return found.experiment_id
+
+    def _find_run(self, job_uid: str) -> str | None:
+        runs = self._client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{TAG_JOB_UID}` = '{job_uid}'",
+            order_by=["attributes.start_time ASC"],
+            max_results=1,
+        )
+        return runs[0].info.run_id if runs else None
+
+    def log_epoch(self, epoch: int, logs: Mapping[str, float]) -> None:
+        metrics = {k: float(v) for k, v in logs.items() if isinstance(v, int | float | np.floating)}
+        try:
+            self._mlflow.log_metrics(metrics, step=epoch)
+        except Exception as e:  # a lost progress point must not stop the group's fit
+            log.warning("could not log epoch %d metrics to MLflow: %s", epoch, e)
+
+    def note_resume(self, epoch: int) -> None:
+        self._retry("tags", lambda: self._mlflow.set_tag(TAG_RESUMED_FROM_EPOCH, str(epoch)))
+
+    def _existing_model_uri(self) -> str | None:
+        models = self._mlflow.search_logged_models(
+            experiment_ids=[self.experiment_id],
+            filter_string=f"source_run_id = '{self.run_id}'",
+            output_format="list",
+        )
+        return f"models:/{models[0].model_id}" if models else None
+
+    def log_model(self, model: Any, example: np.ndarray, metrics: Mapping[str, float]) -> str:
+        """Final metrics and the one model of this run (a retried chief reuses a model it already logged)."""
+        mlflow = self._mlflow
+        self._retry("final metrics", lambda: mlflow.log_metrics(dict(metrics)))
+        existing = self._retry("model lookup", self._existing_model_uri)
+        if existing is not None:
+            log.info("run %s already has its model %s; not logging a second one", self.run_id, existing)
+            return existing
+        from mlflow.models import infer_signature
+
+        signature = infer_signature(example, model.predict(example, verbose=0))
+        info = self._retry(
+            "model upload",
+            lambda: mlflow.tensorflow.log_model(
+                model, name=MODEL_NAME, signature=signature, registered_model_name=self._registered_model_name
+            ),
+        )
+        return info.model_uri
+
+    def close(self, ok: bool) -> None:
+        try:
+            self._mlflow.end_run(status="FINISHED" if ok else "FAILED")
+        except Exception as e:
+            log.warning("could not close MLflow run %s: %s", self.run_id, e)
+
+
+def _param(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)

@@ -1,0 +1,149 @@
+"""The built-in fit: data, tracker, strategy, model, fit; the chief logs a plain copy of the model.
+
+Every worker runs the same code; only the tracker differs (MlflowTracker on the chief, NullTracker elsewhere),
+so nothing here branches on the role except the final hand-off.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mwms_trainer import data, startup, tracking
+from mwms_trainer import model as model_mod
+from mwms_trainer.config import Settings
+from mwms_trainer.errors import RetryableError
+from mwms_trainer.tfenv import keras, tensorflow
+
+log = logging.getLogger("mwms_trainer")
+
+
+def open_tracker(settings: Settings, params: dict[str, Any]) -> Any:
+    if not settings.cluster.is_chief:
+        return tracking.NullTracker()
+    return tracking.MlflowTracker(
+        tracking_uri=settings.tracking_uri,
+        experiment_name=settings.experiment_name,
+        job_name=settings.job_name,
+        job_namespace=settings.job_namespace,
+        job_uid=settings.job_uid,
+        restart_count=settings.restart_count,
+        params=params,
+        registered_model_name=settings.registered_model_name,
+    )
+
+
+def params_of(settings: Settings, split: data.Split) -> dict[str, Any]:
+    import sklearn
+
+    tf, k = tensorflow(), keras()
+    n = settings.cluster.num_workers
+    return {
+        **settings.trainer.as_params(),
+        "replicas": n,
+        "perWorkerBatchSize": settings.trainer.globalBatchSize // n,
+        "stepsPerEpoch": data.steps_per_epoch(len(split.x_train), settings.trainer.globalBatchSize),
+        "trainRows": len(split.x_train),
+        "testRows": len(split.x_test),
+        "features": split.num_features,
+        "tensorflowVersion": tf.__version__,
+        "tfKerasVersion": k.__version__,
+        "sklearnVersion": sklearn.__version__,
+        "pythonVersion": platform.python_version(),
+    }
+
+
+def epoch_logger(rank: int, epochs: int, tracker: Any) -> Any:
+    """Progress on every worker's log; the chief's tracker also sends it to MLflow."""
+    k = keras()
+
+    class EpochLogger(k.callbacks.Callback):
+        first_epoch: int | None = None
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            if self.first_epoch is None:
+                self.first_epoch = epoch
+                if epoch > 0:
+                    log.info("worker %d resumes from the checkpoint at epoch %d/%d", rank, epoch + 1, epochs)
+                    tracker.note_resume(epoch)
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            logs = dict(logs or {})
+            shown = " ".join(f"{k}={v:.4f}" for k, v in sorted(logs.items()))
+            print(f"worker {rank} epoch {epoch + 1}/{epochs} {shown}", flush=True)
+            tracker.log_epoch(epoch, logs)
+
+    return EpochLogger()
+
+
+def _retryable_tf_errors() -> tuple[type[BaseException], ...]:
+    tf = tensorflow()
+    # What a lost peer looks like from inside a collective (heartbeat timeout, aborted or cancelled ops).
+    return (
+        tf.errors.UnavailableError,
+        tf.errors.AbortedError,
+        tf.errors.DeadlineExceededError,
+        tf.errors.CancelledError,
+    )
+
+
+def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Train on this worker; return the termination summary (the chief's carries the run and the model)."""
+    deadline = time.monotonic() + settings.startup_timeout_seconds
+    cfg, cluster = settings.trainer, settings.cluster
+    split = data.load_split(cfg, cluster.num_workers)  # bad data fails here, before MLflow or peers
+    k = keras()
+    tracker = open_tracker(settings, params_of(settings, split))
+    ok = False
+    try:
+        strategy = startup.create_strategy(cluster, deadline, note)
+        note("training")
+        steps = data.steps_per_epoch(len(split.x_train), cfg.globalBatchSize)
+        k.utils.set_random_seed(cfg.seed)  # the same initial weights everywhere (MWMS also broadcasts them)
+        with strategy.scope():
+            model = model_mod.build_model(
+                split.num_features,
+                split.mean,
+                split.variance,
+                hidden_units=cfg.hiddenUnits,
+                learning_rate=cfg.learningRate,
+                steps_per_execution=steps,
+            )
+        callbacks = [epoch_logger(cluster.rank, cfg.epochs, tracker)]
+        if settings.checkpoint_dir:
+            # Every worker takes part; tf-keras writes the chief's copy here and the others' to temp dirs.
+            callbacks.insert(0, k.callbacks.BackupAndRestore(backup_dir=settings.checkpoint_dir))
+        try:
+            history = model.fit(
+                data.train_dataset(split, cfg),
+                epochs=cfg.epochs,
+                steps_per_epoch=steps,
+                callbacks=callbacks,
+                verbose=0,
+            )
+        except _retryable_tf_errors() as e:
+            raise RetryableError(
+                f"lost a peer during fit: {type(e).__name__}: {str(e).splitlines()[0]}"
+            ) from None
+        if not cluster.is_chief:
+            ok = True
+            return {"worker": cluster.rank, "status": "ok"}
+        # The chief alone: a plain copy needs no collectives, so the peers may already be gone.
+        plain = model_mod.plain_copy(model)
+        metrics = model_mod.held_out_metrics(plain, split.x_test, split.y_test)
+        final_train = {k: float(v[-1]) for k, v in history.history.items() if not k.startswith("val_") and v}
+        metrics.update(final_train)
+        model_uri = tracker.log_model(plain, split.x_test[:5], metrics)
+        ok = True
+        log.info("held-out accuracy %.4f, model %s", metrics["val_accuracy"], model_uri)
+        return {
+            "runId": tracker.run_id,
+            "experimentId": tracker.experiment_id,
+            "modelUri": model_uri,
+            "metrics": {k: round(v, 6) for k, v in metrics.items()},
+        }
+    finally:
+        tracker.close(ok)
