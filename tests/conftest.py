@@ -5,14 +5,16 @@
 (`kubectl(*args)`, `.json(*args)`, `.apply(manifest_dict)`). `wait_for`: poll a predicate.
 Environment: MWMS_TEST_SUBNET_INDEX (default 0; helpers developing in parallel use their own),
 MWMS_TEST_STATE_DIR (keep the cluster's state and logs there instead of pytest's tmp dir),
-MWMS_KUBECTL (default /usr/bin/kubectl).
+MWMS_KUBECTL (default: the pinned kubectl hack/tools.sh links into .venv/bin, else PATH).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,7 +22,19 @@ from pathlib import Path
 
 import pytest
 
-KUBECTL = os.environ.get("MWMS_KUBECTL", "/usr/bin/kubectl")
+
+def find_kubectl() -> str:
+    """$MWMS_KUBECTL, else the pinned one hack/tools.sh links into the venv, else any on PATH."""
+    pinned = Path(sys.executable).parent / "kubectl"
+    return (
+        os.environ.get("MWMS_KUBECTL")
+        or (str(pinned) if pinned.exists() else None)
+        or shutil.which("kubectl")
+        or "/usr/bin/kubectl"
+    )
+
+
+KUBECTL = find_kubectl()
 
 
 def cluster_subnet_index() -> int:
