@@ -23,7 +23,11 @@ RESULTS = Path(__file__).resolve().parent / "results" / "nodeagent.json"
 
 def kubectl(kubeconfig: str, *args: str, input: str | None = None) -> str:
     result = subprocess.run(
-        ["kubectl", f"--kubeconfig={kubeconfig}", *args], input=input, capture_output=True, text=True, timeout=300
+        ["kubectl", f"--kubeconfig={kubeconfig}", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if result.returncode != 0:
         raise RuntimeError(f"kubectl {' '.join(args)}: {result.stderr}")
@@ -87,7 +91,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pods", type=int, default=200)
     parser.add_argument("--subnet-index", type=int, default=2)
-    parser.add_argument("--kubeconfig", help="use this running cluster (with a node agent) instead of starting one")
+    parser.add_argument(
+        "--kubeconfig", help="use this running cluster (with a node agent) instead of starting one"
+    )
     args = parser.parse_args(argv)
     if args.kubeconfig:
         result = run(args.kubeconfig, args.pods)

@@ -48,6 +48,7 @@ from mwms_dev import nodeagent_net as net
 from mwms_dev.nodeagent_hosts import PodEntry, ServiceEntry, name_table, render_hosts, resolv_conf
 from mwms_dev.nodeagent_ipam import Ipam
 from mwms_dev.nodeagent_kube import ApiError, Kube
+from mwms_dev.nodeagent_logs import LogServer
 from mwms_dev.nodeagent_spec import (
     ConfigNotReady,
     PodSpecError,
@@ -97,6 +98,7 @@ class AgentConfig:
     restart_backoff_seconds: float = 10.0
     parallel_starts: int = 8
     shutdown_grace_seconds: float = 15.0
+    serve_logs: bool = True
 
     @property
     def prefix_len(self) -> int:
@@ -530,6 +532,7 @@ class NodeAgent:
         self._deleter = ThreadPoolExecutor(max_workers=4, thread_name_prefix="delete")
         self._deleting: set[str] = set()
         self._node_conditions: list[dict[str, Any]] = []
+        self.log_port = 0
 
     # --- node ----------------------------------------------------------------------------------------
 
@@ -589,11 +592,9 @@ class NodeAgent:
             "capacity": resources,
             "allocatable": resources,
             "conditions": conditions,
-            "addresses": [
-                {"type": "InternalIP", "address": cfg.gateway},
-                {"type": "Hostname", "address": cfg.node_name},
-            ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            # InternalIP only: the API server would try a Hostname address first, and no DNS knows it.
+            "addresses": [{"type": "InternalIP", "address": cfg.gateway}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.log_port}},
             "nodeInfo": {
                 "machineID": "",
                 "systemUUID": "",
@@ -925,8 +926,38 @@ class NodeAgent:
             net.delete(netns=netns, ip=None)
         self.ipam.reclaim_stale(force_prefix=net.netns_prefix(self.cfg.bridge, self.cfg.node_name))
 
+    def running(self, namespace: str, pod: str) -> bool:
+        """Whether a container of this pod is running now (a `kubectl logs -f` follows it until it exits)."""
+        for w in list(self.workers.values()):
+            if (
+                w.namespace == namespace
+                and w.pod_name == pod
+                and w.proc is not None
+                and w.proc.poll() is None
+            ):
+                return True
+        return False
+
+    def start_log_server(self) -> None:
+        from mwms_dev import pki  # cryptography: only needed here
+
+        ca = pki.new_ca(f"mwms-nodeagent-{self.cfg.node_name}")
+        serving = pki.serving_cert(ca, self.cfg.node_name, (self.cfg.node_name,), (self.cfg.gateway,))
+        tls_dir = self.cfg.state_dir / "nodeagent" / self.cfg.node_name
+        tls_dir.mkdir(parents=True, exist_ok=True)
+        cert, key = tls_dir / "kubelet.crt", tls_dir / "kubelet.key"
+        cert.write_bytes(serving.cert_pem)
+        key.touch(mode=0o600)
+        key.write_bytes(serving.key_pem)
+        server = LogServer(self.cfg.gateway, self.cfg.state_dir, self.running, cert, key)
+        server.start()
+        self.log_port = server.port
+        log.info("serving container logs on https://%s:%d", self.cfg.gateway, server.port)
+
     def run(self) -> None:
         self.cleanup_leftovers()
+        if self.cfg.serve_logs:
+            self.start_log_server()
         self.register_node()
         threads = [
             threading.Thread(
@@ -999,6 +1030,12 @@ def parse_args(argv: list[str]) -> AgentConfig:
     )
     p.add_argument("--parallel-starts", type=int, default=8, help="pod sandboxes set up at once")
     p.add_argument("--shutdown-grace-seconds", type=float, default=15.0)
+    p.add_argument(
+        "--serve-logs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve /containerLogs on the gateway IP, for `kubectl logs`",
+    )
     p.add_argument("--log-level", default="INFO")
     a = p.parse_args(argv)
     logging.basicConfig(
@@ -1024,6 +1061,7 @@ def parse_args(argv: list[str]) -> AgentConfig:
         restart_backoff_seconds=a.restart_backoff_seconds,
         parallel_starts=a.parallel_starts,
         shutdown_grace_seconds=a.shutdown_grace_seconds,
+        serve_logs=a.serve_logs,
     )
 
 

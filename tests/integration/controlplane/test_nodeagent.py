@@ -365,3 +365,13 @@ def test_run_as_user_and_group_own_the_writable_pod_files(cluster, kubectl, name
         wait_for(lambda: terminated(kubectl, namespace, "writer"), timeout=120, what="writer")["exitCode"]
         == 0
     )
+
+
+def test_kubectl_logs_reads_the_container_output_through_the_api_server(
+    cluster, kubectl, namespace, wait_for
+):
+    kubectl.apply(python_pod("talker", "for i in range(3): print('line', i)"), "-n", namespace)
+    wait_for(lambda: terminated(kubectl, namespace, "talker"), timeout=120, what="talker to finish")
+    assert kubectl("logs", "talker", "-n", namespace).stdout == "line 0\nline 1\nline 2\n"
+    assert kubectl("logs", "talker", "-n", namespace, "--tail=1").stdout == "line 2\n"
+    assert cluster.pod_log(namespace, "talker", container="main") == "line 0\nline 1\nline 2\n"
