@@ -51,8 +51,8 @@ def wait(predicate, timeout: float) -> float:
 def run(kubeconfig: str, pods: int) -> dict:
     namespace = f"bench-{os.getpid()}"
     kubectl(kubeconfig, "create", "namespace", namespace)
-    wait(lambda: subprocess.run(["kubectl", f"--kubeconfig={kubeconfig}", "get", "sa", "default", "-n", namespace],
-                                capture_output=True).returncode == 0, 30)  # fmt: skip
+    get_sa = ["kubectl", f"--kubeconfig={kubeconfig}", "get", "serviceaccount", "default", "-n", namespace]
+    wait(lambda: subprocess.run(get_sa, capture_output=True).returncode == 0, 30)
     manifest = {
         "apiVersion": "v1",
         "kind": "List",

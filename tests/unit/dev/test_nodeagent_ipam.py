@@ -1,6 +1,7 @@
 """Pod IP allocation on the cluster bridge."""
 
 import pytest
+
 from mwms_dev.nodeagent_ipam import AddressesExhausted, Ipam, next_free
 
 

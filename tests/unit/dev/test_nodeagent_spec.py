@@ -1,6 +1,7 @@
 """What the node agent execs for a pod: argv, env, mounts, user."""
 
 import pytest
+
 from mwms_dev.nodeagent_spec import (
     ConfigNotReady,
     PodSpecError,

@@ -1,6 +1,7 @@
 """Pod status as the node agent writes it (the kubelet's shape)."""
 
 import pytest
+
 from mwms_dev.nodeagent_status import (
     ContainerView,
     after_exit,
