@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -113,10 +114,17 @@ def spare_subnet_index() -> int:
     return cluster_subnet_index() + 10
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @pytest.fixture(scope="session")
 def cluster(cluster_platform: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     from mwms_dev.cluster import LocalCluster
 
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        # A CI timeout sends SIGTERM: end the session as Ctrl-C would, so the teardown below still runs.
+        signal.signal(signal.SIGTERM, _interrupt)
     state_dir = os.environ.get("MWMS_TEST_STATE_DIR") or tmp_path_factory.mktemp("cluster")
     local = LocalCluster(name="test", state_dir=state_dir, subnet_index=cluster_subnet_index())
     local.start()
