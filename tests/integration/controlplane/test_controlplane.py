@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from mwms_operator.constants import TRAINER_IMAGE
 
 pytestmark = pytest.mark.integration
@@ -182,3 +183,6 @@ def test_stop_leaves_no_process_and_no_bridge_behind(
     survivors = {pid for pid, t in started.items() if t is not None and _start_time(pid) == t}
     assert not survivors, f"still running after stop(): {survivors}"
     assert not bridge_exists(local.net)
+    netns_dir = Path("/run/netns")
+    sandboxes = [p.name for p in netns_dir.iterdir()] if netns_dir.is_dir() else []
+    assert not [name for name in sandboxes if name.startswith(f"{local.net.bridge}-")]
