@@ -122,6 +122,13 @@ class NodeAgentHandle:
 
 
 class LocalCluster:
+    """One control plane: state (certs, etcd data, logs, pod files) under `state_dir`, pods on the bridge
+    of `subnet_index` (one live cluster per index, so parallel sessions pick different ones).
+
+    After start(): `kubeconfig` (admin), `server`, `ca_file`, `pod_api_host`/`pod_api_port` (the API server
+    as pods reach it), `timings` (seconds to API ready / to controllers ready), `node_agents` by name.
+    """
+
     def __init__(
         self,
         name: str = "mwms",
@@ -136,7 +143,7 @@ class LocalCluster:
         self._bin_dir = Path(bin_dir) if bin_dir else None
         self._supervisor = Supervisor(self.net.bridge)
         self._lock_file: int | None = None
-        self._node_agents: dict[str, NodeAgentHandle] = {}
+        self.node_agents: dict[str, NodeAgentHandle] = {}
         self.api_port = 0
         self.timings: dict[str, float] = {}  # seconds from start() to each milestone
 
@@ -236,7 +243,7 @@ class LocalCluster:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "KUBECONFIG": str(self.kubeconfig)}
         self._supervisor.spawn(key, argv, self.logs_dir / f"{key}.log", env)
         handle = NodeAgentHandle(self._supervisor, key, node_name)
-        self._node_agents[node_name] = handle
+        self.node_agents[node_name] = handle
         if wait:
             self.wait_node_ready(node_name, key)
         return handle
