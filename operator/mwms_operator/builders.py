@@ -11,6 +11,14 @@ from mwms_operator.spec import TrainJobSpec
 from mwms_operator.tf_config import tf_config
 
 CHECKPOINT_VOLUME = "mwms-checkpoint"
+# For a `trainer` container without a securityContext of its own: what Pod Security `restricted` asks for.
+# (The trainer image runs as a non-root user.) A template that sets one keeps exactly its own.
+RESTRICTED_SECURITY_CONTEXT = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 
 
 def pod_name(job_name: str, index: int) -> str:
@@ -155,6 +163,7 @@ def build_worker_pod(
     if not any(p.get("containerPort") == spec.port for p in ports):
         ports.append({"name": constants.PORT_NAME, "containerPort": spec.port, "protocol": "TCP"})
     container["ports"] = ports
+    container.setdefault("securityContext", copy.deepcopy(RESTRICTED_SECURITY_CONTEXT))
     container.setdefault("terminationMessagePath", constants.TERMINATION_MESSAGE_PATH)
     # A worker that dies before writing its message still tells us why (the tail of its log).
     container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")

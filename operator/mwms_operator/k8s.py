@@ -54,8 +54,10 @@ class Kube:
         except ApiException as error:
             if error.status == 409:
                 return False
-            if error.status in (400, 422):
-                raise Rejected(_reason(error)) from None
+            reason = _reason(error)
+            # 400/422: invalid; 403 from Pod Security admission: the template breaks the namespace's policy.
+            if error.status in (400, 422) or (error.status == 403 and "violates PodSecurity" in reason):
+                raise Rejected(reason) from None
             raise
         return True
 

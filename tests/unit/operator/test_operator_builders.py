@@ -131,6 +131,21 @@ def test_trainer_env_lists_every_reserved_variable_that_applies(make_trainjob, c
     assert json.loads(minimal["MWMS_TRAINER_CONFIG"]) == {}
 
 
+def test_the_trainer_container_passes_restricted_pod_security_unless_the_template_says_otherwise(
+    make_trainjob, config
+):
+    _, pod = build(make_trainjob, config, 0)
+    assert pod["spec"]["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    own = {"spec": {"containers": [{"name": "trainer", "securityContext": {"runAsUser": 1000}}]}}
+    _, pod = build(make_trainjob, config, 0, template=own)
+    assert pod["spec"]["containers"][0]["securityContext"] == {"runAsUser": 1000}
+
+
 def test_builders_do_not_change_the_spec(make_trainjob, config):
     parsed, _ = build(make_trainjob, config, 0, **FULL)
     assert parsed.template == FULL["template"]
