@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import sys
+from typing import Any
 
 import kopf
 
@@ -22,6 +23,16 @@ class _QuietTimers(logging.Filter):
         return not (record.levelno == logging.INFO and self.NOISE.fullmatch(record.getMessage()))
 
 
+def run_options(config: OperatorConfig) -> dict[str, Any]:
+    """kopf.run's arguments: all namespaces, or only MWMS_WATCH_NAMESPACES (names or globs)."""
+    return {
+        "standalone": True,  # one replica with the Recreate strategy: no peering needed
+        "clusterwide": not config.watch_namespaces,
+        "namespaces": list(config.watch_namespaces),
+        "liveness_endpoint": f"http://0.0.0.0:{config.health_port}/healthz",
+    }
+
+
 def main() -> None:
     try:
         config = OperatorConfig.from_env(os.environ)
@@ -34,14 +45,7 @@ def main() -> None:
     registry = kopf.OperatorRegistry()
     handlers.register(registry, config)
     logging.getLogger("mwms_operator").info("mwms-operator starting: %s", config)
-    kopf.run(
-        registry=registry,
-        standalone=True,  # one replica with the Recreate strategy: no peering needed
-        clusterwide=not config.watch_namespaces,
-        namespaces=config.watch_namespaces,
-        liveness_endpoint=f"http://0.0.0.0:{config.health_port}/healthz",
-        memo=kopf.Memo(),
-    )
+    kopf.run(registry=registry, memo=kopf.Memo(), **run_options(config))
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ class Kube:
             if error.status == 409:
                 return False
             reason = _reason(error)
+            if error.status == 403 and "being terminated" in reason:
+                return False  # its namespace is going away, and the TrainJob with it
             # 400/422: invalid; 403 from Pod Security admission: the template breaks the namespace's policy.
             if error.status in (400, 422) or (error.status == 403 and "violates PodSecurity" in reason):
                 raise Rejected(reason) from None

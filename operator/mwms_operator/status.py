@@ -428,8 +428,12 @@ def decide(
                 f"(spec.runPolicy.startupTimeoutSeconds); still pending: {waiting}"
             ),
         )
-    if b.status["phase"] not in (PENDING, RESTARTING):
-        b.phase(PENDING, "WaitingForWorkers", f"{len(not_started)} worker(s) not running yet")
+    # Say why while waiting (e.g. the scheduler's "Insufficient cpu"), not only when the timeout strikes.
+    reasons = "; ".join(f"{p.name}: {p.waiting}" for p in not_started if p.waiting)
+    message = f"waiting for {len(not_started)} of {spec.replicas} workers to run" + (
+        f" ({reasons})" if reasons else ""
+    )
+    b.condition(RUNNING, False, "WorkersPending", _truncate(message))
     return b.finish(_replica_statuses(current))
 
 

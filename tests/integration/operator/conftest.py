@@ -32,8 +32,8 @@ def free_port() -> int:
 class OperatorProcess:
     """One `python -m mwms_operator` subprocess at a time; its log accumulates across restarts."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path) -> None:
-        self.kubeconfig, self.log_path = kubeconfig, log_path
+    def __init__(self, kubeconfig: Path, log_path: Path, extra_env: dict[str, str] | None = None) -> None:
+        self.kubeconfig, self.log_path, self.extra_env = kubeconfig, log_path, dict(extra_env or {})
         self.metrics_port, self.health_port = free_port(), free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -46,6 +46,7 @@ class OperatorProcess:
             "MWMS_RECONCILE_INTERVAL_SECONDS": "1",
             "MWMS_PROGRESS_INTERVAL_SECONDS": "2",
             "MWMS_LOG_LEVEL": "INFO",
+            **self.extra_env,
         }
         env.pop("KUBERNETES_SERVICE_HOST", None)
         log = self.log_path.open("ab")
@@ -108,8 +109,18 @@ def crd(kubectl: Any, wait_for: Any) -> None:
 
 
 @pytest.fixture(scope="module")
+def operator_env() -> dict[str, str]:
+    """Extra settings for the module's operator (a test module overrides this fixture to change them)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
 def operator(
-    cluster: Any, kubectl: Any, crd: None, tmp_path_factory: pytest.TempPathFactory
+    cluster: Any,
+    kubectl: Any,
+    crd: None,
+    operator_env: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
     if kubectl("get", "namespace", OPERATOR_NAMESPACE, check=False).returncode != 0:
         kubectl("create", "namespace", OPERATOR_NAMESPACE)
@@ -119,7 +130,7 @@ def operator(
     # The operator must run with its own rights, not the admin's.
     whoami = kubectl("auth", "can-i", "get", "secrets", "-A", f"--kubeconfig={kubeconfig}", check=False)
     assert whoami.stdout.strip() == "no", "the operator's ServiceAccount must not read secrets"
-    process = OperatorProcess(kubeconfig, workdir / "operator.log")
+    process = OperatorProcess(kubeconfig, workdir / "operator.log", operator_env)
     process.start()
     try:
         yield process

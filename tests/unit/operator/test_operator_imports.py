@@ -31,3 +31,18 @@ def test_a_bad_setting_stops_the_operator_with_the_variable_named():
     )
     assert result.returncode == 2
     assert "MWMS_METRICS_PORT" in result.stderr
+
+
+def test_kopf_watches_all_namespaces_or_only_the_configured_ones():
+    from mwms_operator.__main__ import run_options
+    from mwms_operator.config import OperatorConfig
+
+    everywhere = run_options(OperatorConfig.from_env({"MWMS_HEALTH_PORT": "9000"}))
+    assert everywhere == {
+        "standalone": True,
+        "clusterwide": True,
+        "namespaces": [],
+        "liveness_endpoint": "http://0.0.0.0:9000/healthz",
+    }
+    some = run_options(OperatorConfig.from_env({"MWMS_WATCH_NAMESPACES": "team-a,ml-*"}))
+    assert (some["clusterwide"], some["namespaces"]) == (False, ["team-a", "ml-*"])

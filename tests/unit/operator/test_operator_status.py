@@ -74,7 +74,7 @@ def test_all_pods_created_sets_created_then_running():
     first = step(None, [], service=False)
     created = step(first.status, group(phase="Pending"), at=1)
     assert created.actions == () and created.all_pods_created
-    assert conditions(created) == {"Created": ("True", "PodsCreated")}
+    assert conditions(created) == {"Created": ("True", "PodsCreated"), "Running": ("False", "WorkersPending")}
     assert created.status["replicaStatuses"] == {"active": 3, "ready": 0, "succeeded": 0, "failed": 0}
     running = step(created.status, group(), at=2)
     assert running.status["phase"] == "Running" and not running.all_pods_created
@@ -252,7 +252,12 @@ def test_startup_timeout_names_pending_workers_and_the_schedulers_reason():
     first = step(None, [], job=job, service=False)
     waiting = "Unschedulable: 0/1 nodes are available: 1 Insufficient cpu."
     pods = [pod(0), pod(1), pod(2, "Pending", waiting=waiting)]
-    assert step(first.status, pods, at=29, job=job).status["phase"] == "Pending"
+    waiting_status = step(first.status, pods, at=29, job=job)
+    assert waiting_status.status["phase"] == "Pending"
+    # Already while waiting, the condition names the worker and the scheduler's reason.
+    assert conditions(waiting_status)["Running"] == ("False", "WorkersPending")
+    running = next(c for c in waiting_status.status["conditions"] if c["type"] == "Running")
+    assert running["message"] == f"waiting for 1 of 3 workers to run (mnist-worker-2: {waiting})"
     d = step(first.status, pods, at=30, job=job)
     assert conditions(d)["Failed"] == ("True", "StartupTimeout")
     assert f"mnist-worker-2 ({waiting})" in d.events[-1].message
