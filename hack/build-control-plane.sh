@@ -9,7 +9,9 @@ K8S_VERSION=${K8S_VERSION:-v1.37.2}
 STAGING_VERSION=${STAGING_VERSION:-v0.${K8S_VERSION#v1.}}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 CACHE_ROOT=${MWMS_CACHE:-$HOME/.cache/mwms}
-BIN_DIR="$CACHE_ROOT/control-plane/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin"
+# RECIPE changes whenever the way the binaries are built changes, so an old cache is not reused.
+RECIPE=2
+BIN_DIR="$CACHE_ROOT/control-plane/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-r$RECIPE/bin"
 K8S_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler)
 
 log() { echo "build-control-plane: $*" >&2; }
@@ -55,11 +57,18 @@ if [ $needs_k8s -eq 1 ]; then
   for cmd in "${K8S_COMMANDS[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$cmd" >>"$work/k8s/tools.go"; done
   printf ')\n' >>"$work/k8s/tools.go"
   sed -i '1i //go:build tools\n' "$work/k8s/tools.go"
+  # Stamp the version as the release build does: Helm's kubeVersion checks and `kubectl version` read it.
+  minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+  k8s_ldflags="$ldflags"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    k8s_ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
   (cd "$work/k8s" && go mod tidy -e >&2 2>/dev/null || true
    cd "$work/k8s" && go get "k8s.io/kubernetes@$K8S_VERSION" >&2
    for cmd in "${K8S_COMMANDS[@]}"; do
      log "  go build $cmd"
-     go build -ldflags "$ldflags" -o "$BIN_DIR/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd" >&2
+     go build -ldflags "$k8s_ldflags" -o "$BIN_DIR/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd" >&2
      mv "$BIN_DIR/$cmd.tmp" "$BIN_DIR/$cmd"
    done)
 fi
