@@ -27,6 +27,12 @@ fi
 
 command -v go >/dev/null || { log "Go is required to build ${missing[*]}"; exit 1; }
 mkdir -p "$BIN_DIR"
+# One build at a time: clusters started in parallel all call this script.
+exec 9>"$BIN_DIR/../build.lock"
+flock 9
+if [ -z "${MWMS_BUILD_LOCKED:-}" ]; then
+  MWMS_BUILD_LOCKED=1 exec bash "${BASH_SOURCE[0]}" "$@"  # re-check what is missing now that we hold it
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export GOFLAGS="-trimpath -mod=mod" CGO_ENABLED=0
