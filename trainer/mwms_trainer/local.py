@@ -90,40 +90,46 @@ def worker_envs(
     return envs
 
 
+def spawn(cmd: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        list(cmd),
+        env=dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # Ctrl-C reaches us only; we stop the workers ourselves
+    )
+
+
 def start_workers(envs: Sequence[Mapping[str, str]], job_dir: Path) -> list[subprocess.Popen[str]]:
     job_dir.mkdir(parents=True, exist_ok=True)
-    return [
-        subprocess.Popen(
-            [sys.executable, "-m", "mwms_trainer"],
-            env=dict(env),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,  # Ctrl-C reaches us only; we stop the workers ourselves
-        )
-        for env in envs
-    ]
+    return [spawn([sys.executable, "-m", "mwms_trainer"], env) for env in envs]
 
 
-def _pump(index: int, stream: IO[str], log_path: Path, show: IO[str] | None) -> None:
-    """Every line to the worker's log file; the chief's epochs and any worker's errors to `show`."""
+def _pump(index: int, stream: IO[str], log_path: Path, show: IO[str] | None, show_all: bool) -> None:
+    """Every line to the worker's log file; to `show` all of them, or the chief's epochs and any errors."""
     with open(log_path, "w", encoding="utf-8") as log:
         for line in stream:
             log.write(line)
             log.flush()
             if show is not None and (
-                (index == 0 and " epoch " in line) or " ERROR " in line or line.startswith("Traceback")
+                show_all
+                or (index == 0 and " epoch " in line)
+                or " ERROR " in line
+                or line.startswith("Traceback")
             ):
                 show.write(f"[worker-{index}] {line}")
                 show.flush()
 
 
 def wait_workers(
-    procs: Sequence[subprocess.Popen[str]], job_dir: Path, show: IO[str] | None = None
+    procs: Sequence[subprocess.Popen[str]], job_dir: Path, show: IO[str] | None = None, show_all: bool = False
 ) -> list[int]:
     """Wait for the group; a chief that outlives a failed peer by GRACE_SECONDS is stopped."""
     pumps = [
-        threading.Thread(target=_pump, args=(i, p.stdout, job_dir / f"worker-{i}.log", show), daemon=True)
+        threading.Thread(
+            target=_pump, args=(i, p.stdout, job_dir / f"worker-{i}.log", show, show_all), daemon=True
+        )
         for i, p in enumerate(procs)
     ]
     for t in pumps:

@@ -45,7 +45,7 @@ def _reachable(address: str) -> str | None:
 
 
 @contextlib.contextmanager
-def _listening(address: str | None, deadline: float) -> Iterator[None]:
+def listening(address: str | None, deadline: float) -> Iterator[None]:
     """Accept rendezvous probes on our own port until the strategy's gRPC server takes it over."""
     if address is None:
         yield
@@ -101,7 +101,7 @@ def create_strategy(cluster: Cluster, deadline: float, on_backstop: Callable[[st
 
     tf = tensorflow()
     if cluster.is_distributed:
-        with _listening(cluster.own_address, deadline):
+        with listening(cluster.own_address, deadline):
             wait_for_peers(cluster, deadline)
     # The backstop kills the process from C (exit code 1, traceback on stderr) if a peer vanished between the
     # rendezvous and registration; the message it leaves behind is written first.

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from mwms_operator import constants
 from mwms_trainer.errors import RetryableError
 
 log = logging.getLogger("mwms_trainer")
@@ -21,11 +22,11 @@ T = TypeVar("T")
 
 TAG_JOB_NAME = "mwms.dev/job-name"
 TAG_JOB_NAMESPACE = "mwms.dev/job-namespace"
-TAG_JOB_UID = "mwms.dev/job-uid"
+TAG_JOB_UID = constants.MLFLOW_TAG_JOB_UID
 TAG_RESTART_COUNT = "mwms.dev/restart-count"
 TAG_RESUMED_FROM_EPOCH = "mwms.dev/resumed-from-epoch"
 MODEL_NAME = "model"
-RETRY_DELAYS_SECONDS = (1, 2, 4, 8, 16)  # ~30 s of an unreachable server, then exit 75
+RETRY_DELAYS_SECONDS = (1, 2, 4, 8)  # ~15 s of an unreachable server, then exit 75 (the operator retries)
 
 
 class NullTracker:
@@ -149,7 +150,7 @@ class MlflowTracker:
         return f"models:/{models[0].model_id}" if models else None
 
     def log_model(self, model: Any, example: np.ndarray, metrics: Mapping[str, float]) -> str:
-        """Final metrics and the one model of this run (a retried chief reuses a model it already logged)."""
+        """Held-out metrics and the run's one model (a retried chief reuses the model it already logged)."""
         mlflow = self._mlflow
         self._retry("final metrics", lambda: mlflow.log_metrics(dict(metrics)))
         existing = self._retry("model lookup", self._existing_model_uri)

@@ -56,7 +56,7 @@ def params_of(settings: Settings, split: data.Split) -> dict[str, Any]:
     }
 
 
-def epoch_logger(rank: int, epochs: int, tracker: Any) -> Any:
+def epoch_logger(rank: int, epochs: int | None, tracker: Any) -> Any:
     """Progress on every worker's log; the chief's tracker also sends it to MLflow."""
     k = keras()
 
@@ -67,13 +67,14 @@ def epoch_logger(rank: int, epochs: int, tracker: Any) -> Any:
             if self.first_epoch is None:
                 self.first_epoch = epoch
                 if epoch > 0:
-                    log.info("worker %d resumes from the checkpoint at epoch %d/%d", rank, epoch + 1, epochs)
+                    log.info("worker %d resumes from the checkpoint at epoch %d", rank, epoch + 1)
                     tracker.note_resume(epoch)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             logs = dict(logs or {})
             shown = " ".join(f"{k}={v:.4f}" for k, v in sorted(logs.items()))
-            print(f"worker {rank} epoch {epoch + 1}/{epochs} {shown}", flush=True)
+            of = f"/{epochs}" if epochs else ""
+            print(f"worker {rank} epoch {epoch + 1}{of} {shown}", flush=True)
             tracker.log_epoch(epoch, logs)
 
     return EpochLogger()
@@ -133,10 +134,10 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
             return {"worker": cluster.rank, "status": "ok"}
         # The chief alone: a plain copy needs no collectives, so the peers may already be gone.
         plain = model_mod.plain_copy(model)
-        metrics = model_mod.held_out_metrics(plain, split.x_test, split.y_test)
-        final_train = {k: float(v[-1]) for k, v in history.history.items() if not k.startswith("val_") and v}
-        metrics.update(final_train)
-        model_uri = tracker.log_model(plain, split.x_test[:5], metrics)
+        held_out = model_mod.held_out_metrics(plain, split.x_test, split.y_test)
+        model_uri = tracker.log_model(plain, split.x_test[:5], held_out)
+        # The last epoch's training metrics are in MLflow already (per epoch); the summary carries both.
+        metrics = {**held_out, **{k: float(v[-1]) for k, v in history.history.items() if v}}
         ok = True
         log.info("held-out accuracy %.4f, model %s", metrics["val_accuracy"], model_uri)
         return {

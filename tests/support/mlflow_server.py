@@ -1,0 +1,106 @@
+"""A real `mlflow server` for tests: sqlite backend, proxied artifacts, one worker, a free port.
+
+Usage: `with MlflowServer(tmp_dir) as server: server.url`; or start()/stop() from a session fixture.
+`host` is the address it listens on; `allowed_hosts` adds Host headers beyond MLflow's default (localhost and
+private IPs), e.g. `mlflow.<ns>.svc.cluster.local:5000` when pods reach it by a Service name (FACTS.md: 403
+for unknown Host headers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+START_TIMEOUT_SECONDS = 120  # ~8 s on an idle box; several times that while other tests load the CPUs
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class MlflowServer:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        allowed_hosts: Sequence[str] = (),
+    ) -> None:
+        self.root = Path(root)
+        self.host = host
+        self.port = port or free_port(host)
+        self.allowed_hosts = list(allowed_hosts)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = self.root / "mlflow-server.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> MlflowServer:
+        self.root.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            sys.executable, "-m", "mlflow", "server",
+            "--backend-store-uri", f"sqlite:///{(self.root / 'mlflow.db').resolve()}",
+            "--artifacts-destination", str((self.root / "artifacts").resolve()),
+            "--host", self.host,
+            "--port", str(self.port),
+            "--workers", "1",
+        ]  # fmt: skip
+        if self.allowed_hosts:
+            defaults = ["localhost", "127.0.0.1", f"localhost:{self.port}", f"127.0.0.1:{self.port}"]
+            cmd += ["--allowed-hosts", ",".join([*defaults, f"{self.host}:{self.port}", *self.allowed_hosts])]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+                start_new_session=True,
+                env=os.environ,
+            )
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mlflow server exited {self.process.returncode}: {self.log_tail()}")
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"{self.url}/health", timeout=2) as answer,
+            ):
+                if answer.status == 200:
+                    return self
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"mlflow server not healthy after {START_TIMEOUT_SECONDS}s: {self.log_tail()}")
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        """SIGTERM the server's process group (gunicorn/uvicorn children too), SIGKILL if it lingers."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, 15)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, 9)
+            self.process.wait(timeout=15)
+
+    def __enter__(self) -> MlflowServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,80 @@
+"""Failures the operator acts on: a peer lost mid-fit, a peer that never starts, MLflow unreachable."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from conftest import group, models_of, runs_of, trainjob_spec
+
+from mwms_operator import constants
+from mwms_trainer.local import free_ports
+
+pytestmark = pytest.mark.tf
+RETRYABLE = constants.EXIT_RETRYABLE
+
+
+def _wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_worker_killed_mid_fit_then_group_resumes_from_checkpoint(mlflow_server, mlflow_client, tmp_path):
+    name, uid, epochs = "killed-worker", str(uuid.uuid4()), 24
+    spec = trainjob_spec(name, 3, {"epochs": epochs, "globalBatchSize": 30}, checkpoint=True)
+    first = group(spec, mlflow_server.url, tmp_path / "first", uid=uid).start()
+    try:
+        _wait_for(lambda: f"epoch 4/{epochs}" in first.log(0), 300, "the chief's 4th epoch")
+        first.procs[2].kill()
+        killed_at = time.monotonic()
+        for i in (0, 1):
+            assert first.procs[i].wait(timeout=30) == RETRYABLE, first.log(i)[-3000:]
+        assert time.monotonic() - killed_at <= 30
+    finally:
+        first.kill()
+    assert first.termination(0).startswith("retryable: lost a peer")
+    assert first.termination(1).startswith("retryable: lost a peer")
+
+    # The whole group again (new addresses, restart 1), the same checkpoint volume and job uid.
+    second = group(spec, mlflow_server.url, tmp_path / "first", uid=uid, restart_count=1)
+    for env, old in zip(second.envs, first.envs, strict=True):
+        assert env[constants.ENV_CHECKPOINT_DIR] == old[constants.ENV_CHECKPOINT_DIR]
+    second.start()
+    codes = second.wait(timeout=400)
+    assert codes == {0: 0, 1: 0, 2: 0}, second.log(0)[-3000:]
+    assert "resumes from the checkpoint at epoch" in second.log(0)
+
+    runs = runs_of(mlflow_client, name)
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.run_id == second.summary()["runId"]
+    assert run.data.tags["mwms.dev/restart-count"] == "1"
+    resumed = int(run.data.tags["mwms.dev/resumed-from-epoch"])
+    assert 1 <= resumed < epochs
+    steps = sorted(m.step for m in mlflow_client.get_metric_history(run.info.run_id, "loss"))
+    assert set(steps) == set(range(epochs))  # every epoch once; the resumed group did not start over
+    assert len(models_of(run.info.experiment_id, run.info.run_id, mlflow_server.url)) == 1
+
+
+def test_peer_that_never_starts_exits_75_at_the_startup_deadline(mlflow_server, tmp_path):
+    spec = trainjob_spec("never-starts", 3, {"epochs": 1, "globalBatchSize": 30}, startup_timeout=15)
+    g = group(spec, mlflow_server.url, tmp_path).start(indices=[0, 1])  # worker 2 never comes
+    codes = g.wait(timeout=120)  # not an hour: the default registration timeout
+    assert codes == {0: RETRYABLE, 1: RETRYABLE}, g.log(0)[-3000:]
+    for i in (0, 1):
+        message = g.termination(i)
+        assert message.startswith("retryable: startup deadline passed waiting for peers"), message
+        assert "worker 2 (127.0.0.1:" in message
+
+
+def test_mlflow_unreachable_exits_75_with_a_clear_message(tmp_path):
+    port = free_ports(1)[0]  # nothing listens there
+    spec = trainjob_spec("no-mlflow", 1, {"epochs": 1})
+    g = group(spec, f"http://127.0.0.1:{port}", tmp_path).start()
+    assert g.wait(timeout=300) == {0: RETRYABLE}, g.log(0)[-3000:]
+    assert g.termination(0).startswith(f"retryable: MLflow at http://127.0.0.1:{port} is unavailable")

@@ -1,0 +1,198 @@
+"""A drop-in for spark-tensorflow-distributor's MirroredStrategyRunner, plus the helpers its users lacked.
+
+    from mwms_trainer import MirroredStrategyRunner, is_chief, log_model, mlflow_callback
+    MirroredStrategyRunner(num_slots=4, use_custom_strategy=True).run(train)
+
+Inside a worker pod (TF_CONFIG set) `run` calls `train_fn` on this worker, after waiting for the peers, and
+returns its result on the chief (None on the other workers). Outside a cluster it starts `num_slots` local
+worker processes on free 127.0.0.1 ports and returns the chief's result. `train_fn` travels to those
+processes with cloudpickle: a function defined in `__main__` goes by value, any other by reference (the
+workers get this process's sys.path). With MLFLOW_TRACKING_URI set, the chief (only) has one MLflow run open
+while `train_fn` runs; `log_model` and `mlflow_callback` write to it, and do nothing on other workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mwms_operator import constants
+from mwms_trainer import cluster as cluster_mod
+from mwms_trainer.errors import TrainerError
+
+_state: dict[str, Any] = {}  # this worker's tracker while run() is inside train_fn
+
+
+def _cluster() -> cluster_mod.Cluster:
+    return cluster_mod.from_tf_config(os.environ.get(constants.ENV_TF_CONFIG))
+
+
+def is_chief() -> bool:
+    """True on worker 0 (or outside any cluster): the one process that should write to MLflow."""
+    return _cluster().is_chief
+
+
+def log_model(model: Any, name: str = "model", **kwargs: Any) -> Any:
+    """Log `model` in MLflow's TensorFlow flavour from the chief only; None on other workers.
+
+    Collective-safe: the chief logs a plain copy built from the weights (model.plain_copy), so no worker has
+    to take part and nothing blocks. Call it on every worker anyway: the code stays the same everywhere.
+    """
+    if not is_chief():
+        return None
+    import mlflow
+
+    from mwms_trainer.model import plain_copy
+
+    return mlflow.tensorflow.log_model(plain_copy(model), name=name, **kwargs)
+
+
+def mlflow_callback() -> Any:
+    """A Keras callback: per-epoch progress in every worker's log, per-epoch metrics in the chief's run."""
+    from mwms_trainer import tracking, train
+
+    tracker = _state.get("tracker") or tracking.NullTracker()
+    return train.epoch_logger(_cluster().rank, None, tracker)
+
+
+def _open_tracker(environ: Mapping[str, str], cluster: cluster_mod.Cluster, num_slots: int) -> Any:
+    from mwms_trainer import tracking
+
+    uri = environ.get(constants.ENV_TRACKING_URI, "").strip()
+    if not cluster.is_chief or not uri:
+        return tracking.NullTracker()
+    name = environ.get(constants.ENV_JOB_NAME) or "mirrored-strategy-runner"
+    return tracking.MlflowTracker(
+        tracking_uri=uri,
+        experiment_name=environ.get(constants.ENV_EXPERIMENT_NAME) or name,
+        job_name=name,
+        job_namespace=environ.get(constants.ENV_JOB_NAMESPACE) or "default",
+        job_uid=environ.get(constants.ENV_JOB_UID) or f"local-{uuid.uuid4()}",
+        restart_count=int(environ.get(constants.ENV_RESTART_COUNT) or 0),
+        params={"num_slots": num_slots},
+        registered_model_name=environ.get(constants.ENV_REGISTERED_MODEL_NAME) or None,
+    )
+
+
+def run_here(train_fn: Callable[..., Any], kwargs: Mapping[str, Any], use_custom_strategy: bool) -> Any:
+    """Run train_fn on this worker of the cluster TF_CONFIG describes; its result on the chief, else None."""
+    from mwms_trainer import startup
+    from mwms_trainer.tfenv import tensorflow
+
+    tensorflow()  # TF_USE_LEGACY_KERAS before the user's code imports TensorFlow
+    cluster = _cluster()
+    timeout = float(os.environ.get(constants.ENV_STARTUP_TIMEOUT) or 300)
+    deadline = time.monotonic() + timeout
+    tracker = _open_tracker(os.environ, cluster, cluster.num_workers)
+    _state["tracker"] = tracker
+    ok = False
+    try:
+        if use_custom_strategy:
+            # train_fn creates the strategy itself; make sure its peers are there first.
+            if cluster.is_distributed:
+                with startup.listening(cluster.own_address, deadline):
+                    startup.wait_for_peers(cluster, deadline)
+            result = train_fn(**kwargs)
+        else:
+            strategy = startup.create_strategy(cluster, deadline, lambda _: None)
+            with strategy.scope():
+                result = train_fn(**kwargs)
+        ok = True
+        return result if cluster.is_chief else None
+    finally:
+        tracker.close(ok)
+        _state.pop("tracker", None)
+
+
+class MirroredStrategyRunner:
+    """spark-tensorflow-distributor's signature; Spark-only arguments are accepted and ignored."""
+
+    def __init__(
+        self,
+        num_slots: int = 1,
+        local_mode: bool = False,
+        use_gpu: bool = False,
+        gpu_resource_name: str = "gpu",
+        use_custom_strategy: bool = False,
+    ) -> None:
+        if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
+            raise ValueError(f"num_slots must be a positive integer, got {num_slots!r}")
+        self.num_slots = num_slots
+        self.use_custom_strategy = use_custom_strategy
+
+    def run(self, train_fn: Callable[..., Any], **kwargs: Any) -> Any:
+        if os.environ.get(constants.ENV_TF_CONFIG):
+            return run_here(train_fn, kwargs, self.use_custom_strategy)
+        return self._run_local(train_fn, kwargs)
+
+    def _run_local(self, train_fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
+        import cloudpickle
+
+        from mwms_operator.tf_config import tf_config
+        from mwms_trainer import local
+
+        with tempfile.TemporaryDirectory(prefix="mwms-runner-") as tmp:
+            work = Path(tmp)
+            result = work / "result.pkl"
+            (work / "fn.pkl").write_bytes(
+                cloudpickle.dumps((train_fn, dict(kwargs), self.use_custom_strategy))
+            )
+            hosts = [f"127.0.0.1:{p}" for p in local.free_ports(self.num_slots)]
+            uid = str(uuid.uuid4())
+            path = os.pathsep.join(p for p in sys.path if p and Path(p).exists())
+            envs = []
+            for index in range(self.num_slots):
+                env = dict(os.environ)
+                env.update(
+                    {
+                        constants.ENV_TF_CONFIG: json.dumps(tf_config(hosts, index)),
+                        constants.ENV_JOB_UID: uid,
+                        constants.ENV_JOB_NAME: os.environ.get(constants.ENV_JOB_NAME)
+                        or getattr(train_fn, "__name__", "train"),
+                        "PYTHONPATH": path,
+                    }
+                )
+                envs.append(env)
+            procs = [
+                local.spawn(
+                    [sys.executable, "-m", "mwms_trainer.runner", str(work / "fn.pkl"), str(result)], env
+                )
+                for env in envs
+            ]
+            codes = local.wait_workers(procs, work, show=sys.stderr, show_all=True)
+            if codes[0] != 0:
+                tail = (work / "worker-0.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"the chief failed (exit codes {codes}); the end of its log:\n{tail}")
+            with open(result, "rb") as f:
+                return cloudpickle.load(f)
+
+
+def _worker_main(argv: list[str]) -> int:
+    """python -m mwms_trainer.runner FN.pkl RESULT.pkl: one local worker of MirroredStrategyRunner."""
+    import logging
+
+    import cloudpickle
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(message)s")
+    with open(argv[0], "rb") as f:
+        train_fn, kwargs, custom = cloudpickle.load(f)
+    try:
+        result = run_here(train_fn, kwargs, custom)
+    except TrainerError as e:
+        logging.getLogger("mwms_trainer").error("%s", e)
+        return e.exit_code
+    if is_chief():
+        with open(argv[1], "wb") as f:
+            cloudpickle.dump(result, f)
+    return constants.EXIT_SUCCESS
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main(sys.argv[1:]))
