@@ -44,6 +44,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import urllib3
+
 from mwms_dev import nodeagent_net as net
 from mwms_dev.nodeagent_hosts import PodEntry, ServiceEntry, name_table, render_hosts, resolv_conf
 from mwms_dev.nodeagent_ipam import Ipam
@@ -143,6 +145,7 @@ class PodWorker(threading.Thread):
         self.start_time = (pod.get("status") or {}).get("startTime") or now_iso()
         self.restart_count = 0
         self.last_state: dict[str, Any] | None = None
+        self.kill_timer: threading.Timer | None = None
 
     # --- called from other threads ---------------------------------------------------------------
 
@@ -164,9 +167,9 @@ class PodWorker(threading.Thread):
         if proc is not None and proc.poll() is None:
             log.info("pod %s/%s: SIGTERM, SIGKILL after %.0fs", self.namespace, self.pod_name, grace)
             _killpg(proc.pid, signal.SIGTERM)
-            timer = threading.Timer(grace, _killpg, args=(proc.pid, signal.SIGKILL))
-            timer.daemon = True
-            timer.start()
+            self.kill_timer = threading.Timer(grace, _killpg, args=(proc.pid, signal.SIGKILL))
+            self.kill_timer.daemon = True
+            self.kill_timer.start()
 
     # --- the worker thread -------------------------------------------------------------------------
 
@@ -214,7 +217,8 @@ class PodWorker(threading.Thread):
             except PodSpecError as exc:
                 self._report_failed(exc.reason, str(exc))
                 return
-            except (ConfigNotReady, ApiError) as exc:
+            except (ConfigNotReady, ApiError, OSError, urllib3.exceptions.HTTPError) as exc:
+                # Missing ConfigMap/Secret/ServiceAccount or an API hiccup: the kubelet retries these.
                 self._report(
                     "Pending", {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
                 )
@@ -344,6 +348,10 @@ class PodWorker(threading.Thread):
             "gid": gid,
             "groups": groups,
             "startErrorFile": str(start_error),
+            # The venv and the interpreter it links to, for a runAsUser that could not reach them otherwise.
+            "exposePaths": sorted(
+                {str(Path(cfg.python).parent.parent), str(Path(os.path.realpath(cfg.python)).parent.parent)}
+            ),
         }
         self.term_file, self.start_error_file = term_file, start_error
         plan_file = self.dir / f"{self.container_name}.plan.json"
@@ -508,6 +516,8 @@ class PodWorker(threading.Thread):
         if proc is not None and proc.poll() is None:
             _killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        if self.kill_timer is not None:
+            self.kill_timer.cancel()  # the group is gone; its id must not be signalled once reused
         self.sandbox_ready = False
         try:
             net.delete(netns=self.netns, ip=self.ip)

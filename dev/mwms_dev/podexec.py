@@ -27,6 +27,8 @@ MS_REMOUNT = 0x20
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
+MNT_DETACH = 0x2
+STAGE_DIR = "/run/mwms-podexec-stage"  # mount points only; what is mounted there stays in the pod's namespace
 START_ERROR_EXIT = 128
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -50,11 +52,51 @@ def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), "unshare")
 
 
-def mount(source: str | None, target: str, flags: int) -> None:
+def mount(
+    source: str | None, target: str, flags: int, fstype: str | None = None, data: str | None = None
+) -> None:
     src = source.encode() if source is not None else None
-    _check(
-        _libc.mount(src, target.encode(), None, ctypes.c_ulong(flags), None), f"mount {source} on {target}"
+    result = _libc.mount(
+        src,
+        target.encode(),
+        fstype.encode() if fstype else None,
+        ctypes.c_ulong(flags),
+        data.encode() if data else None,
     )
+    _check(result, f"mount {source} on {target}")
+
+
+def blocked_ancestor(path: str) -> str | None:
+    """The topmost directory above `path` that others may not traverse (e.g. /root, mode 0700)."""
+    parts = os.path.abspath(path).strip("/").split("/")
+    for i in range(1, len(parts)):
+        ancestor = "/" + "/".join(parts[:i])
+        if not os.stat(ancestor).st_mode & 0o001:
+            return ancestor
+    return None
+
+
+def expose(paths: list[str]) -> None:
+    """Make `paths` reachable for a non-root container although an ancestor is closed to it (the venv's base
+    interpreter under /root, say): in this private mount namespace the closed ancestor becomes an empty
+    tmpfs that holds just those paths, bind-mounted. A container never sees the host's home dirs anyway."""
+    by_ancestor: dict[str, list[str]] = {}
+    for path in paths:
+        ancestor = blocked_ancestor(path)
+        if ancestor is not None:
+            by_ancestor.setdefault(ancestor, []).append(path)
+    for ancestor, inside in by_ancestor.items():
+        staged = []
+        for i, path in enumerate(inside):
+            stage = f"{STAGE_DIR}/{i}"
+            os.makedirs(stage, exist_ok=True)
+            mount(path, stage, MS_BIND | MS_REC)
+            staged.append((stage, path))
+        mount("tmpfs", ancestor, 0, fstype="tmpfs", data="mode=0755")
+        for stage, path in staged:
+            os.makedirs(path, exist_ok=True)
+            mount(stage, path, MS_BIND | MS_REC)
+            _check(_libc.umount2(stage.encode(), MNT_DETACH), f"umount {stage}")
 
 
 def ensure_mount_point(target: str, is_file: bool) -> None:
@@ -73,6 +115,8 @@ def prepare(plan: dict) -> None:
     # Our mounts must not leak to the host (and the host's later mounts need not reach us).
     mount(None, "/", MS_REC | MS_PRIVATE)
     socket.sethostname(plan["hostname"])
+    if plan.get("uid") not in (None, 0):
+        expose(plan.get("exposePaths", []))
     for m in plan["mounts"]:
         is_file = m.get("isFile", os.path.isfile(m["source"]))
         ensure_mount_point(m["target"], is_file)

@@ -353,9 +353,18 @@ def test_run_as_user_and_group_own_the_writable_pod_files(cluster, kubectl, name
             },
         }  # fmt: skip
 
-    # Plain binaries: the venv's python may live where uid 1000 cannot reach (e.g. under /root).
+    # The venv's python too, even where its interpreter lives under a directory closed to uid 1000 (/root).
+    python = [
+        "python",
+        "-c",
+        "import os, kubernetes; open('/dev/termination-log', 'w').write(str(os.getuid()))",
+    ]
     kubectl.apply(
-        as_list(pod("who", ["id"]), pod("writer", ["touch", "/scratch/ok", "/dev/termination-log"])),
+        as_list(
+            pod("who", ["id"]),
+            pod("writer", ["touch", "/scratch/ok", "/dev/termination-log"]),
+            pod("py", python),
+        ),
         "-n",
         namespace,
     )
@@ -365,6 +374,8 @@ def test_run_as_user_and_group_own_the_writable_pod_files(cluster, kubectl, name
         wait_for(lambda: terminated(kubectl, namespace, "writer"), timeout=120, what="writer")["exitCode"]
         == 0
     )
+    state = wait_for(lambda: terminated(kubectl, namespace, "py"), timeout=120, what="py")
+    assert (state["exitCode"], state.get("message")) == (0, "1000")
 
 
 def test_kubectl_logs_reads_the_container_output_through_the_api_server(
