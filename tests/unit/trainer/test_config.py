@@ -1,0 +1,115 @@
+"""config.py: MWMS_TRAINER_CONFIG defaults (the seed's) and validation naming the setting."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mwms_operator import constants
+from mwms_operator.tf_config import tf_config
+from mwms_trainer.config import TrainerConfig, load, parse_trainer_config
+from mwms_trainer.errors import ConfigError
+
+S = "MWMS_TRAINER_CONFIG."
+
+
+def test_defaults_reproduce_the_seed():
+    cfg = parse_trainer_config(None)
+    assert cfg == parse_trainer_config("{}") == TrainerConfig()
+    assert (cfg.dataset, cfg.testSize, cfg.seed, cfg.learningRate, cfg.hiddenUnits) == (
+        "breast_cancer",
+        0.3,
+        42,
+        0.001,
+        (),
+    )
+    assert cfg.globalBatchSize == 32
+    assert cfg.epochs > 1  # the seed's one epoch underfits (docs/migration.md)
+
+
+def test_every_setting_is_read():
+    raw = {
+        "dataset": "csv", "seed": 7, "epochs": 3, "globalBatchSize": 64, "learningRate": 0.01,
+        "testSize": 0.2, "hiddenUnits": [16, 8], "syntheticSamples": 500, "syntheticFeatures": 5,
+        "dataPath": "/d.csv", "labelColumn": "y",
+    }  # fmt: skip
+    cfg = parse_trainer_config(json.dumps(raw), num_workers=4)
+    assert cfg.as_params() == raw
+
+
+@pytest.mark.parametrize(
+    ("raw", "workers", "setting"),
+    [
+        ("[1]", 1, "MWMS_TRAINER_CONFIG"),
+        ("{bad", 1, "MWMS_TRAINER_CONFIG"),
+        ({"dataset": "mnist"}, 1, S + "dataset"),
+        ({"epochs": -1}, 1, S + "epochs"),
+        ({"epochs": 0}, 1, S + "epochs"),
+        ({"epochs": 2.5}, 1, S + "epochs"),
+        ({"epochs": True}, 1, S + "epochs"),
+        ({"seed": -3}, 1, S + "seed"),
+        ({"globalBatchSize": 1}, 2, S + "globalBatchSize"),
+        ({"globalBatchSize": 30}, 4, S + "globalBatchSize"),
+        ({"learningRate": 0}, 1, S + "learningRate"),
+        ({"learningRate": "fast"}, 1, S + "learningRate"),
+        ({"testSize": 1.0}, 1, S + "testSize"),
+        ({"testSize": 0}, 1, S + "testSize"),
+        ({"hiddenUnits": [8, 0]}, 1, S + "hiddenUnits"),
+        ({"hiddenUnits": 8}, 1, S + "hiddenUnits"),
+        ({"dataset": "csv"}, 1, S + "dataPath"),
+        ({"dataset": "parquet", "dataPath": ""}, 1, S + "dataPath"),
+        ({"labelColumn": ""}, 1, S + "labelColumn"),
+        ({"syntheticSamples": 3}, 1, S + "syntheticSamples"),
+        ({"epoch": 5}, 1, S + "epoch"),  # a typo is an error, not a silent default
+    ],
+)
+def test_invalid_settings_name_the_setting(raw, workers, setting):
+    text = raw if isinstance(raw, str) else json.dumps(raw)
+    with pytest.raises(ConfigError) as err:
+        parse_trainer_config(text, num_workers=workers)
+    assert err.value.setting == setting
+    assert err.value.exit_code == constants.EXIT_INVALID_CONFIG
+
+
+def _env(**extra):
+    env = {
+        constants.ENV_TF_CONFIG: json.dumps(tf_config(["a:1", "b:1"], 1)),
+        constants.ENV_TRACKING_URI: "http://mlflow:5000",
+        constants.ENV_JOB_NAME: "job",
+        constants.ENV_JOB_NAMESPACE: "ns",
+        constants.ENV_JOB_UID: "uid-1",
+        constants.ENV_RESTART_COUNT: "2",
+        constants.ENV_EXPERIMENT_NAME: "exp",
+    }
+    env.update(extra)
+    return env
+
+
+def test_load_reads_the_operator_environment():
+    s = load(_env(MWMS_CHECKPOINT_DIR="/mwms/checkpoint", MWMS_STARTUP_TIMEOUT_SECONDS="60"))
+    assert (s.cluster.rank, s.cluster.num_workers) == (1, 2)
+    assert (s.job_name, s.job_namespace, s.job_uid, s.restart_count) == ("job", "ns", "uid-1", 2)
+    assert (s.experiment_name, s.tracking_uri, s.checkpoint_dir) == (
+        "exp",
+        "http://mlflow:5000",
+        "/mwms/checkpoint",
+    )
+    assert s.startup_timeout_seconds == 60
+    assert s.termination_log == "/dev/termination-log"
+    assert s.registered_model_name is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "setting"),
+    [
+        ({constants.ENV_TRACKING_URI: ""}, constants.ENV_TRACKING_URI),
+        ({constants.ENV_RESTART_COUNT: "x"}, constants.ENV_RESTART_COUNT),
+        ({constants.ENV_STARTUP_TIMEOUT: "0"}, constants.ENV_STARTUP_TIMEOUT),
+        ({constants.ENV_TRAINER_CONFIG: '{"globalBatchSize": 3}'}, S + "globalBatchSize"),  # 2 workers
+    ],
+)
+def test_load_rejects_bad_environment(extra, setting):
+    with pytest.raises(ConfigError) as err:
+        load(_env(**extra))
+    assert err.value.setting == setting

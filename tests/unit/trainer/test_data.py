@@ -1,0 +1,92 @@
+"""data.py without TensorFlow: the seeded split and the batch arithmetic behind N workers == 1 worker."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+
+from mwms_trainer.config import TrainerConfig, parse_trainer_config
+from mwms_trainer.data import epoch_order, load_split, steps_per_epoch, worker_slice
+from mwms_trainer.errors import ConfigError
+
+
+def test_seed_split_is_the_seeds_and_the_same_every_time():
+    from sklearn.datasets import load_breast_cancer
+
+    a, b = load_split(TrainerConfig()), load_split(TrainerConfig())
+    data = load_breast_cancer()
+    x_train, x_test, _, y_test = train_test_split(data.data, data.target, test_size=0.3, random_state=42)
+    assert (len(a.x_train), len(a.x_test)) == (398, 171)
+    np.testing.assert_array_equal(a.x_train, b.x_train)
+    np.testing.assert_allclose(a.x_test, x_test.astype(np.float32))
+    np.testing.assert_array_equal(a.y_test, y_test)
+    scaler = StandardScaler().fit(x_train)  # fitted on the training split only
+    np.testing.assert_allclose(a.mean, scaler.mean_)
+    np.testing.assert_allclose(a.variance, scaler.var_)
+
+
+def test_synthetic_and_csv_data(tmp_path):
+    cfg = parse_trainer_config('{"dataset": "synthetic", "syntheticSamples": 200, "syntheticFeatures": 6}')
+    s = load_split(cfg)
+    assert s.num_features == 6 and len(s.x_train) + len(s.x_test) == 200
+    path = tmp_path / "d.csv"
+    rows = ["a,b,label"] + [f"{i},{i % 7},{i % 2}" for i in range(100)]
+    path.write_text("\n".join(rows))
+    csv = load_split(parse_trainer_config(f'{{"dataset": "csv", "dataPath": "{path}"}}'))
+    assert csv.feature_names == ("a", "b") and len(csv.x_train) == 70
+
+
+@pytest.mark.parametrize(
+    ("content", "extra", "setting"),
+    [
+        (None, "", "MWMS_TRAINER_CONFIG.dataPath"),
+        ("a,b\n1,2\n", "", "MWMS_TRAINER_CONFIG.labelColumn"),
+        ("a,label\n1,3\n2,4\n", "", "MWMS_TRAINER_CONFIG.labelColumn"),
+        ("a,label\nx,1\ny,0\n", "", "MWMS_TRAINER_CONFIG.dataPath"),
+        ("a,label\n" + "1,0\n" * 20, ', "globalBatchSize": 64', "MWMS_TRAINER_CONFIG.globalBatchSize"),
+    ],
+)
+def test_bad_data_names_the_setting(tmp_path, content, extra, setting):
+    path = tmp_path / "d.csv"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError) as err:
+        load_split(parse_trainer_config(f'{{"dataset": "csv", "dataPath": "{path}"{extra}}}'))
+    assert err.value.setting == setting
+
+
+@given(
+    rows=st.integers(min_value=1, max_value=500),
+    batch=st.integers(min_value=1, max_value=64),
+    epochs=st.integers(min_value=1, max_value=5),
+    seed=st.integers(min_value=0, max_value=2**16),
+)
+def test_epoch_order_uses_only_full_batches_of_distinct_rows(rows, batch, epochs, seed):
+    order = epoch_order(rows, batch, epochs, seed)
+    steps = steps_per_epoch(rows, batch)
+    assert order.shape == (epochs * steps, batch)
+    for epoch in np.split(order, epochs) if steps else []:
+        flat = epoch.reshape(-1)
+        assert len(set(flat.tolist())) == len(flat) == steps * batch  # no row twice in an epoch
+        assert flat.min() >= 0 and flat.max() < rows
+    np.testing.assert_array_equal(order, epoch_order(rows, batch, epochs, seed))  # same on every worker
+
+
+def test_remainder_differs_between_epochs():
+    order = epoch_order(398, 32, 10, 42)  # 14 rows left over each epoch, not always the same 14
+    used = [set(e.reshape(-1).tolist()) for e in np.split(order, 10)]
+    assert len({frozenset(u) for u in used}) > 1
+    assert set().union(*used) == set(range(398))
+
+
+@given(workers=st.sampled_from([1, 2, 4, 8]), per_worker=st.integers(min_value=1, max_value=16))
+def test_worker_slices_partition_the_global_batch_equally(workers, per_worker):
+    batch = workers * per_worker
+    slices = [worker_slice(batch, workers, r) for r in range(workers)]
+    covered = [i for s in slices for i in range(batch)[s]]
+    assert covered == list(range(batch))
+    assert {s.stop - s.start for s in slices} == {per_worker}

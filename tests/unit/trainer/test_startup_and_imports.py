@@ -1,0 +1,65 @@
+"""Startup rendezvous over real sockets; import rules (no TensorFlow or mlflow where unused)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mwms_trainer import startup
+from mwms_trainer.cluster import Cluster
+from mwms_trainer.errors import RetryableError
+from mwms_trainer.local import free_ports
+
+
+def test_rendezvous_waits_for_listening_peers():
+    ports = free_ports(2)
+    hosts = tuple(f"127.0.0.1:{p}" for p in ports)
+    me = Cluster(hosts=hosts, rank=0)
+    deadline = time.monotonic() + 10
+    with startup.listening(Cluster(hosts=hosts, rank=1).own_address, deadline):
+        startup.wait_for_peers(me, deadline)  # returns: worker 1 listens
+
+
+def test_rendezvous_names_the_missing_peer_at_the_deadline():
+    ports = free_ports(3)
+    hosts = tuple(f"127.0.0.1:{p}" for p in ports[:2]) + ("no-such-host.invalid:2222",)
+    with pytest.raises(RetryableError) as err:
+        startup.wait_for_peers(Cluster(hosts=hosts, rank=0), time.monotonic() + 1)
+    text = str(err.value)
+    assert "worker 1 (127.0.0.1:" in text and "does not accept connections" in text
+    assert "worker 2 (no-such-host.invalid:2222): name does not resolve" in text
+    assert err.value.exit_code == 75
+
+
+def test_listener_leaves_the_port_free_for_grpc():
+    port = free_ports(1)[0]
+    with startup.listening(f"127.0.0.1:{port}", time.monotonic() + 5):
+        assert startup._reachable(f"127.0.0.1:{port}") is None
+    with socket.socket() as s:  # what the strategy's gRPC server does next
+        s.bind(("127.0.0.1", port))
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    return set(out.stdout.split())
+
+
+def test_importing_the_package_does_not_import_tensorflow():
+    mods = _modules_after(
+        "import mwms_trainer, mwms_trainer.config, mwms_trainer.cluster, mwms_trainer.local"
+    )
+    assert "tensorflow" not in mods and "mlflow" not in mods
+
+
+def test_null_tracker_never_imports_mlflow():
+    mods = _modules_after(
+        "from mwms_trainer import tracking\ntracking.NullTracker().log_epoch(0, {'loss': 1.0})"
+    )
+    assert "mlflow" not in mods
