@@ -180,7 +180,10 @@ def _worker_main(argv: list[str]) -> int:
 
     import cloudpickle
 
+    from mwms_trainer.tfenv import tensorflow
+
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(message)s")
+    tensorflow()  # before unpickling: the user's module may import TensorFlow, and tf.keras must be tf-keras
     with open(argv[0], "rb") as f:
         train_fn, kwargs, custom = cloudpickle.load(f)
     try:
