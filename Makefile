@@ -14,7 +14,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
-	$(PY) -m pip install --quiet -e ".[operator,trainer]" --group test --group lint
+	$(PY) -m pip install --quiet -e ".[operator,trainer,dev]" --group test --group lint
 	rm -f $(VENV)/.installed-* && touch $@
 
 tools: venv
