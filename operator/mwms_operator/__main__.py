@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import sys
 from typing import Any
 
@@ -30,6 +31,9 @@ def run_options(config: OperatorConfig) -> dict[str, Any]:
         "clusterwide": not config.watch_namespaces,
         "namespaces": list(config.watch_namespaces),
         "liveness_endpoint": f"http://0.0.0.0:{config.health_port}/healthz",
+        # kopf's default identity asks the passwd database for our user name, which fails for a uid the image
+        # does not list (e.g. runAsUser 65532 on a slim base image).
+        "identity": f"mwms-operator@{socket.gethostname()}",
     }
 
 

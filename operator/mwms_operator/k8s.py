@@ -6,6 +6,7 @@ deletes too (404 means it is gone), so a retried or repeated reconcile is harmle
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -27,9 +28,17 @@ class Rejected(Exception):
 
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     """kopf's credentials: the ServiceAccount in a pod, else $KUBECONFIG (explicit, predictable in tests)."""
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return kopf.login_with_service_account(**kwargs)
-    return kopf.login_with_kubeconfig(**kwargs)
+    host = os.environ.get("KUBERNETES_SERVICE_HOST")
+    if not host:
+        return kopf.login_with_kubeconfig(**kwargs)
+    info = kopf.login_with_service_account(**kwargs)
+    if info is None:
+        return None
+    # Like client-go (and the `kubernetes` client below): the address from the environment, not kopf's fixed
+    # https://kubernetes.default.svc, which needs cluster DNS and port 443.
+    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+    host = f"[{host}]" if ":" in host else host
+    return dataclasses.replace(info, server=f"https://{host}:{port}")
 
 
 class Kube:

@@ -38,6 +38,7 @@ def test_kopf_watches_all_namespaces_or_only_the_configured_ones():
     from mwms_operator.config import OperatorConfig
 
     everywhere = run_options(OperatorConfig.from_env({"MWMS_HEALTH_PORT": "9000"}))
+    assert everywhere.pop("identity").startswith("mwms-operator@")
     assert everywhere == {
         "standalone": True,
         "clusterwide": True,
