@@ -14,13 +14,15 @@ What it does, as a kubelet would:
   network namespace with an address from --subnet on --bridge, /etc/hosts standing in for cluster DNS
   (nodeagent_hosts), its ServiceAccount token and volumes bind-mounted in a private mount namespace;
 - writes pod status (phase, IPs, conditions, containerStatuses with termination messages, restartCount with
-  back-off under restartPolicy Always/OnFailure);
+  back-off under restartPolicy Always/OnFailure); readiness and liveness probes (httpGet, tcpSocket, exec);
+- provisions a PersistentVolume pre-bound to each pending claim (so the scheduler can place its pods);
 - on deletion sends SIGTERM to the container's process group, SIGKILL after the grace period, tears the
   sandbox down and deletes the pod with grace period 0;
 - keeps each container's stdout+stderr at <state-dir>/pods/<namespace>/<pod>/<container>.log (the previous
-  run's at <container>.previous.log), also after the pod is gone.
-What it does not: one container per pod, no init/ephemeral containers, no probes (running = ready), no
-resource limits, no `kubectl logs`/exec (no kubelet server), Services resolve to pod IPs (no kube-proxy).
+  run's at <container>.previous.log), also after the pod is gone, and serves them to `kubectl logs`.
+What it does not: one container per pod, no init/ephemeral containers, no startup probes, no resource
+limits, no exec/attach/port-forward, Services resolve to pod IPs (no kube-proxy), no image users (a pod
+without runAsUser runs as root).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from mwms_dev.nodeagent_hosts import PodEntry, ServiceEntry, name_table, render_
 from mwms_dev.nodeagent_ipam import Ipam
 from mwms_dev.nodeagent_kube import ApiError, Kube
 from mwms_dev.nodeagent_logs import LogServer
+from mwms_dev.nodeagent_probe import Probe, ProbeError, Prober, parse_probe
 from mwms_dev.nodeagent_spec import (
     ConfigNotReady,
     PodSpecError,
@@ -146,6 +149,9 @@ class PodWorker(threading.Thread):
         self.restart_count = 0
         self.last_state: dict[str, Any] | None = None
         self.kill_timer: threading.Timer | None = None
+        self.ready = True  # the readiness probe's verdict for the running container
+        self.report_lock = threading.Lock()  # the worker and its probers both report
+        self.current: tuple[str, dict[str, Any], str | None, str | None] | None = None
 
     # --- called from other threads ---------------------------------------------------------------
 
@@ -320,6 +326,16 @@ class PodWorker(threading.Thread):
             field=f"{field}",
         )
         argv = container_argv(container, env, cfg.python, field)
+        probes: dict[str, Probe | None] = {}
+        for kind in ("readinessProbe", "livenessProbe"):
+            try:
+                probes[kind] = (
+                    parse_probe(container[kind], container.get("ports") or [], f"{field}.{kind}")
+                    if container.get(kind)
+                    else None
+                )
+            except ProbeError as exc:
+                raise PodSpecError(f"{field}.{kind}", str(exc)) from exc
         mounts = container_mounts(
             pod, container, pod_dir=str(self.dir), state_dir=str(cfg.state_dir), field=field
         )
@@ -356,7 +372,7 @@ class PodWorker(threading.Thread):
         self.term_file, self.start_error_file = term_file, start_error
         plan_file = self.dir / f"{self.container_name}.plan.json"
         plan_file.write_text(json.dumps(plan, indent=1))
-        return {"file": str(plan_file), "plan": plan}
+        return {"file": str(plan_file), "plan": plan, "probes": probes}
 
     def _write_volumes(self, uid: int | None, gid: int | None) -> None:
         pod = self.pod
@@ -448,14 +464,65 @@ class PodWorker(threading.Thread):
             self.proc.pid,
             self.restart_count,
         )
-        self._report("Running", {"running": {"startedAt": started_at}})
+        running = {"running": {"startedAt": started_at}}
+        probes = prepared["probes"]
+        self.ready = probes["readinessProbe"] is None
+        self._report("Running", running)
+        probers = self._start_probers(prepared)
         code = self.proc.wait()
+        for prober in probers:
+            prober.stopped.set()
         _killpg(self.proc.pid, signal.SIGKILL)  # what the container left behind goes with it
         finished_at = now_iso()
         start_error = self.start_error_file.read_text(errors="replace").strip()
         exit_code = code if code >= 0 else 128 - code  # killed by signal N: 128+N, as a runtime reports it
         log.info("pod %s/%s: container exited with %d", self.namespace, self.pod_name, exit_code)
         return exit_code, started_at, finished_at, start_error
+
+    def _start_probers(self, prepared: dict[str, Any]) -> list[Prober]:
+        probes, proc = prepared["probes"], self.proc
+        probe_plan = self.dir / f"{self.container_name}.probe-plan.json"
+
+        def run_exec(command: list[str], timeout: float) -> int:
+            probe_plan.write_text(json.dumps({**prepared["plan"], "argv": command}))
+            argv = [self.cfg.python, "-m", "mwms_dev.podexec", str(probe_plan)]
+            return subprocess.run(argv, capture_output=True, timeout=timeout + 5).returncode
+
+        def readiness_changed(ok: bool) -> None:
+            log.info("pod %s/%s: readiness probe says %s", self.namespace, self.pod_name, ok)
+            self.ready = ok
+            self._refresh()
+
+        def liveness_changed(ok: bool) -> None:
+            if not ok and proc is not None and proc.poll() is None:
+                grace = _grace_seconds(self.pod)
+                log.info(
+                    "pod %s/%s: liveness probe failed, restarting the container",
+                    self.namespace,
+                    self.pod_name,
+                )
+                _killpg(proc.pid, signal.SIGTERM)
+                timer = threading.Timer(grace, _killpg, args=(proc.pid, signal.SIGKILL))
+                timer.daemon = True
+                timer.start()
+
+        probers = []
+        for kind, initial, on_change in (
+            ("readinessProbe", False, readiness_changed),
+            ("livenessProbe", True, liveness_changed),
+        ):
+            if probes[kind] is not None:
+                prober = Prober(
+                    probes[kind],
+                    initial=initial,
+                    pod_ip=self.ip or "",
+                    run_exec=run_exec,
+                    on_change=on_change,
+                    name=f"{kind}-{self.namespace}/{self.pod_name}",
+                )
+                prober.start()
+                probers.append(prober)
+        return probers
 
     def _termination_message(self) -> str:
         try:
@@ -466,9 +533,23 @@ class PodWorker(threading.Thread):
     def _report(
         self, phase: str, state: dict[str, Any], reason: str | None = None, message: str | None = None
     ) -> None:
+        with self.report_lock:
+            self.current = (phase, state, reason, message)
+            self._send()
+
+    def _refresh(self) -> None:
+        """Report the current state again (the readiness verdict changed)."""
+        with self.report_lock:
+            if self.current is not None:
+                self._send()
+
+    def _send(self) -> None:
+        assert self.current is not None
+        phase, state, reason, message = self.current
         if self.deleting:
             return
         view = ContainerView(
+            ready=self.ready,
             name=self.container_name,
             image=self.image,
             state=state,

@@ -45,6 +45,11 @@ class ContainerView:
     state: Mapping[str, Any]  # e.g. {"running": {"startedAt": ...}}
     restart_count: int = 0
     last_state: Mapping[str, Any] | None = None
+    ready: bool = True  # the readiness probe's verdict (no probe: ready while running)
+
+    @property
+    def is_ready(self) -> bool:
+        return "running" in self.state and self.ready
 
     def as_status(self) -> dict[str, Any]:
         return {
@@ -54,7 +59,7 @@ class ContainerView:
             "containerID": "",
             "state": dict(self.state),
             "lastState": dict(self.last_state or {}),
-            "ready": "running" in self.state,
+            "ready": self.is_ready,
             "started": "running" in self.state,
             "restartCount": self.restart_count,
         }
@@ -101,7 +106,7 @@ def pod_status(
     message: str | None = None,
 ) -> dict[str, Any]:
     """The whole status the agent owns, for a JSON merge patch (lists replace, so they are complete)."""
-    ready = phase == "Running" and "running" in container.state
+    ready = phase == "Running" and container.is_ready
     status: dict[str, Any] = {
         "phase": phase,
         "hostIP": host_ip,

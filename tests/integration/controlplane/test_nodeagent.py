@@ -386,3 +386,62 @@ def test_kubectl_logs_reads_the_container_output_through_the_api_server(
     assert kubectl("logs", "talker", "-n", namespace).stdout == "line 0\nline 1\nline 2\n"
     assert kubectl("logs", "talker", "-n", namespace, "--tail=1").stdout == "line 2\n"
     assert cluster.pod_log(namespace, "talker", container="main") == "line 0\nline 1\nline 2\n"
+
+
+def _ready(kubectl, namespace: str, name: str) -> bool | None:
+    """None until the container runs; then its Ready condition."""
+    status = pod_status(kubectl, namespace, name)
+    statuses = status.get("containerStatuses") or [{}]
+    if status.get("phase") != "Running" or "running" not in statuses[0].get("state", {}):
+        return None
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
+
+
+def test_probes_decide_readiness_and_restart_a_dead_container(kubectl, namespace, wait_for, tmp_path):
+    # The test flips the probes' answers through a hostPath directory the pods serve or read.
+    tmp_path.chmod(0o755)
+    volume = {"name": "flags", "hostPath": {"path": str(tmp_path)}}
+    mount = {"name": "flags", "mountPath": "/flags"}
+    web = python_pod(
+        "web",
+        "",
+        restart="Always",
+        volumes=[volume],
+        container={
+            "command": ["python", "-m", "http.server", "8080", "--directory", "/flags"],
+            "ports": [{"name": "http", "containerPort": 8080}],
+            "volumeMounts": [mount],
+            "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"}, "periodSeconds": 1},
+        },
+    )
+    mortal = python_pod(
+        "mortal",
+        "import time; time.sleep(3600)",
+        restart="Always",
+        volumes=[volume],
+        container={
+            "volumeMounts": [mount],
+            "livenessProbe": {
+                "exec": {"command": ["cat", "/flags/alive"]},
+                "periodSeconds": 1,
+                "failureThreshold": 1,
+            },
+        },
+    )
+    (tmp_path / "alive").write_text("yes")
+    kubectl.apply(as_list(web, mortal), "-n", namespace)
+
+    assert wait_for(lambda: _ready(kubectl, namespace, "web") is not None, timeout=120, what="web to run")
+    # Running, but /ready answers 404: not Ready, and it stays so until the file appears.
+    assert _ready(kubectl, namespace, "web") is False
+    (tmp_path / "ready").write_text("ok")
+    wait_for(lambda: _ready(kubectl, namespace, "web"), timeout=60, what="web to become Ready")
+
+    wait_for(lambda: _ready(kubectl, namespace, "mortal"), timeout=120, what="mortal to run")
+    assert pod_status(kubectl, namespace, "mortal")["containerStatuses"][0]["restartCount"] == 0
+    (tmp_path / "alive").unlink()
+    wait_for(
+        lambda: pod_status(kubectl, namespace, "mortal")["containerStatuses"][0]["restartCount"] >= 1,
+        timeout=90,
+        what="the liveness probe to restart mortal",
+    )
