@@ -31,6 +31,7 @@ def write_termination(path: str, message: str | Mapping[str, Any]) -> None:
 def main(environ: Mapping[str, str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(message)s")
     log = logging.getLogger("mwms_trainer")
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-step collective chatter at INFO
     environ = os.environ if environ is None else environ
     from mwms_trainer import config
     from mwms_trainer.errors import TrainerError

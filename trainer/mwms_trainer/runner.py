@@ -50,7 +50,9 @@ def log_model(model: Any, name: str = "model", **kwargs: Any) -> Any:
     import mlflow
 
     from mwms_trainer.model import plain_copy
+    from mwms_trainer.tracking import serving_requirements
 
+    kwargs.setdefault("pip_requirements", serving_requirements())
     return mlflow.tensorflow.log_model(plain_copy(model), name=name, **kwargs)
 
 

@@ -163,7 +163,11 @@ class MlflowTracker:
         info = self._retry(
             "model upload",
             lambda: mlflow.tensorflow.log_model(
-                model, name=MODEL_NAME, signature=signature, registered_model_name=self._registered_model_name
+                model,
+                name=MODEL_NAME,
+                signature=signature,
+                registered_model_name=self._registered_model_name,
+                pip_requirements=serving_requirements(),
             ),
         )
         return info.model_uri
@@ -173,6 +177,13 @@ class MlflowTracker:
             self._mlflow.end_run(status="FINISHED" if ok else "FAILED")
         except Exception as e:
             log.warning("could not close MLflow run %s: %s", self.run_id, e)
+
+
+def serving_requirements() -> list[str]:
+    """What loading the model needs, stated: inferring it re-imports TensorFlow in a subprocess (~10 s)."""
+    from importlib.metadata import version
+
+    return [f"{name}=={version(name)}" for name in ("tensorflow", "tf-keras", "mlflow", "numpy")]
 
 
 def _param(value: Any) -> str:

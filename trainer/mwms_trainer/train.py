@@ -62,8 +62,16 @@ def epoch_logger(rank: int, epochs: int | None, tracker: Any) -> Any:
 
     class EpochLogger(k.callbacks.Callback):
         first_epoch: int | None = None
+        started = 0.0
+        stepped = False
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if not self.stepped:  # startup latency, for bench/trainer_bench.py
+                self.stepped = True
+                log.info("worker %d first step done at unix time %.3f", rank, time.time())
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.started = time.monotonic()
             if self.first_epoch is None:
                 self.first_epoch = epoch
                 if epoch > 0:
@@ -74,7 +82,8 @@ def epoch_logger(rank: int, epochs: int | None, tracker: Any) -> Any:
             logs = dict(logs or {})
             shown = " ".join(f"{k}={v:.4f}" for k, v in sorted(logs.items()))
             of = f"/{epochs}" if epochs else ""
-            print(f"worker {rank} epoch {epoch + 1}{of} {shown}", flush=True)
+            seconds = time.monotonic() - self.started
+            print(f"worker {rank} epoch {epoch + 1}{of} {shown} seconds={seconds:.3f}", flush=True)
             tracker.log_epoch(epoch, logs)
 
     return EpochLogger()

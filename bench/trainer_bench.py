@@ -1,0 +1,121 @@
+"""Trainer cost on this machine, for 1, 2 and 4 local workers (real `python -m mwms_trainer` processes).
+
+For each group size: seconds from process start to the end of the first training step (imports, rendezvous,
+strategy, data, model, first tf.function trace), steady samples/s of the whole group on the synthetic set
+(epochs after the first), and peak RSS (VmHWM) of each worker. Writes bench/results/trainer.json.
+Usage: .venv/bin/python bench/trainer_bench.py [--workers 1 2 4] [--epochs 4] [--samples 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from mwms_operator.config import OperatorConfig
+from mwms_operator.spec import parse_trainjob
+from mwms_trainer import local
+
+RESULTS = Path(__file__).resolve().parent / "results" / "trainer.json"
+
+
+def peak_rss_mib(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def measure(workers: int, epochs: int, samples: int, batch: int, root: Path) -> dict[str, object]:
+    trainer = {
+        "dataset": "synthetic", "syntheticSamples": samples, "syntheticFeatures": 20,
+        "epochs": epochs, "globalBatchSize": batch, "hiddenUnits": [64, 32],
+    }  # fmt: skip
+    name = f"bench-{workers}"
+    spec = parse_trainjob(
+        {"metadata": {"name": name}, "spec": {"replicas": workers, "trainer": trainer}}, OperatorConfig()
+    )
+    uri = local.prepare_sqlite_store(root, name)
+    job_dir = root / name
+    envs = local.worker_envs(
+        spec, job_name=name, namespace="bench", uid=str(uuid.uuid4()), tracking_uri=uri, job_dir=job_dir
+    )
+    started = time.time()
+    procs = local.start_workers(envs, job_dir)
+    codes: list[int] = []
+    waiter = threading.Thread(target=lambda: codes.extend(local.wait_workers(procs, job_dir)))
+    waiter.start()
+    peaks = [0.0] * workers
+    while waiter.is_alive():
+        for i, p in enumerate(procs):
+            rss = peak_rss_mib(p.pid)
+            if rss is not None:
+                peaks[i] = max(peaks[i], rss)
+        time.sleep(0.2)
+    waiter.join()
+    if any(codes):
+        raise RuntimeError(f"{workers} workers failed: {codes}; logs in {job_dir}")
+    chief_log = (job_dir / "worker-0.log").read_text()
+    first_step = float(re.search(r"first step done at unix time ([\d.]+)", chief_log).group(1))
+    epoch_seconds = [float(s) for s in re.findall(r"worker 0 epoch \d+/\d+ .*seconds=([\d.]+)", chief_log)]
+    train_rows = int(samples * 0.7)  # testSize 0.3
+    rows_per_epoch = train_rows // batch * batch
+    steady = statistics.median(epoch_seconds[1:]) if len(epoch_seconds) > 1 else epoch_seconds[0]
+    return {
+        "workers": workers,
+        "seconds_to_first_step": round(first_step - started, 2),
+        "steady_samples_per_second": round(rows_per_epoch / steady, 1),
+        "steady_step_ms": round(1000 * steady / (rows_per_epoch // batch), 2),
+        "epoch_seconds": epoch_seconds,
+        "peak_rss_mib_per_worker": [round(p, 1) for p in peaks],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--samples", type=int, default=20000)
+    parser.add_argument("--batch", type=int, default=256)
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="mwms-trainer-bench-") as tmp:
+        for n in args.workers:
+            result = measure(n, args.epochs, args.samples, args.batch, Path(tmp))
+            print(json.dumps(result), flush=True)
+            results.append(result)
+    load = os.getloadavg()
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "what": "python -m mwms_trainer on one machine: synthetic set, MLP [64, 32], sqlite MLflow",
+                "settings": vars(args),
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "python": platform.python_version(),
+                    "loadavg_at_end": load,
+                },
+                "note": "other jobs shared the machine while this ran; compare numbers from one file only",
+                "results": results,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
