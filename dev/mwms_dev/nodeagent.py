@@ -20,7 +20,7 @@ What it does, as a kubelet would:
   sandbox down and deletes the pod with grace period 0;
 - keeps each container's stdout+stderr at <state-dir>/pods/<namespace>/<pod>/<container>.log (the previous
   run's at <container>.previous.log), also after the pod is gone, and serves them to `kubectl logs`.
-What it does not: one container per pod, no init/ephemeral containers, no startup probes, no resource
+What it does not: one container per pod (plus init containers, not sidecars), no startup probes, no resource
 limits, no exec/attach/port-forward, Services resolve to pod IPs (no kube-proxy), no image users (a pod
 without runAsUser runs as root).
 """
@@ -40,8 +40,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,8 @@ class PodWorker(threading.Thread):
         self.ready = True  # the readiness probe's verdict for the running container
         self.report_lock = threading.Lock()  # the worker and its probers both report
         self.current: tuple[str, dict[str, Any], str | None, str | None] | None = None
+        self.init_views: list[ContainerView] = []
+        self.initialized = True
 
     # --- called from other threads ---------------------------------------------------------------
 
@@ -198,9 +201,34 @@ class PodWorker(threading.Thread):
             self.agent.hosts_changed()
 
     def _run(self) -> None:
-        container = self.pod["spec"]["containers"][0]
+        spec = self.pod["spec"]
+        container = spec["containers"][0]
         self.container_name, self.image = container.get("name", ""), container.get("image", "")
-        policy = self.pod["spec"].get("restartPolicy", "Always")
+        init_containers = spec.get("initContainers") or []
+        self.init_views = [
+            ContainerView(
+                name=c.get("name", ""),
+                image=c.get("image", ""),
+                state={"waiting": {"reason": "PodInitializing"}},
+            )
+            for c in init_containers
+        ]
+        self.initialized = not init_containers
+        policy = spec.get("restartPolicy", "Always")
+        if len(spec.get("containers") or []) != 1:
+            self._report_failed(
+                "CreateContainerError",
+                "spec.containers: the local node agent runs exactly one container per pod",
+            )
+            return
+        sidecars = [i for i, c in enumerate(init_containers) if c.get("restartPolicy") == "Always"]
+        if sidecars:
+            self._report_failed(
+                "CreateContainerError",
+                f"spec.initContainers[{sidecars[0]}].restartPolicy: sidecar containers are not supported "
+                "by the local node agent",
+            )
+            return
         previous = self._previous_run()
         if previous is not None:
             # A container of this pod ran under an earlier agent and is gone with it: count it as an exit.
@@ -208,7 +236,9 @@ class PodWorker(threading.Thread):
                 self._report_failed("ContainerLost", "the node agent restarted and the container is gone")
                 return
             self.restart_count = previous + 1
-        self._report("Pending", {"waiting": {"reason": "ContainerCreating"}})
+            self.initialized = True  # the kubelet does not rerun init containers of an initialized pod
+        waiting = "PodInitializing" if init_containers and not self.initialized else "ContainerCreating"
+        self._report("Pending", {"waiting": {"reason": waiting}})
         try:
             with self.agent.start_slots:
                 if self.deleting:
@@ -217,23 +247,81 @@ class PodWorker(threading.Thread):
         except (net.SandboxError, OSError, subprocess.SubprocessError) as exc:
             self._report_failed("SandboxError", f"cannot create the pod sandbox: {exc}")
             return
+        if not self.initialized and not self._run_init_containers(init_containers, policy):
+            return
+        self.initialized = True
+        while not self.deleting:
+            terminated = self._attempt(
+                container, "spec.containers[0]", on_start=lambda running: self._report("Running", running)
+            )
+            if terminated is None:
+                return
+            outcome = after_exit(policy, terminated["exitCode"])
+            if outcome != "restart":
+                self._report(outcome, {"terminated": terminated})
+                return
+            delay = backoff_seconds(self.restart_count, self.cfg.restart_backoff_seconds)
+            self.last_state = {"terminated": terminated}
+            crash_loop = f"back-off {delay:.0f}s restarting failed container={self.container_name}"
+            self._report("Running", {"waiting": {"reason": "CrashLoopBackOff", "message": crash_loop}})
+            if self.wake.wait(delay):
+                return  # deleting
+            self.restart_count += 1
+
+    def _run_init_containers(self, init_containers: list[dict[str, Any]], policy: str) -> bool:
+        """Each to success, in order, as the kubelet does; False if the pod failed or is going away."""
+        pending = {"waiting": {"reason": "PodInitializing"}}
+        for i, ic in enumerate(init_containers):
+            restarts = 0
+            while True:
+
+                def started(running: dict[str, Any], i: int = i, restarts: int = restarts) -> None:
+                    self.init_views[i] = replace(self.init_views[i], state=running, restart_count=restarts)
+                    self._report("Pending", pending)
+
+                terminated = self._attempt(ic, f"spec.initContainers[{i}]", on_start=started)
+                if terminated is None:
+                    return False
+                self.init_views[i] = replace(self.init_views[i], state={"terminated": terminated})
+                if terminated["exitCode"] == 0:
+                    break
+                if policy == "Never":
+                    reason = f"Init:{terminated['reason']}"
+                    self._report("Failed", pending, reason=reason, message=terminated.get("message"))
+                    return False
+                delay = backoff_seconds(restarts, self.cfg.restart_backoff_seconds)
+                self.init_views[i] = replace(
+                    self.init_views[i],
+                    state={"waiting": {"reason": "CrashLoopBackOff"}},
+                    last_state={"terminated": terminated},
+                )
+                self._report("Pending", pending)
+                if self.wake.wait(delay):
+                    return False
+                restarts += 1
+        return True
+
+    def _attempt(
+        self, container: dict[str, Any], field: str, on_start: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any] | None:
+        """Prepare (retrying what may appear later), run to exit: state.terminated, or None if the pod failed
+        to prepare (reported) or is going away."""
         while not self.deleting:
             try:
-                plan = self._prepare(container)
+                prepared = self._prepare(container, field)
             except PodSpecError as exc:
                 self._report_failed(exc.reason, str(exc))
-                return
+                return None
             except (ConfigNotReady, ApiError, OSError, urllib3.exceptions.HTTPError) as exc:
                 # Missing ConfigMap/Secret/ServiceAccount or an API hiccup: the kubelet retries these.
-                self._report(
-                    "Pending", {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
-                )
+                waiting = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
+                self._report("Pending", waiting)
                 self.wake.wait(backoff_seconds(0, self.cfg.restart_backoff_seconds / 5, 10))
                 continue
-            exit_code, started_at, finished_at, start_error = self._run_container(plan)
+            exit_code, started_at, finished_at, start_error = self._run_container(prepared, on_start)
             if exit_code is None or self.deleting:
-                return
-            message = start_error or self._termination_message()
+                return None
+            message = start_error or self._termination_message(prepared)
             terminated = {
                 "exitCode": exit_code,
                 "reason": "StartError" if start_error else exit_reason(exit_code),
@@ -242,24 +330,8 @@ class PodWorker(threading.Thread):
             }
             if message:
                 terminated["message"] = message
-            outcome = after_exit(policy, exit_code)
-            if outcome != "restart":
-                self._report(outcome, {"terminated": terminated})
-                return
-            delay = backoff_seconds(self.restart_count, self.cfg.restart_backoff_seconds)
-            self.last_state = {"terminated": terminated}
-            self._report(
-                "Running",
-                {
-                    "waiting": {
-                        "reason": "CrashLoopBackOff",
-                        "message": f"back-off {delay:.0f}s restarting failed container={self.container_name}",
-                    }
-                },
-            )
-            if self.wake.wait(delay):
-                return  # deleting
-            self.restart_count += 1
+            return terminated
+        return None
 
     def _previous_run(self) -> int | None:
         for cs in (self.pod.get("status") or {}).get("containerStatuses") or []:
@@ -298,17 +370,11 @@ class PodWorker(threading.Thread):
             os.close(fd)
         self.hosts_written = content
 
-    def _prepare(self, container: dict[str, Any]) -> dict[str, Any]:
+    def _prepare(self, container: dict[str, Any], field: str) -> dict[str, Any]:
         """Write volumes, resolve argv/env, write the podexec plan. Raises PodSpecError, ConfigNotReady."""
         pod, cfg = self.pod, self.cfg
         spec = pod["spec"]
-        field = "spec.containers[0]"
-        if len(spec.get("containers") or []) != 1:
-            raise PodSpecError("spec.containers", "the local node agent runs exactly one container per pod")
-        if spec.get("initContainers"):
-            raise PodSpecError(
-                "spec.initContainers", "init containers are not supported by the local node agent"
-            )
+        name = container.get("name", "")
         uid, gid, groups = run_as(pod, container)
         env = container_env(
             pod,
@@ -340,9 +406,9 @@ class PodWorker(threading.Thread):
             pod, container, pod_dir=str(self.dir), state_dir=str(cfg.state_dir), field=field
         )
         self._write_volumes(uid, gid)
-        term_file = self.dir / f"{self.container_name}.termination-log"
+        term_file = self.dir / f"{name}.termination-log"
         term_file.write_bytes(b"")
-        start_error = self.dir / f"{self.container_name}.start-error"
+        start_error = self.dir / f"{name}.start-error"
         start_error.write_bytes(b"")
         for path in (term_file, start_error):
             self._chown(path, uid, gid)
@@ -369,10 +435,16 @@ class PodWorker(threading.Thread):
                 {str(Path(cfg.python).parent.parent), str(Path(os.path.realpath(cfg.python)).parent.parent)}
             ),
         }
-        self.term_file, self.start_error_file = term_file, start_error
-        plan_file = self.dir / f"{self.container_name}.plan.json"
+        plan_file = self.dir / f"{name}.plan.json"
         plan_file.write_text(json.dumps(plan, indent=1))
-        return {"file": str(plan_file), "plan": plan, "probes": probes}
+        return {
+            "name": name,
+            "file": str(plan_file),
+            "plan": plan,
+            "probes": probes,
+            "term_file": term_file,
+            "start_error_file": start_error,
+        }
 
     def _write_volumes(self, uid: int | None, gid: int | None) -> None:
         pod = self.pod
@@ -439,11 +511,14 @@ class PodWorker(threading.Thread):
         if uid is not None or gid is not None:
             os.chown(path, -1 if uid is None else uid, -1 if gid is None else gid)
 
-    def _run_container(self, prepared: dict[str, Any]) -> tuple[int | None, str, str, str]:
-        """Start, report Running, wait: (exit code or None, startedAt, finishedAt, start error)."""
-        log_file = self.log_dir / f"{self.container_name}.log"
+    def _run_container(
+        self, prepared: dict[str, Any], on_start: Callable[[dict[str, Any]], None]
+    ) -> tuple[int | None, str, str, str]:
+        """Start, report (on_start), wait: (exit code or None, startedAt, finishedAt, start error)."""
+        name = prepared["name"]
+        log_file = self.log_dir / f"{name}.log"
         if log_file.exists() and log_file.stat().st_size:
-            os.replace(log_file, self.log_dir / f"{self.container_name}.previous.log")
+            os.replace(log_file, self.log_dir / f"{name}.previous.log")
         with self.lock:
             if self.deleting:
                 return None, "", "", ""
@@ -467,21 +542,21 @@ class PodWorker(threading.Thread):
         running = {"running": {"startedAt": started_at}}
         probes = prepared["probes"]
         self.ready = probes["readinessProbe"] is None
-        self._report("Running", running)
+        on_start(running)
         probers = self._start_probers(prepared)
         code = self.proc.wait()
         for prober in probers:
             prober.stopped.set()
         _killpg(self.proc.pid, signal.SIGKILL)  # what the container left behind goes with it
         finished_at = now_iso()
-        start_error = self.start_error_file.read_text(errors="replace").strip()
+        start_error = prepared["start_error_file"].read_text(errors="replace").strip()
         exit_code = code if code >= 0 else 128 - code  # killed by signal N: 128+N, as a runtime reports it
-        log.info("pod %s/%s: container exited with %d", self.namespace, self.pod_name, exit_code)
+        log.info("pod %s/%s: container %s exited with %d", self.namespace, self.pod_name, name, exit_code)
         return exit_code, started_at, finished_at, start_error
 
     def _start_probers(self, prepared: dict[str, Any]) -> list[Prober]:
         probes, proc = prepared["probes"], self.proc
-        probe_plan = self.dir / f"{self.container_name}.probe-plan.json"
+        probe_plan = self.dir / f"{prepared['name']}.probe-plan.json"
 
         def run_exec(command: list[str], timeout: float) -> int:
             probe_plan.write_text(json.dumps({**prepared["plan"], "argv": command}))
@@ -524,9 +599,10 @@ class PodWorker(threading.Thread):
                 probers.append(prober)
         return probers
 
-    def _termination_message(self) -> str:
+    @staticmethod
+    def _termination_message(prepared: dict[str, Any]) -> str:
         try:
-            return termination_message(self.term_file.read_bytes())
+            return termination_message(prepared["term_file"].read_bytes())
         except OSError:
             return ""
 
@@ -563,6 +639,8 @@ class PodWorker(threading.Thread):
             host_ip=self.cfg.gateway,
             start_time=self.start_time,
             container=view,
+            init_containers=self.init_views,
+            initialized=self.initialized,
             now=now_iso(),
             reason=reason,
             message=message,

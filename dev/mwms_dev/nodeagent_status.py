@@ -66,13 +66,13 @@ class ContainerView:
 
 
 def conditions(
-    previous: Sequence[Mapping[str, Any]], *, ready: bool, completed: bool, now: str
+    previous: Sequence[Mapping[str, Any]], *, ready: bool, completed: bool, now: str, initialized: bool = True
 ) -> list[dict[str, Any]]:
     """PodScheduled/Initialized/ContainersReady/Ready, keeping transition times of unchanged ones and any
     condition another component owns (e.g. DisruptionTarget)."""
     wanted = {
         "PodScheduled": True,
-        "Initialized": True,  # init containers have run (or there are none) before the container starts
+        "Initialized": initialized,
         "ContainersReady": ready,
         "Ready": ready,
     }
@@ -88,6 +88,8 @@ def conditions(
             cond["lastTransitionTime"] = now
         if not value and ctype in ("ContainersReady", "Ready"):
             cond["reason"] = "PodCompleted" if completed else "ContainersNotReady"
+        if not value and ctype == "Initialized":
+            cond["reason"] = "ContainersNotInitialized"
         result.append(cond)
     result.extend(dict(c) for c in previous if c.get("type") not in wanted)
     return result
@@ -102,6 +104,8 @@ def pod_status(
     start_time: str,
     container: ContainerView,
     now: str,
+    init_containers: Sequence[ContainerView] = (),
+    initialized: bool = True,
     reason: str | None = None,
     message: str | None = None,
 ) -> dict[str, Any]:
@@ -113,9 +117,14 @@ def pod_status(
         "hostIPs": [{"ip": host_ip}],
         "startTime": start_time,
         "conditions": conditions(
-            previous.get("conditions") or [], ready=ready, completed=phase in TERMINAL, now=now
+            previous.get("conditions") or [],
+            ready=ready,
+            completed=phase in TERMINAL,
+            now=now,
+            initialized=initialized,
         ),
         "containerStatuses": [container.as_status()],
+        "initContainerStatuses": [c.as_status() for c in init_containers] or None,
         "reason": reason,
         "message": message,
     }

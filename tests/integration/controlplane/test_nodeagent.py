@@ -445,3 +445,39 @@ def test_probes_decide_readiness_and_restart_a_dead_container(kubectl, namespace
         timeout=90,
         what="the liveness probe to restart mortal",
     )
+
+
+def test_init_containers_run_first_and_their_failure_fails_the_pod(kubectl, namespace, wait_for):
+    def pod(name, init_code):
+        return python_pod(
+            name,
+            "open('/dev/termination-log', 'w').write(open('/shared/from-init').read())",
+            volumes=[{"name": "shared", "emptyDir": {}}],
+            container={"volumeMounts": [{"name": "shared", "mountPath": "/shared"}]},
+            initContainers=[
+                {
+                    "name": "setup",
+                    "image": "none",
+                    "command": ["python", "-c", init_code],
+                    "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+                }
+            ],
+        )
+
+    ok = pod("ok", "open('/shared/from-init', 'w').write('prepared by init')")
+    broken = pod("broken", "open('/dev/termination-log', 'w').write('init gave up'); raise SystemExit(4)")
+    kubectl.apply(as_list(ok, broken), "-n", namespace)
+
+    state = wait_for(lambda: terminated(kubectl, namespace, "ok"), timeout=120, what="pod ok")
+    assert (state["exitCode"], state["message"]) == (0, "prepared by init")
+    init = pod_status(kubectl, namespace, "ok")["initContainerStatuses"][0]["state"]["terminated"]
+    assert init["exitCode"] == 0
+
+    def failed():
+        status = pod_status(kubectl, namespace, "broken")
+        return status if status.get("phase") == "Failed" else None
+
+    status = wait_for(failed, timeout=120, what="pod broken to fail")
+    init = status["initContainerStatuses"][0]["state"]["terminated"]
+    assert (init["exitCode"], init["message"]) == (4, "init gave up")
+    assert "running" not in status["containerStatuses"][0]["state"]  # the main container never ran

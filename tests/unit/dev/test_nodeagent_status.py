@@ -82,3 +82,21 @@ def test_running_pod_is_ready_and_terminated_one_is_not():
     ready = {c["type"]: c for c in status["conditions"]}["Ready"]
     assert ready["status"] == "False" and ready["reason"] == "PodCompleted"
     assert not status["containerStatuses"][0]["ready"]
+
+
+def test_pod_waiting_for_init_containers_is_not_initialized():
+    init = ContainerView("setup", "img", {"running": {"startedAt": "t"}})
+    main = ContainerView("trainer", "img", {"waiting": {"reason": "PodInitializing"}})
+    status = pod_status(
+        {}, phase="Pending", pod_ip="10.200.0.2", host_ip="10.200.0.1", start_time="t0", container=main,
+        init_containers=[init], initialized=False, now="t",
+    )  # fmt: skip
+    initialized = {c["type"]: c for c in status["conditions"]}["Initialized"]
+    assert (initialized["status"], initialized["reason"]) == ("False", "ContainersNotInitialized")
+    assert status["initContainerStatuses"][0]["state"] == {"running": {"startedAt": "t"}}
+    assert (
+        pod_status({}, phase="Pending", pod_ip=None, host_ip="h", start_time="t", container=main, now="t")[
+            "initContainerStatuses"
+        ]
+        is None
+    )  # a merge patch with null leaves no stale list behind
