@@ -15,9 +15,8 @@ TRAINER = {"epochs": 3, "globalBatchSize": 32}
 
 def _train(replicas, server, client, tmp_path):
     name = f"equivalence-{replicas}"
-    g = group(trainjob_spec(name, replicas, TRAINER), server.url, tmp_path / name).start(
-        poison_non_chief=True
-    )
+    spec = trainjob_spec(name, replicas, TRAINER)
+    g = group(spec, server.url, tmp_path / name, MWMS_REGISTERED_MODEL_NAME=name).start(poison_non_chief=True)
     codes = g.wait(timeout=400)
     assert codes == dict.fromkeys(range(replicas), 0), "\n".join(g.log(i)[-2000:] for i in range(replicas))
     for i in range(1, replicas):
@@ -28,6 +27,8 @@ def _train(replicas, server, client, tmp_path):
     mlflow.set_tracking_uri(server.url)
     run = client.get_run(summary["runId"])
     assert len(models_of(run.info.experiment_id, run.info.run_id, server.url)) == 1
+    versions = client.search_model_versions(f"name = '{name}'")
+    assert [v.run_id for v in versions] == [run.info.run_id]  # registered once, from this run
     weights = mlflow.tensorflow.load_model(summary["modelUri"]).get_weights()
     return weights, summary["metrics"]
 

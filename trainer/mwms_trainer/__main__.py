@@ -54,13 +54,13 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         summary = train.run(settings, note=lambda message: write_termination(path, message))
     except TrainerError as e:
         kind = {constants.EXIT_INVALID_CONFIG: "invalid configuration", constants.EXIT_RETRYABLE: "retryable"}
-        message = f"{kind.get(e.exit_code, 'failed')}: {e}"
+        message = " ".join(f"{kind.get(e.exit_code, 'failed')}: {e}".split())  # one line
         log.error("%s", message)
         write_termination(path, message)
         return e.exit_code
     except Exception as e:
         traceback.print_exc()
-        write_termination(path, f"failed: {type(e).__name__}: {e}")
+        write_termination(path, " ".join(f"failed: {type(e).__name__}: {e}".split()))
         return constants.EXIT_FAILURE
     write_termination(path, summary)
     print(json.dumps(summary), flush=True)

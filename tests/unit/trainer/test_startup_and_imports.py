@@ -58,6 +58,13 @@ def test_importing_the_package_does_not_import_tensorflow():
     assert "tensorflow" not in mods and "mlflow" not in mods
 
 
+def test_the_migration_api_imports_without_tensorflow():
+    mods = _modules_after(
+        "from mwms_trainer import MirroredStrategyRunner, is_chief, log_model, mlflow_callback"
+    )
+    assert "tensorflow" not in mods and "mlflow" not in mods
+
+
 def test_null_tracker_never_imports_mlflow():
     mods = _modules_after(
         "from mwms_trainer import tracking\ntracking.NullTracker().log_epoch(0, {'loss': 1.0})"
