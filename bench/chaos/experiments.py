@@ -31,6 +31,8 @@ from typing import Any
 
 import kubernetes
 
+from mwms_operator.constants import MLFLOW_TAG_JOB_UID
+
 GROUP, VERSION, PLURAL = "mwms.dev", "v1alpha1", "trainjobs"
 JOB_LABEL = "mwms.dev/job-name"
 
@@ -115,7 +117,11 @@ class MlflowServer:
             return []
         found = call_json(
             f"{base}/api/2.0/mlflow/runs/search",
-            {"experiment_ids": ids, "filter": f"tags.`mwms.job_uid` = '{job_uid}'", "max_results": 100},
+            {
+                "experiment_ids": ids,
+                "filter": f"tags.`{MLFLOW_TAG_JOB_UID}` = '{job_uid}'",
+                "max_results": 100,
+            },
         )
         return found.get("runs", [])
 
