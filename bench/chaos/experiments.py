@@ -46,8 +46,12 @@ class Lab:
     rng: random.Random
     mlflow: MlflowServer | None = None
     trainer_epochs: int = 3
+    # The stand-in worker, for experiments about the operator alone (operator kill, lost node).
+    standin_command: list[str] | None = None
 
     def __post_init__(self) -> None:
+        if self.standin_command is None:
+            self.standin_command = self.worker_command
         client = kubernetes.config.new_client_from_config(str(self.cluster.kubeconfig))
         self.core = kubernetes.client.CoreV1Api(client)
         self.custom = kubernetes.client.CustomObjectsApi(client)
@@ -184,13 +188,17 @@ def trainjob(
     checkpoint: dict[str, Any] | None = None,
     run_policy: dict[str, Any] | None = None,
     tolerations: list[dict[str, Any]] | None = None,
+    standin: bool = False,
 ) -> dict[str, Any]:
+    """A TrainJob of the lab's workers (the real trainer when lab.worker_command is None), or of the
+    stand-in worker with `standin`."""
+    command = lab.standin_command if standin else lab.worker_command
     container: dict[str, Any] = {
         "name": "trainer",
         "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
     }
-    if lab.worker_command is not None:
-        container["command"] = list(lab.worker_command)
+    if command is not None:
+        container["command"] = list(command)
     pod_spec: dict[str, Any] = {"containers": [container]}
     if tolerations:
         pod_spec["tolerations"] = tolerations
@@ -199,7 +207,7 @@ def trainjob(
         "template": {"spec": pod_spec},
         "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 5, **(run_policy or {})},
     }
-    if lab.real_trainer:
+    if command is None:
         # Small and quick on 2 cores; the global batch splits evenly across the workers.
         spec["trainer"] = {"dataset": "breast_cancer", "seed": 42, "epochs": lab.trainer_epochs,
                            "globalBatchSize": 32}  # fmt: skip
@@ -334,6 +342,15 @@ def job_runs(lab: Lab, uid: str, tracking_uri: str | None = None) -> int | None:
     return len(lab.mlflow.runs_of_job(uid, tracking_uri))
 
 
+def resume_tags(lab: Lab, uid: str) -> dict[str, str]:
+    """The trainer's restart bookkeeping on its run: which restart finished it, which epoch it resumed at."""
+    if lab.mlflow is None:
+        return {}
+    runs = lab.mlflow.runs_of_job(uid)
+    tags = {t["key"]: t["value"] for t in (runs[0]["data"].get("tags", []) if runs else [])}
+    return {k: v for k, v in tags.items() if k in ("mwms.dev/restart-count", "mwms.dev/resumed-from-epoch")}
+
+
 def chief_metrics(lab: Lab, namespace: str, job: str) -> dict[str, Any]:
     try:
         pod = lab.core.read_namespaced_pod(f"{job}-worker-0", namespace)
@@ -383,7 +400,7 @@ def worker_kill(lab: Lab, *, chief: bool = False, replicas: int = 2, timeout: fl
         wait(lambda: running_group(lab, namespace, name, replicas), 300, "the group running")
         index = 0 if chief else lab.rng.randrange(replicas)
         # Somewhere in the fit: the real trainer imports TF (~10 s on 2 cores) and trains a few seconds.
-        delay = lab.rng.uniform(8, 30) if lab.real_trainer else lab.rng.uniform(0.5, 6)
+        delay = lab.rng.uniform(5, 25) if lab.real_trainer else lab.rng.uniform(0.5, 6)
         time.sleep(delay)
         pid = worker_pid(job["metadata"]["uid"], index)
         if pid is not None:
@@ -398,6 +415,7 @@ def worker_kill(lab: Lab, *, chief: bool = False, replicas: int = 2, timeout: fl
             seconds_to_finish_after_kill=round(time.monotonic() - killed_at, 1),
             seconds_total=round(time.monotonic() - started, 1),
             mlflow_runs=job_runs(lab, job["metadata"]["uid"]),
+            run_tags=resume_tags(lab, job["metadata"]["uid"]),
             metrics=chief_metrics(lab, namespace, name),
         )
         result["ok"] = (
@@ -450,7 +468,7 @@ def operator_kill(lab: Lab, *, replicas: int = 3, timeout: float = 300) -> dict[
         watch = PodWatch(lab, namespace, name)
         delay, pause = lab.rng.uniform(0, 12), lab.rng.uniform(0, 3)
         started = time.monotonic()
-        apply(lab, namespace, trainjob(lab, name, replicas, env=env, checkpoint=claim))
+        apply(lab, namespace, trainjob(lab, name, replicas, env=env, checkpoint=claim, standin=True))
         time.sleep(delay)
         phase_at_kill = get_job(lab, namespace, name).get("status", {}).get("phase")
         lab.operator.kill()
@@ -571,12 +589,12 @@ def node_agent_lost(lab: Lab, replicas: int = 2, timeout: float = 420) -> dict[s
         {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}
         for key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
     ]
-    env = {} if lab.real_trainer else {"STANDIN_SLEEP_SECONDS": "600"}
+    env = {"STANDIN_SLEEP_SECONDS": "600"}
     agent = lab.cluster._node_agents["node-1"]  # noqa: SLF001 (the launcher keeps one handle per node)
     result: dict[str, Any] = {}
     try:
         watch = PodWatch(lab, namespace, name)
-        apply(lab, namespace, trainjob(lab, name, replicas, env=env, tolerations=tolerations))
+        apply(lab, namespace, trainjob(lab, name, replicas, env=env, tolerations=tolerations, standin=True))
         wait(lambda: running_group(lab, namespace, name, replicas), 300, "the group running")
         agent.kill()
         killed = time.monotonic()

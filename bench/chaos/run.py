@@ -230,7 +230,7 @@ def main() -> None:
     parser.add_argument("--experiments", default=",".join(ALL))
     parser.add_argument("--subnet-index", type=int, default=6)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=20, help="epochs of the real trainer's fit")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--no-doc", action="store_true", help="do not rewrite docs/reliability.md")
     args = parser.parse_args()
@@ -259,8 +259,9 @@ def main() -> None:
             mlflow.start()
             command = None if args.worker == "trainer" else [sys.executable, str(STANDIN)]
             lab = experiments.Lab(
-                kubectl, operator, cluster, command, random.Random(args.seed), mlflow, args.epochs
-            )
+                kubectl, operator, cluster, command, random.Random(args.seed), mlflow, args.epochs,
+                standin_command=[sys.executable, str(STANDIN)],
+            )  # fmt: skip
             if args.worker == "trainer" and {"worker-kill", "chief-kill"} & set(chosen):
                 result["reference"] = experiments.undisturbed(lab)
                 print("reference:", json.dumps(result["reference"]), flush=True)
