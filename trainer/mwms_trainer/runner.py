@@ -185,6 +185,7 @@ def _worker_main(argv: list[str]) -> int:
     from mwms_trainer.tfenv import tensorflow
 
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)
     tensorflow()  # before unpickling: the user's module may import TensorFlow, and tf.keras must be tf-keras
     with open(argv[0], "rb") as f:
         train_fn, kwargs, custom = cloudpickle.load(f)
@@ -200,4 +201,7 @@ def _worker_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_worker_main(sys.argv[1:]))
+    # Through the imported module: the helpers train_fn calls must see the same _state as run_here.
+    from mwms_trainer import runner
+
+    sys.exit(runner._worker_main(sys.argv[1:]))
