@@ -38,6 +38,12 @@ def test_synthetic_and_csv_data(tmp_path):
     path.write_text("\n".join(rows))
     csv = load_split(parse_trainer_config(f'{{"dataset": "csv", "dataPath": "{path}"}}'))
     assert csv.feature_names == ("a", "b") and len(csv.x_train) == 70
+    import pandas as pd
+
+    pd.read_csv(path).rename(columns={"label": "y"}).to_parquet(tmp_path / "d.parquet")
+    raw = f'{{"dataset": "parquet", "dataPath": "{tmp_path / "d.parquet"}", "labelColumn": "y"}}'
+    parquet = load_split(parse_trainer_config(raw))
+    np.testing.assert_array_equal(parquet.x_train, csv.x_train)
 
 
 @pytest.mark.parametrize(
