@@ -108,6 +108,18 @@ def run_trials(name: str, trials: int, trial: Any) -> dict[str, Any]:
     return {"trials": len(results), "passed": sum(1 for r in results if r.get("ok")), "results": results}
 
 
+def judge_accuracy(data: dict[str, Any], reference: dict[str, Any], tolerance: float = 0.01) -> None:
+    """A disturbed fit must end within `tolerance` of the undisturbed one's held-out accuracy."""
+    expected = reference.get("metrics", {}).get("val_accuracy")
+    for r in data["results"]:
+        got = r.get("metrics", {}).get("val_accuracy")
+        if expected is None or got is None:
+            continue
+        r["val_accuracy_diff"] = round(abs(got - expected), 6)
+        r["ok"] = bool(r.get("ok")) and r["val_accuracy_diff"] <= tolerance
+    data["passed"] = sum(1 for r in data["results"] if r.get("ok"))
+
+
 def summarize(name: str, data: dict[str, Any]) -> dict[str, Any]:
     results = data["results"]
     times = [r["seconds_total"] for r in results if r.get("ok") and "seconds_total" in r]
@@ -124,6 +136,9 @@ def summarize(name: str, data: dict[str, Any]) -> dict[str, Any]:
         summary["restarts"] = sorted(set(restarts))
     if name in ("worker-kill", "chief-kill"):
         summary["kills_landed"] = sum(1 for r in results if r.get("kill_landed"))
+        diffs = [r["val_accuracy_diff"] for r in results if "val_accuracy_diff" in r]
+        if diffs:
+            summary["max_val_accuracy_diff"] = max(diffs)
     return summary
 
 
@@ -181,20 +196,17 @@ def write_doc(result: dict[str, Any]) -> None:
         )
     reference = result.get("reference")
     if reference:
-        lines += ["", f"Undisturbed reference run: {json.dumps(reference.get('metrics', {}))}."]
+        lines += [
+            "",
+            f"Undisturbed reference run (same job, no fault): {json.dumps(reference.get('metrics', {}))}.",
+        ]
         for name in ("worker-kill", "chief-kill"):
-            data = result["experiments"].get(name)
-            if not data:
-                continue
-            diffs = [
-                abs(r["metrics"][key] - reference["metrics"][key])
-                for r in data["results"]
-                if r.get("ok")
-                for key in ("accuracy", "val_accuracy")
-                if key in r.get("metrics", {}) and key in reference.get("metrics", {})
-            ]
-            if diffs:
-                lines.append(f"{name}: largest accuracy difference to the undisturbed run {max(diffs):.4f}.")
+            s = result["experiments"].get(name, {}).get("summary", {})
+            if "max_val_accuracy_diff" in s:
+                lines.append(
+                    f"{name}: kills that landed {s['kills_landed']}; largest held-out accuracy difference "
+                    f"to the undisturbed run {s['max_val_accuracy_diff']:.4f} (a trial passes within 0.01)."
+                )
     node = result["experiments"].get("node-lost")
     if node:
         lines += [
@@ -276,6 +288,8 @@ def main() -> None:
             for name in chosen:
                 trials, trial = plan[name]
                 data = run_trials(name, trials, trial)
+                if name in ("worker-kill", "chief-kill") and "reference" in result:
+                    judge_accuracy(data, result["reference"])
                 data["summary"] = summarize(name, data)
                 result["experiments"][name] = data
         finally:
