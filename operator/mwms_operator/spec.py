@@ -15,6 +15,8 @@ from mwms_operator import constants
 from mwms_operator.config import OperatorConfig
 
 MAX_REPLICAS = 256
+# Durations beyond ten years are surely mistakes (and would overflow date arithmetic); the CRD says the same.
+MAX_SECONDS = 10 * 365 * 24 * 3600
 CLEAN_POD_POLICIES = ("Running", "All", "None")
 DEFAULT_BACKOFF_LIMIT = 3
 DEFAULT_CLEAN_POD_POLICY = "Running"
@@ -68,8 +70,8 @@ def _int(value: Any, path: str, *, minimum: int, maximum: int | None = None) -> 
     return value
 
 
-def _optional_int(value: Any, path: str, *, minimum: int) -> int | None:
-    return None if value is None else _int(value, path, minimum=minimum)
+def _optional_int(value: Any, path: str, *, minimum: int, maximum: int | None = None) -> int | None:
+    return None if value is None else _int(value, path, minimum=minimum, maximum=maximum)
 
 
 def _str(value: Any, path: str) -> str:
@@ -78,36 +80,43 @@ def _str(value: Any, path: str) -> str:
     return value
 
 
-def _trainer_container(template: Mapping[str, Any]) -> tuple[int, Mapping[str, Any]] | None:
-    containers = _mapping(template.get("spec"), "spec.template.spec").get("containers")
-    if containers is None:
-        return None
-    if not isinstance(containers, list):
-        raise SpecError("spec.template.spec.containers", "must be a list")
-    for i, container in enumerate(containers):
-        if not isinstance(container, Mapping):
-            raise SpecError(f"spec.template.spec.containers[{i}]", "must be an object")
-        if container.get("name") == constants.CONTAINER_NAME:
-            return i, container
-    return None
+def _list_of_objects(value: Any, path: str) -> list[Mapping[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SpecError(path, f"must be a list, got {type(value).__name__}")
+    for k, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise SpecError(f"{path}[{k}]", f"must be an object, got {type(item).__name__}")
+    return value
 
 
 def _check_template(template: Mapping[str, Any]) -> None:
-    found = _trainer_container(template)
-    if found is None:
-        return
-    i, container = found
-    env = container.get("env") or []
-    if not isinstance(env, list):
-        raise SpecError(f"spec.template.spec.containers[{i}].env", "must be a list")
-    for j, var in enumerate(env):
-        name = var.get("name") if isinstance(var, Mapping) else None
-        if name in constants.RESERVED_ENV:
-            raise SpecError(
-                f"spec.template.spec.containers[{i}].env[{j}].name",
-                f"{name} is set by the operator for the {constants.CONTAINER_NAME!r} container "
-                f"and may not be set in the template (reserved: {', '.join(sorted(constants.RESERVED_ENV))})",
-            )
+    """The shapes the pod builder relies on (spec.template.spec is passed through, untyped, by the CRD),
+    and no reserved variable in the `trainer` container's env."""
+    metadata = _mapping(template.get("metadata"), "spec.template.metadata")
+    for key in ("labels", "annotations"):
+        for label, value in _mapping(metadata.get(key), f"spec.template.metadata.{key}").items():
+            if not isinstance(value, str):
+                raise SpecError(f"spec.template.metadata.{key}.{label}", "must be a string")
+    pod = _mapping(template.get("spec"), "spec.template.spec")
+    _list_of_objects(pod.get("volumes"), "spec.template.spec.volumes")
+    for i, container in enumerate(_list_of_objects(pod.get("containers"), "spec.template.spec.containers")):
+        if container.get("name") != constants.CONTAINER_NAME:
+            continue
+        path = f"spec.template.spec.containers[{i}]"
+        for key in ("ports", "volumeMounts"):
+            _list_of_objects(container.get(key), f"{path}.{key}")
+        for j, var in enumerate(_list_of_objects(container.get("env"), f"{path}.env")):
+            name = var.get("name")
+            if not isinstance(name, str):
+                raise SpecError(f"{path}.env[{j}].name", f"must be a string, got {name!r}")
+            if name in constants.RESERVED_ENV:
+                raise SpecError(
+                    f"{path}.env[{j}].name",
+                    f"{name} is set by the operator for the {constants.CONTAINER_NAME!r} container and may "
+                    f"not be set in the template (reserved: {', '.join(sorted(constants.RESERVED_ENV))})",
+                )
 
 
 def _checkpoint(value: Any) -> Mapping[str, Any] | None:
@@ -172,13 +181,22 @@ def parse_trainjob(body: Mapping[str, Any], config: OperatorConfig) -> TrainJobS
         port=_int(spec.get("port", constants.DEFAULT_PORT), "spec.port", minimum=1, maximum=65535),
         checkpoint=_checkpoint(spec.get("checkpoint")),
         backoff_limit=_int(
-            run_policy.get("backoffLimit", DEFAULT_BACKOFF_LIMIT), "spec.runPolicy.backoffLimit", minimum=0
+            run_policy.get("backoffLimit", DEFAULT_BACKOFF_LIMIT),
+            "spec.runPolicy.backoffLimit",
+            minimum=0,
+            maximum=1000,
         ),
         active_deadline_seconds=_optional_int(
-            run_policy.get("activeDeadlineSeconds"), "spec.runPolicy.activeDeadlineSeconds", minimum=1
+            run_policy.get("activeDeadlineSeconds"),
+            "spec.runPolicy.activeDeadlineSeconds",
+            minimum=1,
+            maximum=MAX_SECONDS,
         ),
         ttl_seconds_after_finished=_optional_int(
-            run_policy.get("ttlSecondsAfterFinished"), "spec.runPolicy.ttlSecondsAfterFinished", minimum=0
+            run_policy.get("ttlSecondsAfterFinished"),
+            "spec.runPolicy.ttlSecondsAfterFinished",
+            minimum=0,
+            maximum=MAX_SECONDS,
         ),
         clean_pod_policy=clean,
         suspend=suspend,
@@ -186,5 +204,6 @@ def parse_trainjob(body: Mapping[str, Any], config: OperatorConfig) -> TrainJobS
             run_policy.get("startupTimeoutSeconds", DEFAULT_STARTUP_TIMEOUT_SECONDS),
             "spec.runPolicy.startupTimeoutSeconds",
             minimum=1,
+            maximum=MAX_SECONDS,
         ),
     )

@@ -95,7 +95,11 @@ def test_spec_is_frozen_and_does_not_share_the_body(make_trainjob, config):
             "spec.runPolicy.cleanPodPolicy",
             "Running",
         ),
-        ({"replicas": 2, "runPolicy": {"backoffLimit": -1}}, "spec.runPolicy.backoffLimit", "at least 0"),
+        (
+            {"replicas": 2, "runPolicy": {"backoffLimit": -1}},
+            "spec.runPolicy.backoffLimit",
+            "between 0 and 1000",
+        ),
         ({"replicas": 2, "runPolicy": {"suspend": "yes"}}, "spec.runPolicy.suspend", "true or false"),
         (
             {"replicas": 2, "runPolicy": {"activeDeadlineSeconds": 0}},
@@ -142,6 +146,47 @@ def test_spec_is_frozen_and_does_not_share_the_body(make_trainjob, config):
             "MLFLOW_TRACKING_URI",
         ),
         ({"replicas": 2, "template": {"spec": {"containers": {}}}}, "spec.template.spec.containers", "list"),
+        ({"replicas": 2, "template": {"spec": {"volumes": 5}}}, "spec.template.spec.volumes", "list"),
+        ({"replicas": 2, "template": {"spec": {"volumes": [5]}}}, "spec.template.spec.volumes[0]", "object"),
+        (
+            {"replicas": 2, "template": {"spec": {"containers": [{"name": "trainer", "volumeMounts": 5}]}}},
+            "spec.template.spec.containers[0].volumeMounts",
+            "list",
+        ),
+        (
+            {"replicas": 2, "template": {"spec": {"containers": [{"name": "trainer", "ports": ["2222"]}]}}},
+            "spec.template.spec.containers[0].ports[0]",
+            "object",
+        ),
+        (
+            {
+                "replicas": 2,
+                "template": {"spec": {"containers": [{"name": "trainer", "env": [{"name": ["X"]}]}]}},
+            },
+            "spec.template.spec.containers[0].env[0].name",
+            "string",
+        ),
+        (
+            {"replicas": 2, "template": {"metadata": {"labels": {"a": 1}}}},
+            "spec.template.metadata.labels.a",
+            "string",
+        ),
+        ({"replicas": 2, "template": []}, "spec.template", "object"),
+        (
+            {"replicas": 2, "runPolicy": {"ttlSecondsAfterFinished": 2**62}},
+            "spec.runPolicy.ttlSecondsAfterFinished",
+            "between",
+        ),
+        (
+            {"replicas": 2, "runPolicy": {"activeDeadlineSeconds": 2**62}},
+            "spec.runPolicy.activeDeadlineSeconds",
+            "between",
+        ),
+        (
+            {"replicas": 2, "runPolicy": {"startupTimeoutSeconds": 2**62}},
+            "spec.runPolicy.startupTimeoutSeconds",
+            "between",
+        ),
     ],
 )
 def test_bad_specs_name_the_field(spec, field, text, config):
