@@ -44,6 +44,30 @@ def _reachable(address: str) -> str | None:
     return last
 
 
+def _listen(port: int) -> socket.socket:
+    """Dual-stack where the pod has IPv6, plain IPv4 where it does not."""
+    error: OSError = OSError(f"cannot listen on port {port}")
+    for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError as e:
+            error = e
+            continue
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind((address, port))
+            # Probes are never accepted: the kernel completes the handshake from the backlog, and closing
+            # the listener resets them, so no connection lingers on the port gRPC binds next.
+            sock.listen(128)
+            return sock
+        except OSError as e:
+            sock.close()
+            error = e
+    raise error
+
+
 @contextlib.contextmanager
 def listening(address: str | None, deadline: float) -> Iterator[None]:
     """Accept rendezvous probes on our own port until the strategy's gRPC server takes it over."""
@@ -51,22 +75,14 @@ def listening(address: str | None, deadline: float) -> Iterator[None]:
         yield
         return
     _, port = split_host_port(address)
-    sock = socket.socket(socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    with contextlib.suppress(OSError, AttributeError):
-        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
     while True:
         try:
-            sock.bind(("::" if sock.family == socket.AF_INET6 else "", port))
+            sock = _listen(port)
             break
         except OSError as e:
             if time.monotonic() > deadline:
-                sock.close()
                 raise RetryableError(f"startup deadline passed: cannot listen on port {port}: {e}") from None
             time.sleep(POLL_SECONDS)
-    # Probes are never accepted: the kernel completes the handshake from the backlog, and closing the
-    # listener resets them, so no connection lingers on the port gRPC binds next.
-    sock.listen(128)
     try:
         yield
     finally:
