@@ -17,6 +17,7 @@ import ctypes
 import json
 import os
 import socket
+import stat
 import sys
 
 CLONE_NEWNS = 0x00020000
@@ -115,12 +116,16 @@ def prepare(plan: dict) -> None:
     # Our mounts must not leak to the host (and the host's later mounts need not reach us).
     mount(None, "/", MS_REC | MS_PRIVATE)
     socket.sethostname(plan["hostname"])
+    # Open every source before the first mount: a volume mounted over /tmp (or the tmpfs over /root below)
+    # would otherwise hide sources that live under it, such as the agent's own state dir.
+    sources = [os.open(m["source"], os.O_PATH | os.O_CLOEXEC) for m in plan["mounts"]]
     if plan.get("uid") not in (None, 0):
         expose(plan.get("exposePaths", []))
-    for m in plan["mounts"]:
-        is_file = m.get("isFile", os.path.isfile(m["source"]))
+    for m, fd in zip(plan["mounts"], sources, strict=True):
+        is_file = m.get("isFile", stat.S_ISREG(os.fstat(fd).st_mode))
         ensure_mount_point(m["target"], is_file)
-        mount(m["source"], m["target"], MS_BIND | MS_REC)
+        mount(f"/proc/self/fd/{fd}", m["target"], MS_BIND | MS_REC)
+        os.close(fd)
         if m.get("readOnly"):
             mount(None, m["target"], MS_BIND | MS_REMOUNT | MS_RDONLY)
     os.makedirs(plan["cwd"], exist_ok=True)
@@ -140,6 +145,8 @@ def main(argv: list[str]) -> int:
         return 2
     with open(argv[0]) as f:
         plan = json.load(f)
+    # Opened now, while no mount can hide it.
+    plan["startErrorFd"] = os.open(plan["startErrorFile"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC)
     try:
         prepare(plan)
     except OSError as exc:
@@ -158,8 +165,7 @@ def main(argv: list[str]) -> int:
 def start_error(plan: dict, message: str) -> int:
     print(message, file=sys.stderr, flush=True)
     try:
-        with open(plan["startErrorFile"], "w") as f:
-            f.write(message)
+        os.write(plan["startErrorFd"], message.encode())
     except OSError:
         pass
     return START_ERROR_EXIT

@@ -481,3 +481,27 @@ def test_init_containers_run_first_and_their_failure_fails_the_pod(kubectl, name
     init = status["initContainerStatuses"][0]["state"]["terminated"]
     assert (init["exitCode"], init["message"]) == (4, "init gave up")
     assert "running" not in status["containerStatuses"][0]["state"]  # the main container never ran
+
+
+def test_a_volume_over_tmp_hides_no_other_mount(cluster, kubectl, namespace, wait_for):
+    # The chart's hardened pods mount an emptyDir at /tmp; the agent's state dir (every mount source) may live
+    # under /tmp too, so mounting /tmp first once hid the ServiceAccount token ("No such file or directory").
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "tmp-first"},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsUser": 1000, "runAsGroup": 1000},
+            "volumes": [{"name": "tmp", "emptyDir": {}}],
+            "containers": [
+                {"name": "main", "image": "none",
+                 "command": ["cat", "/var/run/secrets/kubernetes.io/serviceaccount/namespace"],
+                 "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}
+            ],
+        },
+    }  # fmt: skip
+    kubectl.apply(pod, "-n", namespace)
+    state = wait_for(lambda: terminated(kubectl, namespace, "tmp-first"), timeout=120, what="tmp-first")
+    assert state["exitCode"] == 0, state
+    assert cluster.pod_log(namespace, "tmp-first", container="main").strip() == namespace
