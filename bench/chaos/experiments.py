@@ -342,6 +342,17 @@ def job_runs(lab: Lab, uid: str, tracking_uri: str | None = None) -> int | None:
     return len(lab.mlflow.runs_of_job(uid, tracking_uri))
 
 
+def epochs_done(lab: Lab, uid: str) -> int:
+    """Finished epochs of the job's run (the highest metric step + 1; 0 before the run or its first epoch)."""
+    assert lab.mlflow is not None
+    try:
+        runs = lab.mlflow.runs_of_job(uid)
+    except OSError:
+        return 0
+    steps = [m.get("step", 0) for r in runs for m in r["data"].get("metrics", [])]
+    return max(steps) + 1 if steps else 0
+
+
 def resume_tags(lab: Lab, uid: str) -> dict[str, str]:
     """The trainer's restart bookkeeping on its run: which restart finished it, which epoch it resumed at."""
     if lab.mlflow is None:
@@ -399,9 +410,20 @@ def worker_kill(lab: Lab, *, chief: bool = False, replicas: int = 2, timeout: fl
         )
         wait(lambda: running_group(lab, namespace, name, replicas), 300, "the group running")
         index = 0 if chief else lab.rng.randrange(replicas)
-        # Somewhere in the fit: the real trainer imports TF (~10 s on 2 cores) and trains a few seconds.
-        delay = lab.rng.uniform(5, 25) if lab.real_trainer else lab.rng.uniform(0.5, 6)
-        time.sleep(delay)
+        kill_epoch = None
+        if lab.real_trainer and lab.mlflow is not None:
+            # Mid-fit, at a random epoch: the chief's run shows each finished epoch as a metric step.
+            kill_epoch = lab.rng.randint(2, max(2, lab.trainer_epochs * 2 // 3))
+            wait(
+                lambda: epochs_done(lab, job["metadata"]["uid"]) >= kill_epoch,
+                300,
+                f"epoch {kill_epoch} in MLflow",
+                interval=0.1,
+            )
+            delay = time.monotonic() - started
+        else:
+            delay = lab.rng.uniform(0.5, 6)
+            time.sleep(delay)
         pid = worker_pid(job["metadata"]["uid"], index)
         if pid is not None:
             os.kill(pid, signal.SIGKILL)
@@ -411,6 +433,7 @@ def worker_kill(lab: Lab, *, chief: bool = False, replicas: int = 2, timeout: fl
         result.update(
             killed_worker=index,
             kill_delay_s=round(delay, 2),
+            kill_after_epoch=kill_epoch,
             kill_landed=pid is not None,
             seconds_to_finish_after_kill=round(time.monotonic() - killed_at, 1),
             seconds_total=round(time.monotonic() - started, 1),

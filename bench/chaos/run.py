@@ -242,7 +242,10 @@ def main() -> None:
     parser.add_argument("--experiments", default=",".join(ALL))
     parser.add_argument("--subnet-index", type=int, default=6)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--epochs", type=int, default=20, help="epochs of the real trainer's fit")
+    parser.add_argument("--epochs", type=int, default=40, help="epochs of the real trainer's fit")
+    parser.add_argument(
+        "--merge", action="store_true", help="keep the other experiments' results already in the results file"
+    )
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--no-doc", action="store_true", help="do not rewrite docs/reliability.md")
     args = parser.parse_args()
@@ -317,6 +320,11 @@ def main() -> None:
         },
         measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
+    if args.merge and args.results.exists():
+        previous = json.loads(args.results.read_text())
+        result["experiments"] = {**previous.get("experiments", {}), **result["experiments"]}
+        result.setdefault("reference", previous.get("reference"))
+        result["command"] = f"{previous.get('command')}; then {result['command']}"
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(result, indent=2) + "\n")
     if not args.no_doc:
