@@ -3,7 +3,7 @@
 For each group size: seconds from process start to the end of the first training step (imports, rendezvous,
 strategy, data, model, first tf.function trace), steady samples/s of the whole group on the synthetic set
 (epochs after the first), and peak RSS (VmHWM) of each worker. Writes bench/results/trainer.json.
-Usage: .venv/bin/python bench/trainer_bench.py [--workers 1 2 4] [--epochs 4] [--samples 20000]
+Usage: .venv/bin/python bench/trainer_bench.py [--workers 1 2 4] [--epochs 8] [--samples 50000]
 """
 
 from __future__ import annotations
@@ -85,8 +85,8 @@ def measure(workers: int, epochs: int, samples: int, batch: int, root: Path) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--samples", type=int, default=20000)
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--samples", type=int, default=50000)
     parser.add_argument("--batch", type=int, default=256)
     args = parser.parse_args()
     results = []
