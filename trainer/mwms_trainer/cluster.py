@@ -84,11 +84,12 @@ def from_tf_config(raw: str | None) -> Cluster:
         raise ConfigError(f"{SETTING}.cluster", "lists the same host:port twice")
     if not isinstance(task, dict):
         raise ConfigError(f"{SETTING}.task", 'must be an object like {"type": "worker", "index": 0}')
-    role, index = task.get("type"), task.get("index")
-    if role not in ROLES or not cluster.get(role):
-        raise ConfigError(f"{SETTING}.task.type", f"must name a task type of the cluster, got {role!r}")
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(cluster[role]):
+    task_type, index = task.get("type"), task.get("index")
+    if task_type not in ROLES or not cluster.get(task_type):
+        raise ConfigError(f"{SETTING}.task.type", f"must name a task type of the cluster, got {task_type!r}")
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(cluster[task_type]):
         raise ConfigError(
-            f"{SETTING}.task.index", f"must be an integer in [0, {len(cluster[role]) - 1}], got {index!r}"
+            f"{SETTING}.task.index",
+            f"must be an integer in [0, {len(cluster[task_type]) - 1}], got {index!r}",
         )
-    return Cluster(hosts=tuple(hosts), rank=offsets[role] + index)
+    return Cluster(hosts=tuple(hosts), rank=offsets[task_type] + index)

@@ -148,6 +148,7 @@ class MirroredStrategyRunner:
             )
             hosts = [f"127.0.0.1:{p}" for p in local.free_ports(self.num_slots)]
             uid = str(uuid.uuid4())
+            job_name = os.environ.get(constants.ENV_JOB_NAME) or str(getattr(train_fn, "__name__", "train"))
             path = os.pathsep.join(p for p in sys.path if p and Path(p).exists())
             envs = []
             for index in range(self.num_slots):
@@ -156,8 +157,7 @@ class MirroredStrategyRunner:
                     {
                         constants.ENV_TF_CONFIG: json.dumps(tf_config(hosts, index)),
                         constants.ENV_JOB_UID: uid,
-                        constants.ENV_JOB_NAME: os.environ.get(constants.ENV_JOB_NAME)
-                        or getattr(train_fn, "__name__", "train"),
+                        constants.ENV_JOB_NAME: job_name,
                         "PYTHONPATH": path,
                     }
                 )

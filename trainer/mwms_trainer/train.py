@@ -60,7 +60,7 @@ def epoch_logger(rank: int, epochs: int | None, tracker: Any) -> Any:
     """Progress on every worker's log; the chief's tracker also sends it to MLflow."""
     k = keras()
 
-    class EpochLogger(k.callbacks.Callback):
+    class EpochLogger(k.callbacks.Callback):  # type: ignore[name-defined]
         first_epoch: int | None = None
         started = 0.0
         stepped = False
