@@ -1,30 +1,12 @@
-"""Real TensorFlow worker processes over real sockets, against a real `mlflow server`.
-
-Groups are started with the same environment the operator gives pods (mwms_trainer.local.worker_envs, which
-calls mwms_operator.builders.trainer_env), on free 127.0.0.1 ports. Sized for 2 cores: small groups, few
-epochs, except where a test checks the seed's defaults.
-"""
+"""Fixtures of the tf tier: one real `mlflow server` per session (helpers live in tf_support.py)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from support.mlflow_server import MlflowServer
-
-from mwms_operator.config import OperatorConfig
-from mwms_operator.spec import TrainJobSpec, parse_trainjob
-from mwms_trainer import local
-
-REPO = Path(__file__).resolve().parents[2]
-POISON = REPO / "tests" / "data" / "trainer" / "poison"  # an `mlflow` that refuses to import
 
 
 @pytest.fixture(scope="session")
@@ -36,107 +18,8 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
         server.stop()
 
 
-def trainjob_spec(
-    name: str,
-    replicas: int,
-    trainer: Mapping[str, Any],
-    *,
-    checkpoint: bool = False,
-    startup_timeout: int = 120,
-) -> TrainJobSpec:
-    spec: dict[str, Any] = {
-        "replicas": replicas,
-        "trainer": dict(trainer),
-        "mlflow": {"experiment": name},
-        "runPolicy": {"startupTimeoutSeconds": startup_timeout},
-    }
-    if checkpoint:
-        spec["checkpoint"] = {"hostPath": {"path": "/unused-locally"}}
-    return parse_trainjob({"metadata": {"name": name}, "spec": spec}, OperatorConfig())
-
-
-@dataclass
-class Group:
-    """One (re)start of a job's workers; stdout+stderr of worker i in dir/worker-i.log."""
-
-    dir: Path
-    envs: list[dict[str, str]]
-    procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    def start(self, indices: Sequence[int] | None = None, poison_non_chief: bool = True) -> Group:
-        for i in range(len(self.envs)) if indices is None else indices:
-            env = dict(self.envs[i])
-            if poison_non_chief and i > 0:
-                env["PYTHONPATH"] = str(POISON)
-            with open(self.dir / f"worker-{i}.log", "ab") as log:
-                self.procs[i] = subprocess.Popen(
-                    [sys.executable, "-m", "mwms_trainer"], env=env, stdout=log, stderr=subprocess.STDOUT
-                )
-        return self
-
-    def wait(self, timeout: float) -> dict[int, int]:
-        try:
-            return {i: p.wait(timeout=timeout) for i, p in self.procs.items()}
-        finally:
-            self.kill()
-
-    def kill(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-
-    def log(self, i: int) -> str:
-        return (self.dir / f"worker-{i}.log").read_text(errors="replace")
-
-    def termination(self, i: int) -> str:
-        path = Path(self.envs[i]["MWMS_TERMINATION_LOG"])
-        return path.read_text() if path.exists() else ""
-
-    def summary(self) -> dict[str, Any]:
-        return json.loads(self.termination(0))
-
-
-def group(
-    spec: TrainJobSpec,
-    tracking_uri: str,
-    job_dir: Path,
-    *,
-    uid: str | None = None,
-    restart_count: int = 0,
-    **env: str,
-) -> Group:
-    job_dir.mkdir(parents=True, exist_ok=True)
-    envs = local.worker_envs(
-        spec,
-        job_name=spec.experiment,
-        namespace="tests",
-        uid=uid or str(uuid.uuid4()),
-        tracking_uri=tracking_uri,
-        job_dir=job_dir,
-        restart_count=restart_count,
-    )
-    for e in envs:
-        e.update(env)
-    return Group(job_dir, envs)
-
-
 @pytest.fixture
 def mlflow_client(mlflow_server: MlflowServer) -> Any:
     import mlflow
 
     return mlflow.MlflowClient(mlflow_server.url)
-
-
-def runs_of(client: Any, experiment: str) -> list[Any]:
-    exp = client.get_experiment_by_name(experiment)
-    return [] if exp is None else client.search_runs([exp.experiment_id])
-
-
-def models_of(experiment_id: str, run_id: str, tracking_uri: str) -> list[Any]:
-    import mlflow
-
-    mlflow.set_tracking_uri(tracking_uri)
-    return mlflow.search_logged_models(
-        experiment_ids=[experiment_id], filter_string=f"source_run_id = '{run_id}'", output_format="list"
-    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import group, models_of, trainjob_spec
+from tf_support import group, models_of, trainjob_spec
 
 pytestmark = pytest.mark.tf
 

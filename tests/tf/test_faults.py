@@ -6,7 +6,7 @@ import time
 import uuid
 
 import pytest
-from conftest import group, models_of, runs_of, trainjob_spec
+from tf_support import group, models_of, runs_of, trainjob_spec
 
 from mwms_operator import constants
 from mwms_trainer.local import free_ports

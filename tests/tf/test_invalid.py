@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import group, runs_of, trainjob_spec
+from tf_support import group, runs_of, trainjob_spec
 
 from mwms_operator import constants
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import ported_seed
 import pytest
-from conftest import models_of, runs_of
+from tf_support import models_of, runs_of
 
 from mwms_trainer import MirroredStrategyRunner
 
@@ -15,6 +14,8 @@ def test_ported_seed_gives_one_run_and_one_model(mlflow_server, mlflow_client, m
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.url)
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "ported-seed")
     monkeypatch.delenv("TF_CONFIG", raising=False)
+    import ported_seed  # here, not at collection: it imports TensorFlow
+
     result = MirroredStrategyRunner(num_slots=2, use_custom_strategy=True).run(ported_seed.train, epochs=3)
     assert set(result) >= {"loss", "accuracy", "val_loss", "val_accuracy"}  # the chief's return value
     runs = runs_of(mlflow_client, "ported-seed")

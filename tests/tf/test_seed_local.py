@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import REPO, models_of, runs_of
+from tf_support import REPO, models_of, runs_of
 
 from mwms_operator import constants
 from mwms_trainer import local
