@@ -429,14 +429,15 @@ def worker_kill(lab: Lab, *, chief: bool = False, replicas: int = 2, timeout: fl
             os.kill(pid, signal.SIGKILL)
         killed_at = time.monotonic()
         job = wait_finished(lab, namespace, name, timeout)
+        finished = time.monotonic()  # before outcome(): closing the pod watch takes up to 5 s
         result = outcome(lab, namespace, name, job, watch)
         result.update(
             killed_worker=index,
             kill_delay_s=round(delay, 2),
             kill_after_epoch=kill_epoch,
             kill_landed=pid is not None,
-            seconds_to_finish_after_kill=round(time.monotonic() - killed_at, 1),
-            seconds_total=round(time.monotonic() - started, 1),
+            seconds_to_finish_after_kill=round(finished - killed_at, 1),
+            seconds_total=round(finished - started, 1),
             mlflow_runs=job_runs(lab, job["metadata"]["uid"]),
             run_tags=resume_tags(lab, job["metadata"]["uid"]),
             metrics=chief_metrics(lab, namespace, name),
@@ -463,9 +464,10 @@ def undisturbed(lab: Lab, replicas: int = 2, timeout: float = 600) -> dict[str, 
         started = time.monotonic()
         apply(lab, namespace, trainjob(lab, "reference", replicas, tracking_uri=tracking, checkpoint=claim))
         job = wait_finished(lab, namespace, "reference", timeout)
+        finished = time.monotonic()
         result = outcome(lab, namespace, "reference", job, watch)
         result.update(
-            seconds_total=round(time.monotonic() - started, 1),
+            seconds_total=round(finished - started, 1),
             metrics=chief_metrics(lab, namespace, "reference"),
         )
         result["ok"] = result["phase"] == "Succeeded" and result["restarts"] == 0
@@ -498,12 +500,13 @@ def operator_kill(lab: Lab, *, replicas: int = 3, timeout: float = 300) -> dict[
         time.sleep(pause)
         lab.operator.start()
         job = wait_finished(lab, namespace, name, timeout)
+        finished = time.monotonic()  # before outcome(): closing the pod watch takes up to 5 s
         result = outcome(lab, namespace, name, job, watch)
         result.update(
             kill_delay_s=round(delay, 2),
             operator_down_s=round(pause, 2),
             phase_at_kill=phase_at_kill,
-            seconds_total=round(time.monotonic() - started, 1),
+            seconds_total=round(finished - started, 1),
         )
         result["ok"] = (
             result["phase"] == "Succeeded"
@@ -548,12 +551,13 @@ def mlflow_hung_at_start(lab: Lab, replicas: int = 2, timeout: float = 600) -> d
         finally:
             lab.mlflow.resume()
         job = wait_finished(lab, namespace, name, timeout)
+        finished = time.monotonic()  # before outcome(): closing the pod watch takes up to 5 s
         result = outcome(lab, namespace, name, job, watch)
         restarting = [e for e in events(lab, namespace, name) if e[1] == "GroupRestarting"]
         result.update(
             mlflow_down_s=round(down_for, 1),
             first_restart_message=restarting[0][2] if restarting else None,
-            seconds_total=round(time.monotonic() - started, 1),
+            seconds_total=round(finished - started, 1),
             mlflow_runs=job_runs(lab, job["metadata"]["uid"]),
         )
         result["ok"] = (
@@ -586,8 +590,9 @@ def mlflow_absent(lab: Lab, replicas: int = 2, timeout: float = 600) -> dict[str
             trainjob(lab, name, replicas, env=env, tracking_uri=uri, run_policy={"backoffLimit": 1}),
         )
         job = wait_finished(lab, namespace, name, timeout)
+        finished = time.monotonic()  # before outcome(): closing the pod watch takes up to 5 s
         result = outcome(lab, namespace, name, job, watch)
-        result.update(seconds_total=round(time.monotonic() - started, 1))
+        result.update(seconds_total=round(finished - started, 1))
         result["ok"] = (
             result["phase"] == "Failed"
             and result["failed_reason"] == "BackoffLimitExceeded"
