@@ -491,7 +491,8 @@ def operator_kill(lab: Lab, *, replicas: int = 3, timeout: float = 300) -> dict[
             "STANDIN_FAIL_ONCE_FILE": "/mwms/checkpoint/failed-once",
         }
         watch = PodWatch(lab, namespace, name)
-        delay, pause = lab.rng.uniform(0, 12), lab.rng.uniform(0, 3)
+        # The job lives ~8-10 s here (two groups of ~4 s): kill within that, pause 0-3 s.
+        delay, pause = lab.rng.uniform(0, 8), lab.rng.uniform(0, 3)
         started = time.monotonic()
         apply(lab, namespace, trainjob(lab, name, replicas, env=env, checkpoint=claim, standin=True))
         time.sleep(delay)
