@@ -187,7 +187,7 @@ async def _write(
         if decision.status.get("restarts", 0) > int(previous.get("restarts") or 0):
             metrics.RESTARTS.inc()
     for event in decision.events:
-        k8s.post_event(body, event.type, event.reason, event.message)
+        await asyncio.to_thread(memo.kube.post_event, body, event.type, event.reason, event.message)
     return True
 
 
@@ -230,4 +230,4 @@ async def _act(
             names = [pod["metadata"]["name"] for pod, new in zip(pods, created, strict=True) if new]
             if names:
                 message = f"created worker pods {', '.join(names)} (restart {action.restart_count})"
-                k8s.post_event(body, "Normal", "CreatedPods", message)
+                await asyncio.to_thread(kube.post_event, body, "Normal", "CreatedPods", message)

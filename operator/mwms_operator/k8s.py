@@ -1,4 +1,4 @@
-"""The only module that talks to the API server (the `kubernetes` client; kopf's own for events).
+"""The only module that talks to the API server (the `kubernetes` client; kopf's own for login).
 
 Calls are blocking; handlers run them with asyncio.to_thread. Creates are idempotent (409 means it is there),
 deletes too (404 means it is gone), so a retried or repeated reconcile is harmless.
@@ -10,11 +10,14 @@ import dataclasses
 import json
 import logging
 import os
+import socket
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
 import kubernetes
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from mwms_operator import constants
@@ -104,6 +107,38 @@ class Kube:
             raise
         return cast(dict[str, Any], response)
 
+    def post_event(self, job: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """An Event on the TrainJob. Best effort, tried once: an event that cannot be posted (its namespace
+        is being deleted, say) must neither fail the reconcile nor delay other events (kopf's poster retries
+        each one for a minute, in one queue)."""
+        meta = job.get("metadata") or {}
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event: Any = {  # a plain dict, as the client accepts for every body
+            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
+            "involvedObject": {
+                "apiVersion": constants.API_VERSION,
+                "kind": constants.KIND,
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": constants.MANAGED_BY},
+            "reportingComponent": constants.MANAGED_BY,
+            "reportingInstance": socket.gethostname(),
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(str(meta.get("namespace")), event, _request_timeout=10)
+        except (ApiException, OSError, urllib3.exceptions.HTTPError) as error:
+            log.info(
+                "event %s on %s/%s not posted: %s", reason, meta.get("namespace"), meta.get("name"), error
+            )
+
     def delete_trainjob(self, namespace: str, name: str) -> None:
         try:
             self.custom.delete_namespaced_custom_object(
@@ -112,11 +147,6 @@ class Kube:
         except ApiException as error:
             if error.status != 404:
                 raise
-
-
-def post_event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-    """An Event on the TrainJob; kopf posts it in the background, so a reconcile never waits for it."""
-    kopf.event(body, type=type_, reason=reason, message=message)  # type: ignore[arg-type]
 
 
 def _reason(error: ApiException) -> str:

@@ -26,7 +26,7 @@ def condition(job, type_):
     return next((c for c in job.get("status", {}).get("conditions", []) if c["type"] == type_), None)
 
 
-def wait_condition(kubectl, namespace, name, type_, timeout=90):
+def wait_condition(kubectl, namespace, name, type_, timeout=180):
     kubectl(
         "wait",
         f"--for=condition={type_}",
@@ -150,7 +150,7 @@ def test_a_permanent_exit_fails_naming_the_worker(operator, make_standin, kubect
             ]
             == ["bad-worker-1"]
         ),
-        timeout=60,
+        timeout=120,
         what="only the failed worker left",
     )
     assert ("Warning", "WorkerFailed", failed["message"]) in events_of(kubectl, namespace, "bad")
@@ -185,7 +185,7 @@ def test_suspend_deletes_the_pods_and_resume_recreates_them(
     )
     job = wait_condition(kubectl, namespace, "nap", "Suspended")
     assert job["status"]["phase"] == "Suspended"
-    wait_for(lambda: not pods_of(kubectl, namespace, "nap"), timeout=60, what="pods deleted on suspend")
+    wait_for(lambda: not pods_of(kubectl, namespace, "nap"), timeout=120, what="pods deleted on suspend")
     kubectl(
         "patch",
         "trainjob",
@@ -214,7 +214,7 @@ def test_the_deadline_fails_the_job_and_removes_its_pods(
     done = wait_condition(kubectl, namespace, "slow", "Failed")
     assert condition(done, "Failed")["reason"] == "DeadlineExceeded"
     wait_for(
-        lambda: not pods_of(kubectl, namespace, "slow"), timeout=60, what="pods removed after the deadline"
+        lambda: not pods_of(kubectl, namespace, "slow"), timeout=120, what="pods removed after the deadline"
     )
 
 
@@ -223,7 +223,7 @@ def test_ttl_deletes_the_finished_job(operator, make_standin, kubectl, namespace
     wait_condition(kubectl, namespace, "brief", "Succeeded")
     wait_for(
         lambda: kubectl("get", "trainjob", "brief", "-n", namespace, check=False).returncode != 0,
-        timeout=60,
+        timeout=120,
         what="the TrainJob deleted after its TTL",
     )
 
