@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import signal
+import socket
 import time
 import uuid
 
@@ -78,3 +81,17 @@ def test_mlflow_unreachable_exits_75_with_a_clear_message(tmp_path):
     g = group(spec, f"http://127.0.0.1:{port}", tmp_path).start()
     assert g.wait(timeout=300) == {0: RETRYABLE}, g.log(0)[-3000:]
     assert g.termination(0).startswith(f"retryable: MLflow at http://127.0.0.1:{port} is unavailable")
+
+
+def test_peer_lost_after_the_rendezvous_ends_by_sigalrm_at_the_deadline(mlflow_server, tmp_path):
+    """The backstop: a peer that answered the rendezvous but never registers (here a bare socket)."""
+    spec = trainjob_spec("lost-in-registration", 2, {"epochs": 1}, startup_timeout=15)
+    g = group(spec, mlflow_server.url, tmp_path)
+    peer = json.loads(g.envs[1][constants.ENV_TF_CONFIG])["cluster"]["worker"][1]
+    with socket.socket() as fake_peer:
+        fake_peer.bind(("127.0.0.1", int(peer.rsplit(":", 1)[1])))
+        fake_peer.listen(8)
+        codes = g.start(indices=[0]).wait(timeout=150)
+    # Ended by the kernel (SIGALRM's default action): Kubernetes reports 128+14, which the operator retries.
+    assert codes == {0: -signal.SIGALRM}, g.log(0)[-3000:]
+    assert g.termination(0).startswith("retryable: startup deadline passed in MultiWorkerMirroredStrategy()")

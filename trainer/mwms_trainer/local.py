@@ -237,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mwms local: {name} failed (exit codes {codes}): {summary.get('error')}", file=progress)
     if args.json:
         print(json.dumps(summary), flush=True)
-    return chief
+    return 128 - chief if chief < 0 else chief  # killed by a signal: the shell's (and the kubelet's) 128+N
 
 
 if __name__ == "__main__":

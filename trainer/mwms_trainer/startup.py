@@ -3,8 +3,9 @@
 MultiWorkerMirroredStrategy() blocks until every worker has connected, for an hour if one never comes, and it
 holds the GIL while it waits, so no Python timer can interrupt it (FACTS.md). So: first a rendezvous in plain
 Python (every worker listens on its own port and waits until each peer's name resolves and its port accepts
-TCP), which fails cleanly with exit 75 at the deadline; only then the constructor, with faulthandler's C-level
-timer as a backstop for a peer that dies inside that short window.
+TCP), which fails cleanly with exit 75 at the deadline; only then the constructor, with SIGALRM as a backstop
+for a peer that dies inside that short window (default action: the kernel ends the process; Kubernetes reports
+exit code 128+14, which the operator retries like 75).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import logging
+import math
+import signal
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +25,7 @@ from mwms_trainer.errors import RetryableError
 
 log = logging.getLogger("mwms_trainer")
 POLL_SECONDS = 0.5
-BACKSTOP_MIN_SECONDS = 30
+BACKSTOP_MIN_SECONDS = 15  # every peer was listening a moment ago: registration takes seconds
 
 
 def _reachable(address: str) -> str | None:
@@ -112,22 +115,26 @@ def wait_for_peers(
 
 
 def create_strategy(cluster: Cluster, deadline: float, on_backstop: Callable[[str], None]) -> Any:
-    """Rendezvous, then MultiWorkerMirroredStrategy(); exit 75 (or the backstop) at the deadline."""
+    """Rendezvous, then MultiWorkerMirroredStrategy(); exit 75 (or SIGALRM) at the deadline."""
     from mwms_trainer.tfenv import tensorflow
 
     tf = tensorflow()
     if cluster.is_distributed:
         with listening(cluster.own_address, deadline):
             wait_for_peers(cluster, deadline)
-    # The backstop kills the process from C (exit code 1, traceback on stderr) if a peer vanished between the
-    # rendezvous and registration; the message it leaves behind is written first.
+    # The constructor holds the GIL while it waits, so no Python code runs until it returns: the message the
+    # backstop leaves behind is written first, and the kernel delivers the end.
     on_backstop(
-        "startup deadline passed inside MultiWorkerMirroredStrategy(): a peer left during registration"
+        "retryable: startup deadline passed in MultiWorkerMirroredStrategy(): a peer left during registration"
     )
-    faulthandler.dump_traceback_later(max(BACKSTOP_MIN_SECONDS, deadline - time.monotonic()), exit=True)
+    seconds = math.ceil(max(BACKSTOP_MIN_SECONDS, deadline - time.monotonic()))
+    faulthandler.dump_traceback_later(seconds, exit=False)  # where it hung, on stderr
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(seconds + 1)
     try:
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     finally:
+        signal.alarm(0)
         faulthandler.cancel_dump_traceback_later()
     log.info("strategy ready: %d worker(s), this is worker %d", strategy.num_replicas_in_sync, cluster.rank)
     return strategy
