@@ -619,7 +619,7 @@ def node_agent_lost(lab: Lab, replicas: int = 2, timeout: float = 420) -> dict[s
         for key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
     ]
     env = {"STANDIN_SLEEP_SECONDS": "600"}
-    agent = lab.cluster._node_agents["node-1"]  # noqa: SLF001 (the launcher keeps one handle per node)
+    agent = lab.cluster.node_agents["node-1"]
     result: dict[str, Any] = {}
     try:
         watch = PodWatch(lab, namespace, name)
@@ -658,7 +658,7 @@ def node_agent_lost(lab: Lab, replicas: int = 2, timeout: float = 420) -> dict[s
         result.update(ok=False, error=str(error))
         return result
     finally:
-        if not agent.alive() and "node-1" in lab.cluster._node_agents:  # noqa: SLF001
+        if not agent.alive():
             try:
                 lab.cluster.start_node_agent("node-1")
             except Exception as error:  # noqa: BLE001 (recorded: later experiments would fail anyway)
