@@ -105,8 +105,10 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
             now=now,
             previous=previous,
         )
-        if not await _write(memo, body, meta, decision, previous):
+        # Status first, then actions, then events: a crash in between is repaired by the next reconcile.
+        if not await _write(memo, meta, decision, previous):
             return
+        events = list(decision.events)
         try:
             await _act(memo.kube, body, meta, spec, decision, config)
         except k8s.Rejected as error:
@@ -115,7 +117,10 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
             refused = SpecError("spec.template", f"the API server refused a worker object: {error}")
             previous = _previous_status(memo, uid, body)
             decision = decide(meta, refused, [], service_exists=True, now=now, previous=previous)
-            await _write(memo, body, meta, decision, previous)
+            await _write(memo, meta, decision, previous)
+            events += decision.events
+        for event in events:
+            await asyncio.to_thread(memo.kube.post_event, body, event.type, event.reason, event.message)
         metrics.RECONCILE.observe(time.monotonic() - started)
         memo.phases.set(uid, decision.status["phase"])
         if decision.all_pods_created:
@@ -175,10 +180,8 @@ def _previous_status(memo: kopf.Memo, uid: str, body: kopf.Body) -> dict[str, An
     return dict(body.get("status") or {})
 
 
-async def _write(
-    memo: kopf.Memo, body: kopf.Body, meta: JobMeta, decision: Decision, previous: dict[str, Any]
-) -> bool:
-    """Status first, then events and actions: a crash in between is repaired by the next reconcile."""
+async def _write(memo: kopf.Memo, meta: JobMeta, decision: Decision, previous: dict[str, Any]) -> bool:
+    """Write the decided status if it changed; False if the TrainJob is gone."""
     if any(previous.get(k) != v for k, v in decision.status.items()):
         response = await asyncio.to_thread(memo.kube.patch_status, meta.namespace, meta.name, decision.status)
         if response is None:
@@ -186,8 +189,6 @@ async def _write(
         memo.written[meta.uid] = (int(response["metadata"]["resourceVersion"]), response.get("status") or {})
         if decision.status.get("restarts", 0) > int(previous.get("restarts") or 0):
             metrics.RESTARTS.inc()
-    for event in decision.events:
-        await asyncio.to_thread(memo.kube.post_event, body, event.type, event.reason, event.message)
     return True
 
 
