@@ -7,6 +7,7 @@ so nothing here branches on the role except the final hand-off.
 from __future__ import annotations
 
 import logging
+import os
 import platform
 import time
 from collections.abc import Callable
@@ -124,8 +125,10 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
             )
         callbacks = [epoch_logger(cluster.rank, cfg.epochs, tracker)]
         if settings.checkpoint_dir:
-            # Every worker takes part; tf-keras writes the chief's copy here and the others' to temp dirs.
-            callbacks.insert(0, k.callbacks.BackupAndRestore(backup_dir=settings.checkpoint_dir))
+            # Per job uid: a later job on the same volume never resumes another job's fit. Every worker takes
+            # part; tf-keras writes the chief's copy here and the others' to temporary directories.
+            backup_dir = os.path.join(settings.checkpoint_dir, settings.job_uid)
+            callbacks.insert(0, k.callbacks.BackupAndRestore(backup_dir=backup_dir))
         try:
             history = model.fit(
                 data.train_dataset(split, cfg),
