@@ -36,7 +36,7 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     from mwms_trainer import config
     from mwms_trainer.errors import TrainerError
 
-    path = environ.get(config.ENV_TERMINATION_LOG, "").strip() or constants.TERMINATION_MESSAGE_PATH
+    path = environ.get(constants.ENV_TERMINATION_LOG, "").strip() or constants.TERMINATION_MESSAGE_PATH
     try:
         settings = config.load(environ)
         log.info(

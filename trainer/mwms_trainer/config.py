@@ -18,7 +18,6 @@ from mwms_operator import constants
 from mwms_trainer import cluster as cluster_mod
 from mwms_trainer.errors import ConfigError
 
-ENV_TERMINATION_LOG = "MWMS_TERMINATION_LOG"
 DATASETS = ("breast_cancer", "synthetic", "csv", "parquet")
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 300
 
@@ -179,5 +178,6 @@ def load(environ: Mapping[str, str]) -> Settings:
         startup_timeout_seconds=_env_number(
             environ, constants.ENV_STARTUP_TIMEOUT, DEFAULT_STARTUP_TIMEOUT_SECONDS, 1
         ),
-        termination_log=environ.get(ENV_TERMINATION_LOG, "").strip() or constants.TERMINATION_MESSAGE_PATH,
+        termination_log=environ.get(constants.ENV_TERMINATION_LOG, "").strip()
+        or constants.TERMINATION_MESSAGE_PATH,
     )

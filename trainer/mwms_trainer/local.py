@@ -83,7 +83,7 @@ def worker_envs(
             )
         )
         env[constants.ENV_TRACKING_URI] = tracking_uri
-        env["MWMS_TERMINATION_LOG"] = str(job_dir / f"worker-{index}.termination")
+        env[constants.ENV_TERMINATION_LOG] = str(job_dir / f"worker-{index}.termination")
         if constants.ENV_CHECKPOINT_DIR in env:
             env[constants.ENV_CHECKPOINT_DIR] = str(job_dir / "checkpoint")
         envs.append(env)
