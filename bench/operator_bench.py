@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import kubernetes
+
 from mwms_dev.cluster import LocalCluster, free_port
 
 REPO = Path(__file__).resolve().parents[1]
