@@ -156,8 +156,9 @@ kubelet stops posting status turns `Unknown` after `--node-monitor-grace-period`
 then evicted by the `node.kubernetes.io/unreachable:NoExecute` taint after their toleration (300 s by
 default; the experiment's pods tolerate 5 s). An evicted pod on an unreachable node stays Terminating
 until a kubelet confirms it (or the Node object is deleted), so the operator, which waits for the old
-group to be gone before recreating it, recreates the group only once the node agent is back. Real
-clusters behave the same way; there the remedy is the node coming back or being removed.
+group to be gone before recreating it, can recreate the group only once a kubelet is back (not measured
+here: the experiment brings the node agent back right after the eviction, as a rebooted node would).
+Real clusters behave the same way; there the remedy is the node coming back or being removed.
 """
 NOTES = {
     "worker-kill": "SIGKILL of a random worker at a random moment (checkpoint on a PVC): whole group "
@@ -203,6 +204,14 @@ def write_doc(result: dict[str, Any]) -> None:
         for name in ("worker-kill", "chief-kill"):
             s = result["experiments"].get(name, {}).get("summary", {})
             if "max_val_accuracy_diff" in s:
+                tag = "mwms.dev/resumed-from-epoch"
+                resumed = [
+                    f"{r.get('kill_after_epoch')}→{r.get('run_tags', {}).get(tag, '-')}"
+                    for r in result["experiments"][name]["results"]
+                ]
+                lines.append(
+                    f"{name}: killed after epoch → resumed from epoch (run tag): {', '.join(resumed)}."
+                )
                 lines.append(
                     f"{name}: kills that landed {s['kills_landed']}; largest held-out accuracy difference "
                     f"to the undisturbed run {s['max_val_accuracy_diff']:.4f} (a trial passes within 0.01)."
@@ -248,7 +257,11 @@ def main() -> None:
     )
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--no-doc", action="store_true", help="do not rewrite docs/reliability.md")
+    parser.add_argument("--doc-only", action="store_true", help="rewrite docs/reliability.md from --results")
     args = parser.parse_args()
+    if args.doc_only:
+        write_doc(json.loads(args.results.read_text()))
+        return
     chosen = [e.strip() for e in args.experiments.split(",") if e.strip()]
     unknown = set(chosen) - set(ALL)
     if unknown:
