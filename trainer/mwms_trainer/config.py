@@ -100,7 +100,9 @@ def parse_trainer_config(raw_json: str | None, num_workers: int = 1) -> TrainerC
     if not isinstance(label, str) or not label:
         raise ConfigError(_setting("labelColumn"), f"must be a non-empty string, got {label!r}")
 
-    batch = _int(raw, "globalBatchSize", d.globalBatchSize, 1)
+    # Unset: the default rounded up to a multiple of the workers (33 for 3), so any replica count just works.
+    default_batch = -(-d.globalBatchSize // num_workers) * num_workers
+    batch = _int(raw, "globalBatchSize", default_batch, 1)
     # Equal per-worker slices make N workers compute exactly the 1-worker gradient (docs/migration.md).
     if batch < num_workers or batch % num_workers:
         raise ConfigError(

@@ -113,3 +113,8 @@ def test_load_rejects_bad_environment(extra, setting):
     with pytest.raises(ConfigError) as err:
         load(_env(**extra))
     assert err.value.setting == setting
+
+
+@pytest.mark.parametrize(("workers", "expected"), [(1, 32), (2, 32), (3, 33), (4, 32), (5, 35), (7, 35)])
+def test_default_global_batch_is_rounded_up_to_a_multiple_of_the_workers(workers, expected):
+    assert parse_trainer_config(None, num_workers=workers).globalBatchSize == expected
