@@ -13,6 +13,7 @@ the container's termination message with reason StartError) and to stderr (the c
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -119,8 +120,9 @@ def prepare(plan: dict) -> None:
     # Open every source before the first mount: a volume mounted over /tmp (or the tmpfs over /root below)
     # would otherwise hide sources that live under it, such as the agent's own state dir.
     sources = [os.open(m["source"], os.O_PATH | os.O_CLOEXEC) for m in plan["mounts"]]
+    runtime = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in plan.get("exposePaths", [])}
     if plan.get("uid") not in (None, 0):
-        expose(plan.get("exposePaths", []))
+        expose(list(runtime))
     for m, fd in zip(plan["mounts"], sources, strict=True):
         is_file = m.get("isFile", stat.S_ISREG(os.fstat(fd).st_mode))
         ensure_mount_point(m["target"], is_file)
@@ -128,6 +130,13 @@ def prepare(plan: dict) -> None:
         os.close(fd)
         if m.get("readOnly"):
             mount(None, m["target"], MS_BIND | MS_REMOUNT | MS_RDONLY)
+    # A volume over where the venv lives (an emptyDir at /tmp while the checkout is under /tmp) hides the
+    # interpreter the container runs: put the runtime back on top, from the handles opened before.
+    for path, fd in runtime.items():
+        if not (os.path.exists(path) and os.path.samestat(os.stat(path), os.fstat(fd))):
+            os.makedirs(path, exist_ok=True)
+            mount(f"/proc/self/fd/{fd}", path, MS_BIND | MS_REC)
+        os.close(fd)
     os.makedirs(plan["cwd"], exist_ok=True)
     os.chdir(plan["cwd"])
     uid, gid = plan.get("uid"), plan.get("gid")
@@ -146,7 +155,8 @@ def main(argv: list[str]) -> int:
     with open(argv[0]) as f:
         plan = json.load(f)
     # Opened now, while no mount can hide it.
-    plan["startErrorFd"] = os.open(plan["startErrorFile"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+    plan["startErrorFd"] = os.open(plan["startErrorFile"], flags)
     try:
         prepare(plan)
     except OSError as exc:
@@ -164,10 +174,8 @@ def main(argv: list[str]) -> int:
 
 def start_error(plan: dict, message: str) -> int:
     print(message, file=sys.stderr, flush=True)
-    try:
+    with contextlib.suppress(OSError):
         os.write(plan["startErrorFd"], message.encode())
-    except OSError:
-        pass
     return START_ERROR_EXIT
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -505,3 +507,25 @@ def test_a_volume_over_tmp_hides_no_other_mount(cluster, kubectl, namespace, wai
     state = wait_for(lambda: terminated(kubectl, namespace, "tmp-first"), timeout=120, what="tmp-first")
     assert state["exitCode"] == 0, state
     assert cluster.pod_log(namespace, "tmp-first", container="main").strip() == namespace
+
+
+def test_a_volume_over_the_checkout_still_runs_the_venv_python(cluster, kubectl, namespace, wait_for):
+    # The chart's pods mount an emptyDir at /tmp; a checkout under /tmp (CI clones there) then lost its venv.
+    top = "/" + Path(sys.prefix).parts[1]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "venv-hidden"},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsUser": 1000, "runAsGroup": 1000},
+            "volumes": [{"name": "scratch", "emptyDir": {}}],
+            "containers": [
+                {"name": "main", "image": "none", "command": ["python", "-c", "print('ran')"],
+                 "volumeMounts": [{"name": "scratch", "mountPath": top}]}
+            ],
+        },
+    }  # fmt: skip
+    kubectl.apply(pod, "-n", namespace)
+    state = wait_for(lambda: terminated(kubectl, namespace, "venv-hidden"), timeout=120, what="venv-hidden")
+    assert state["exitCode"] == 0, (state, cluster.pod_log(namespace, "venv-hidden", container="main"))
