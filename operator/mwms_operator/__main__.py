@@ -46,6 +46,8 @@ def main() -> None:
     logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(_QuietTimers())
+    if config.log_level != "DEBUG":  # one access line per liveness probe (every 10 s) buries what matters
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     registry = kopf.OperatorRegistry()
     handlers.register(registry, config)
     logging.getLogger("mwms_operator").info("mwms-operator starting: %s", config)
