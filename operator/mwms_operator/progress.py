@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
@@ -74,9 +73,14 @@ def progress_from_run(run: Mapping[str, Any], epochs: int | None) -> dict[str, A
 def fetch_progress(
     tracking_uri: str, experiment: str, job_uid: str, epochs: int | None, *, timeout: float = 3.0
 ) -> dict[str, Any] | None:
+    # Only HTTP(S) tracking servers have the REST API; urllib would also open file: and ftp: URLs.
+    if urllib.parse.urlsplit(tracking_uri).scheme not in ("http", "https"):
+        return None
     try:
         run = find_run(tracking_uri, experiment, job_uid, timeout=timeout)
-    except (OSError, ValueError, KeyError, urllib.error.URLError) as error:
+        return progress_from_run(run, epochs) if run else None
+    # A server answering unexpected JSON (wrong types, missing keys) is as unreadable as a down one;
+    # urllib's URLError is an OSError.
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as error:
         log.debug("MLflow at %s not readable (%s): progress stays as it is", tracking_uri, error)
         return None
-    return progress_from_run(run, epochs) if run else None

@@ -86,3 +86,46 @@ def test_fetch_progress_searches_the_run_by_job_uid_tag(tracking):
 
 def test_an_unreachable_tracking_server_gives_no_progress():
     assert fetch_progress("http://127.0.0.1:9", "e", "u", None, timeout=0.5) is None
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [{"runs": "not a list"}, {"runs": [{"data": {"metrics": [{"key": "loss", "step": "x", "value": 1}]}}]},
+     {"runs": [None]}, {"runs": [{"data": {"metrics": "nope"}}]}],
+)  # fmt: skip
+def test_a_tracking_server_answering_nonsense_gives_no_progress(reply):
+    class Handler(BaseHTTPRequestHandler):
+        def respond(self, body):
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):  # noqa: N802
+            self.respond({"experiment": {"experiment_id": "3"}})
+
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.respond(reply)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert fetch_progress(f"http://127.0.0.1:{server.server_port}", "e", "u", None) is None
+    finally:
+        server.shutdown()
+
+
+def test_only_http_tracking_uris_are_polled(tmp_path):
+    # Lay out files where urllib's file: handler would find a perfectly good answer.
+    api = tmp_path / "api" / "2.0" / "mlflow"
+    (api / "experiments").mkdir(parents=True)
+    (api / "experiments" / "get-by-name").write_text(json.dumps({"experiment": {"experiment_id": "1"}}))
+    (api / "runs").mkdir()
+    (api / "runs" / "search").write_text(json.dumps({"runs": [RUN]}))
+    assert fetch_progress(f"file://{tmp_path}", "e", "u", None) is None
+    assert fetch_progress("sqlite:///mlflow.db", "e", "u", None) is None
