@@ -271,7 +271,7 @@ def check_mlflow(base_url: str, job: dict) -> dict:
     except (urllib.error.URLError, OSError) as exc:
         raise ChainError(f"mlflow: cannot search runs at {base_url}: {exc}") from exc
     if len(runs) != 1:
-        raise ChainError(f"mlflow: expected exactly one run tagged {MLFLOW_TAG_JOB_UID}={uid}, found {len(runs)}")
+        raise ChainError(f"mlflow: expected one run tagged {MLFLOW_TAG_JOB_UID}={uid}, found {len(runs)}")
     run = runs[0]
     run_id = run["info"]["run_id"]
     if run_id != status_mlflow["runId"]:

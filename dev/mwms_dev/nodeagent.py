@@ -81,6 +81,7 @@ log = logging.getLogger("mwms_dev.nodeagent")
 
 KUBELET_VERSION = "v1.37.2-mwms-nodeagent"
 START_ERROR_EXIT = 128
+CHECKOUT = Path(__file__).resolve().parents[2]  # the repository: editable installs import from it
 
 
 @dataclass(frozen=True)
@@ -430,9 +431,14 @@ class PodWorker(threading.Thread):
             "gid": gid,
             "groups": groups,
             "startErrorFile": str(start_error),
-            # The venv and the interpreter it links to, for a runAsUser that could not reach them otherwise.
+            # What stands in for the image: the checkout (editable sources), the venv and the interpreter it
+            # links to. podexec keeps them reachable for any runAsUser and under any volume mounted over them.
             "exposePaths": sorted(
-                {str(Path(cfg.python).parent.parent), str(Path(os.path.realpath(cfg.python)).parent.parent)}
+                {
+                    str(CHECKOUT),
+                    str(Path(cfg.python).parent.parent),
+                    str(Path(os.path.realpath(cfg.python)).parent.parent),
+                }
             ),
         }
         plan_file = self.dir / f"{name}.plan.json"

@@ -509,8 +509,9 @@ def test_a_volume_over_tmp_hides_no_other_mount(cluster, kubectl, namespace, wai
     assert cluster.pod_log(namespace, "tmp-first", container="main").strip() == namespace
 
 
-def test_a_volume_over_the_checkout_still_runs_the_venv_python(cluster, kubectl, namespace, wait_for):
-    # The chart's pods mount an emptyDir at /tmp; a checkout under /tmp (CI clones there) then lost its venv.
+def test_a_volume_over_the_checkout_still_runs_venv_and_sources(cluster, kubectl, namespace, wait_for):
+    # The chart's pods mount an emptyDir at /tmp; a checkout under /tmp then lost its venv and its editable
+    # sources (the node agent's stand-in for the image).
     top = "/" + Path(sys.prefix).parts[1]
     pod = {
         "apiVersion": "v1",
@@ -521,7 +522,7 @@ def test_a_volume_over_the_checkout_still_runs_the_venv_python(cluster, kubectl,
             "securityContext": {"runAsUser": 1000, "runAsGroup": 1000},
             "volumes": [{"name": "scratch", "emptyDir": {}}],
             "containers": [
-                {"name": "main", "image": "none", "command": ["python", "-c", "print('ran')"],
+                {"name": "main", "image": "none", "command": ["python", "-c", "import mwms_dev.podexec"],
                  "volumeMounts": [{"name": "scratch", "mountPath": top}]}
             ],
         },
