@@ -1,4 +1,4 @@
-"""Linters over what we ship: YAML, Dockerfiles, GitHub workflows, shell scripts."""
+"""Linters over what we ship: Python (ruff, mypy), YAML, Dockerfiles, GitHub workflows, shell scripts."""
 
 from __future__ import annotations
 
@@ -68,3 +68,13 @@ def test_shellcheck(script):
     if not script.exists():
         pytest.skip(f"{script.relative_to(REPO)} does not exist")
     run([venv_tool("shellcheck"), script])
+
+
+def test_python_is_ruff_clean():
+    run([venv_tool("ruff"), "check", "operator", "trainer", "dev", "tests", "bench"])
+
+
+def test_our_packages_type_check(tmp_path):
+    # A fresh cache: a stale one has reported modules as missing attributes.
+    packages = ["-p", "mwms_operator", "-p", "mwms_trainer"]
+    run([venv_tool("mypy"), "--cache-dir", tmp_path, *packages], timeout=600)
