@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import socket
@@ -68,37 +69,62 @@ def mount(
     _check(result, f"mount {source} on {target}")
 
 
-def blocked_ancestor(path: str) -> str | None:
-    """The topmost directory above `path` that others may not traverse (e.g. /root, mode 0700)."""
+def blocked_dir(path: str) -> str | None:
+    """The topmost directory from / down to `path` itself that others may not traverse (/root, mode 0700,
+    or a checkout made by `mktemp -d`)."""
     parts = os.path.abspath(path).strip("/").split("/")
-    for i in range(1, len(parts)):
-        ancestor = "/" + "/".join(parts[:i])
-        if not os.stat(ancestor).st_mode & 0o001:
-            return ancestor
+    for i in range(1, len(parts) + 1):
+        directory = "/" + "/".join(parts[:i])
+        mode = os.stat(directory).st_mode
+        if stat.S_ISDIR(mode) and not mode & 0o001:
+            return directory
     return None
 
 
+def _kept_in(blocked: str, paths: list[str]) -> list[str]:
+    """What must stay visible once `blocked` is covered: the paths below it, or all its entries if it is
+    one of the paths itself; a path inside another kept one comes with it."""
+    if blocked in paths:
+        paths = [os.path.join(blocked, entry) for entry in os.listdir(blocked)]
+    kept = sorted(set(paths))
+    return [p for p in kept if not any(p.startswith(other + "/") for other in kept)]
+
+
 def expose(paths: list[str]) -> None:
-    """Make `paths` reachable for a non-root container although an ancestor is closed to it (the venv's base
-    interpreter under /root, say): in this private mount namespace the closed ancestor becomes an empty
-    tmpfs that holds just those paths, bind-mounted. A container never sees the host's home dirs anyway."""
-    by_ancestor: dict[str, list[str]] = {}
-    for path in paths:
-        ancestor = blocked_ancestor(path)
-        if ancestor is not None:
-            by_ancestor.setdefault(ancestor, []).append(path)
-    for ancestor, inside in by_ancestor.items():
-        staged = []
-        for i, path in enumerate(inside):
-            stage = f"{STAGE_DIR}/{i}"
-            os.makedirs(stage, exist_ok=True)
-            mount(path, stage, MS_BIND | MS_REC)
-            staged.append((stage, path))
-        mount("tmpfs", ancestor, 0, fstype="tmpfs", data="mode=0755")
-        for stage, path in staged:
-            os.makedirs(path, exist_ok=True)
-            mount(stage, path, MS_BIND | MS_REC)
-            _check(_libc.umount2(stage.encode(), MNT_DETACH), f"umount {stage}")
+    """Make `paths` reachable for a non-root container although a directory on the way is closed to it (the
+    venv's base interpreter under /root, a checkout in a mode-0700 directory): in this private mount
+    namespace the closed directory becomes a tmpfs holding just what must stay visible, bind-mounted from the
+    original. Repeated until nothing on the way is closed (a closed directory inside a closed one)."""
+    covered: set[str] = set()
+    while True:
+        by_blocked: dict[str, list[str]] = {}
+        for path in paths:
+            blocked = blocked_dir(path)
+            if blocked is not None:
+                by_blocked.setdefault(blocked, []).append(path)
+        if not by_blocked:
+            return
+        for blocked, inside in by_blocked.items():
+            if blocked in covered:
+                raise OSError(errno.EACCES, f"{blocked} stays closed to the container's user")
+            covered.add(blocked)
+            kept = _kept_in(blocked, inside)
+            links = [(path, os.readlink(path)) for path in kept if os.path.islink(path)]
+            staged = []
+            for i, path in enumerate(p for p in kept if not os.path.islink(p)):
+                is_file = not os.path.isdir(path)
+                stage = f"{STAGE_DIR}/{'f' if is_file else 'd'}{i}"
+                ensure_mount_point(stage, is_file)
+                mount(path, stage, MS_BIND | MS_REC)
+                staged.append((stage, path, is_file))
+            mount("tmpfs", blocked, 0, fstype="tmpfs", data="mode=0755")
+            for stage, path, is_file in staged:
+                ensure_mount_point(path, is_file)
+                mount(stage, path, MS_BIND | MS_REC)
+                _check(_libc.umount2(stage.encode(), MNT_DETACH), f"umount {stage}")
+            for path, target in links:  # recreated, not mounted: a bind mount would follow the link
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                os.symlink(target, path)
 
 
 def ensure_mount_point(target: str, is_file: bool) -> None:
@@ -120,9 +146,10 @@ def prepare(plan: dict) -> None:
     # Open every source before the first mount: a volume mounted over /tmp (or the tmpfs over /root below)
     # would otherwise hide sources that live under it, such as the agent's own state dir.
     sources = [os.open(m["source"], os.O_PATH | os.O_CLOEXEC) for m in plan["mounts"]]
-    runtime = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in plan.get("exposePaths", [])}
     if plan.get("uid") not in (None, 0):
-        expose(list(runtime))
+        expose(plan.get("exposePaths", []))
+    # Opened after expose: what the container must see there, to put back if a volume covers it.
+    runtime = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in plan.get("exposePaths", [])}
     for m, fd in zip(plan["mounts"], sources, strict=True):
         is_file = m.get("isFile", stat.S_ISREG(os.fstat(fd).st_mode))
         ensure_mount_point(m["target"], is_file)
