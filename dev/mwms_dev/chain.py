@@ -301,7 +301,9 @@ def score_model(base_url: str, model_uri: str, trainer_settings: dict) -> float:
 
     from mwms_trainer.config import parse_trainer_config
     from mwms_trainer.data import load_split
+    from mwms_trainer.tfenv import tensorflow
 
+    tensorflow()  # the trainer's TensorFlow setup (tf-keras, quiet C++ logs) before MLflow imports it
     split = load_split(parse_trainer_config(json.dumps(trainer_settings)))
     mlflow.set_tracking_uri(base_url)
     model = mlflow.pyfunc.load_model(model_uri)

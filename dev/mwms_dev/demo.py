@@ -55,17 +55,29 @@ def main(argv: list[str] | None = None) -> int:
             url = chain.mlflow_pod_url()
             result = check_mlflow(url, job)
             accuracy = score_model(url, result["modelUri"], job["spec"].get("trainer", {}))
-            print(json.dumps({**result, "heldOutAccuracy": accuracy}, indent=2))
+            # The run as MLflow holds it; the per-epoch loss is in the UI, here only how many epochs it has.
+            shown = {k: v for k, v in result.items() if k != "lossHistory"}
+            shown.update(epochsLogged=len(result["lossHistory"]), heldOutAccuracy=accuracy)
+            print(json.dumps(shown, indent=2))
             print(
                 f"\ntrainjob/{name} Succeeded: one MLflow run {result['runId']},"
                 f" one model {result['modelUri']},"
-                f" held-out accuracy {accuracy:.4f}.\n"
-                f"MLflow UI: {url}/#/experiments/{result['experimentId']}/runs/{result['runId']}\n"
-                f"kubectl --kubeconfig {cluster.kubeconfig} get trainjobs -A",
+                f" held-out accuracy {accuracy:.4f}.",
                 flush=True,
             )
-            if args.keep:
-                print("the cluster keeps running; Ctrl-C stops it", file=sys.stderr, flush=True)
+            if not args.keep:
+                print(
+                    "The cluster stops now; `.venv/bin/mwms demo --keep` keeps it up to look around "
+                    "(MLflow UI, kubectl).",
+                    flush=True,
+                )
+            else:
+                print(
+                    f"MLflow UI: {url}/#/experiments/{result['experimentId']}/runs/{result['runId']}\n"
+                    f"kubectl --kubeconfig {cluster.kubeconfig} get trainjobs -A\n"
+                    "The cluster keeps running; Ctrl-C stops it.",
+                    flush=True,
+                )
                 stop = threading.Event()
                 signal.signal(signal.SIGINT, lambda *_: stop.set())
                 signal.signal(signal.SIGTERM, lambda *_: stop.set())
