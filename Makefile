@@ -34,7 +34,7 @@ test-unit: venv
 
 lint: venv
 	$(VENV)/bin/ruff check operator trainer dev tests bench
-	$(VENV)/bin/mypy -p mwms_operator -p mwms_trainer
+	$(VENV)/bin/mypy -p mwms_operator -p mwms_trainer -p mwms_dev
 
 clean:
 	-$(VENV)/bin/mwms dev-cluster down

@@ -756,11 +756,9 @@ class NodeAgent:
         ]
         previous = {c["type"]: c for c in self._node_conditions}
         for c in conditions:
-            old = previous.get(c["type"])
-            same = old is not None and old.get("status") == c["status"]
-            c["lastTransitionTime"] = (
-                old["lastTransitionTime"] if same and old.get("lastTransitionTime") else now
-            )
+            old = previous.get(c["type"]) or {}
+            same = old.get("status") == c["status"] and old.get("lastTransitionTime")
+            c["lastTransitionTime"] = old["lastTransitionTime"] if same else now
             c["lastHeartbeatTime"] = now
         uname = os.uname()
         return {

@@ -38,7 +38,7 @@ class ProbeError(ValueError):
 
 def parse_probe(probe: Mapping[str, Any], ports: list[Mapping[str, Any]], field: str) -> Probe:
     """A probe spec with defaults applied and a named port resolved against the container's ports."""
-    timing = {
+    timing: dict[str, Any] = {
         "initial_delay": float(probe.get("initialDelaySeconds") or 0),
         "period": float(probe.get("periodSeconds") or 10),
         "timeout": float(probe.get("timeoutSeconds") or 1),

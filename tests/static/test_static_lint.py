@@ -76,5 +76,5 @@ def test_python_is_ruff_clean():
 
 def test_our_packages_type_check(tmp_path):
     # A fresh cache: a stale one has reported modules as missing attributes.
-    packages = ["-p", "mwms_operator", "-p", "mwms_trainer"]
+    packages = ["-p", "mwms_operator", "-p", "mwms_trainer", "-p", "mwms_dev"]
     run([venv_tool("mypy"), "--cache-dir", tmp_path, *packages], timeout=600)
