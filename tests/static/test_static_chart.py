@@ -66,6 +66,7 @@ def test_validator_rejects_an_unknown_field(rendered, kubernetes_validate, tmp_p
         "operator.logLevel=verbose",  # not one of the levels
         "operator.metricsPort=http",  # wrong type
         "image.digest=latest",  # not a digest
+        "serviceMonitor.interval=half-a-minute",  # not a duration
     ],
 )
 def test_value_typo_fails_template_and_lint(helm, setting):
@@ -190,6 +191,33 @@ def test_bundled_mlflow_is_the_default_tracking_uri(rendered):
         "mlflow.mwms-system.svc:5000",
         "mlflow.mwms-system.svc.cluster.local:5000",
     } <= hosts
+
+
+def test_service_monitor_scrapes_the_operators_metrics_port_only_when_enabled(helm, rendered):
+    assert not [d for d in load_all(rendered["default"]) if d["kind"] == "ServiceMonitor"]
+    docs = load_all(
+        helm_template(
+            helm,
+            "--set",
+            "serviceMonitor.enabled=true",
+            "--set",
+            "serviceMonitor.interval=15s",
+            "--set",
+            "serviceMonitor.labels.release=prometheus",
+        )
+    )
+    monitor = find(docs, "ServiceMonitor", OPERATOR)
+    service = find(docs, "Service", OPERATOR)
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items(), "the ServiceMonitor selects the Service"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["mwms-system"]}
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    (endpoint,) = monitor["spec"]["endpoints"]
+    metrics = next(p for p in service["spec"]["ports"] if p["name"] == endpoint["port"])
+    deployment = find(docs, "Deployment", OPERATOR)
+    container_ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert metrics["targetPort"] in {p["name"] for p in container_ports}
+    assert (endpoint["path"], endpoint["interval"]) == ("/metrics", "15s")
 
 
 def test_helm_test_probes_the_operator(helm):
