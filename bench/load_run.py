@@ -339,8 +339,8 @@ def write_doc(r: dict[str, Any]) -> None:
 ## Load: jobs that run to the end, and memory over time
 
 Produced by `bench/load_run.py` (results: `bench/results/load.json`; command `{r["command"]}`), measured
-{r["measured_at"]} on {r["machine"]["cpus"]} CPUs shared with other work (load average
-{r["machine"]["loadavg_start"][0]:.1f} at the start). The operator runs with its defaults, logged in as its
+{r["measured_at"]} on {r["machine"]["cpus"]} CPUs (load average {r["machine"]["loadavg_start"][0]:.1f} at the
+start: other work on the machine slows everything down). The operator runs with its defaults, logged in as its
 ServiceAccount; a node agent runs every pod (the worker command is `true`, so this measures the operator and
 the control plane, not training).
 

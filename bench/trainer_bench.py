@@ -89,6 +89,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=50000)
     parser.add_argument("--batch", type=int, default=256)
     args = parser.parse_args()
+    load_at_start = os.getloadavg()
     results = []
     with tempfile.TemporaryDirectory(prefix="mwms-trainer-bench-") as tmp:
         for n in args.workers:
@@ -105,9 +106,11 @@ def main() -> None:
                 "machine": {
                     "cpus": os.cpu_count(),
                     "python": platform.python_version(),
+                    "loadavg_at_start": load_at_start,
                     "loadavg_at_end": load,
                 },
-                "note": "other jobs shared the machine while this ran; compare numbers from one file only",
+                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "note": "every worker runs on this one machine; the load averages show what else shared it",
                 "results": results,
             },
             indent=2,
