@@ -65,13 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                 f" held-out accuracy {accuracy:.4f}.",
                 flush=True,
             )
-            if not args.keep:
-                print(
-                    "The cluster stops now; `.venv/bin/mwms demo --keep` keeps it up to look around "
-                    "(MLflow UI, kubectl).",
-                    flush=True,
-                )
-            else:
+            if args.keep:
                 print(
                     f"MLflow UI: {url}/#/experiments/{result['experimentId']}/runs/{result['runId']}\n"
                     f"kubectl --kubeconfig {cluster.kubeconfig} get trainjobs -A\n"
@@ -82,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
                 signal.signal(signal.SIGINT, lambda *_: stop.set())
                 signal.signal(signal.SIGTERM, lambda *_: stop.set())
                 stop.wait()
+            else:
+                print(
+                    "The cluster stops now; `.venv/bin/mwms demo --keep` keeps it up to look around "
+                    "(MLflow UI, kubectl).",
+                    flush=True,
+                )
         return 0
     except (ChainError, ClusterError) as exc:
         print(f"mwms demo failed: {exc}", file=sys.stderr)

@@ -45,7 +45,6 @@ def base() -> Iterator[Path]:
 
 def closed_dir(path: Path, *files: str) -> Path:
     path.mkdir(mode=0o700)
-    path.chmod(0o700)
     for name in files:
         (path / name).parent.mkdir(parents=True, exist_ok=True)
         (path / name).write_text(name)
