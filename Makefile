@@ -3,18 +3,18 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml VERSION | sha1sum | cut -c1-12)
 
-.PHONY: setup venv tools control-plane demo test test-unit test-integration lint clean
+.PHONY: setup venv tools control-plane images lock demo test test-unit test-integration lint clean
 
 setup: venv tools control-plane
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml VERSION
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
-	$(PY) -m pip install --quiet -e ".[operator,trainer,dev]" --group test --group lint
+	$(PY) -m pip install --quiet -e ".[operator,trainer,dev]" --group test --group lint --group lock
 	rm -f $(VENV)/.installed-* && touch $@
 
 tools: venv
@@ -23,14 +23,23 @@ tools: venv
 control-plane:
 	bash hack/build-control-plane.sh
 
+# The operator and trainer images from their Dockerfiles, offline, as OCI archives in build/images/
+# (hack/build-images.sh; needs root, buildah and mmdebstrap). Cached under ~/.cache/mwms/images.
+images: venv
+	bash hack/build-images.sh
+
+# Regenerate requirements/*.lock.txt (the images' hash-locked packages) from pyproject's extras.
+lock: venv
+	PATH="$(VENV)/bin:$$PATH" bash hack/lock.sh
+
 demo: setup
 	$(VENV)/bin/mwms demo
 
-test: setup
+test: setup images
 	$(VENV)/bin/python -m pytest tests
 
 test-unit: venv
-	$(VENV)/bin/python -m pytest -m "not integration and not e2e and not tf and not static" tests
+	$(VENV)/bin/python -m pytest -m "not integration and not e2e and not tf and not static and not images" tests
 
 lint: venv
 	$(VENV)/bin/ruff check operator trainer dev tests bench

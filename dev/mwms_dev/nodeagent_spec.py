@@ -49,7 +49,7 @@ class Mount:
 
 
 def image_repository(image: str) -> str:
-    """`ghcr.io/x/mwms-trainer:0.1.0@sha256:..` -> `ghcr.io/x/mwms-trainer`."""
+    """`ghcr.io/x/mwms-trainer:1.2.3@sha256:..` -> `ghcr.io/x/mwms-trainer`."""
     name = image.split("@", 1)[0]
     slash, colon = name.rfind("/"), name.rfind(":")
     return name[:colon] if colon > slash else name

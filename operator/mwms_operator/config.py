@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mwms_operator import constants
+from mwms_operator import __version__, constants
 
-DEFAULT_TRAINER_IMAGE = f"{constants.TRAINER_IMAGE}:0.1.0"
+# The trainer image of this operator's own release: the two images are versioned together.
+DEFAULT_TRAINER_IMAGE = f"{constants.TRAINER_IMAGE}:{__version__}"
 DEFAULT_TRACKING_URI = "http://mlflow:5000"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 

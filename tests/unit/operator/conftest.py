@@ -34,4 +34,5 @@ def make_trainjob():
 
 @pytest.fixture
 def config() -> OperatorConfig:
-    return OperatorConfig()
+    # A fixed image, so golden files do not change with each release's version.
+    return OperatorConfig(trainer_image="ghcr.io/mwms-dev/mwms-trainer:0.1.0")

@@ -1,14 +1,18 @@
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 from mwms_operator.config import ConfigError, OperatorConfig
 
+VERSION = (Path(__file__).resolve().parents[3] / "VERSION").read_text().strip()
+
 
 def test_defaults_match_the_documented_settings():
     config = OperatorConfig.from_env({})
     assert config == OperatorConfig()
-    assert config.trainer_image == "ghcr.io/mwms-dev/mwms-trainer:0.1.0"
+    # The trainer of the operator's own release, whose version is the repository's VERSION file.
+    assert config.trainer_image == f"ghcr.io/mwms-dev/mwms-trainer:{VERSION}"
     assert config.tracking_uri == "http://mlflow:5000"
     assert config.cluster_domain == ""
     assert config.watch_namespaces == ()
