@@ -91,6 +91,17 @@ wheels_for() {
   echo "$dir"
 }
 
+# The ID (config digest) of the image in an OCI archive.
+archived_id() {
+  "$PYTHON" - "$1" <<'PY'
+import json, sys, tarfile
+with tarfile.open(sys.argv[1]) as tar:
+    index = json.load(tar.extractfile("index.json"))
+    manifest = index["manifests"][0]["digest"].replace(":", "/")
+    print(json.load(tar.extractfile(f"blobs/{manifest}"))["config"]["digest"])
+PY
+}
+
 build_image() {
   local dir=$1 name="mwms-$1" image="$REGISTRY/mwms-$1:$VERSION" wheels build_wheels
   wheels=$(wheels_for "requirements/$dir.lock.txt")
@@ -102,6 +113,12 @@ build_image() {
     --build-arg "BASE_IMAGE=$BASE" --build-arg "VERSION=$VERSION" \
     --build-arg "PIP_INSTALL_OPTIONS=--no-index --find-links=/wheels --find-links=/build-wheels" \
     --volume "$wheels:/wheels:ro" --volume "$build_wheels:/build-wheels:ro" . >/dev/null
+  # Unchanged image (same ID, i.e. config digest, as the archive's): keep the archive, skip a slow recompress.
+  if [ -f "$OUT/$name.oci.tar" ] && [ "$(archived_id "$OUT/$name.oci.tar")" = \
+    "$("${BUILDAH[@]}" images --noheading --no-trunc --format '{{.ID}}' "$image")" ]; then
+    log "$OUT/$name.oci.tar: $image is up to date"
+    return
+  fi
   # An OCI layout, named for containerd, then archived aside and renamed: a reader (the node's image import)
   # never sees half an archive.
   rm -rf "$OUT/$name.oci" "$OUT/$name.oci.tar.tmp"
