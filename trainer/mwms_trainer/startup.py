@@ -98,6 +98,7 @@ def wait_for_peers(
     """Return once every peer resolves and accepts TCP; at the deadline RetryableError names the missing."""
     waiting = {i: h for i, h in enumerate(cluster.hosts) if i != cluster.rank}
     reasons: dict[int, str] = {}
+    log.info("waiting for %d peer(s)", len(waiting))
     while waiting:
         for i, host in list(waiting.items()):
             reason = probe(host)
@@ -127,6 +128,7 @@ def create_strategy(cluster: Cluster, deadline: float, on_backstop: Callable[[st
     on_backstop(
         "retryable: startup deadline passed in MultiWorkerMirroredStrategy(): a peer left during registration"
     )
+    log.info("registering with MultiWorkerMirroredStrategy()")
     seconds = math.ceil(max(BACKSTOP_MIN_SECONDS, deadline - time.monotonic()))
     faulthandler.dump_traceback_later(seconds, exit=False)  # where it hung, on stderr
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
@@ -136,5 +138,8 @@ def create_strategy(cluster: Cluster, deadline: float, on_backstop: Callable[[st
     finally:
         signal.alarm(0)
         faulthandler.cancel_dump_traceback_later()
+    # The constructor's coordination service installs a SIGTERM handler that only takes note (a preemption
+    # notifier): put the default back, so a deleted pod's worker stops at once instead of after the grace.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     log.info("strategy ready: %d worker(s), this is worker %d", strategy.num_replicas_in_sync, cluster.rank)
     return strategy
