@@ -7,6 +7,7 @@ so nothing here branches on the role except the final hand-off.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import platform
 import time
@@ -16,7 +17,7 @@ from typing import Any
 from mwms_trainer import data, startup, tracking
 from mwms_trainer import model as model_mod
 from mwms_trainer.config import Settings
-from mwms_trainer.errors import RetryableError
+from mwms_trainer.errors import DivergedError, RetryableError
 from mwms_trainer.tfenv import keras, tensorflow
 
 log = logging.getLogger("mwms_trainer")
@@ -90,6 +91,22 @@ def epoch_logger(rank: int, epochs: int | None, tracker: Any) -> Any:
     return EpochLogger()
 
 
+def stop_on_non_finite_loss(epochs: int) -> Any:
+    """Fail the fit (every worker sees the same reduced loss) instead of logging a NaN model."""
+    k = keras()
+
+    class NonFiniteLossGuard(k.callbacks.Callback):  # type: ignore[name-defined]
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            loss = float((logs or {}).get("loss", 0.0))
+            if not math.isfinite(loss):
+                raise DivergedError(
+                    f"the loss became {loss} in epoch {epoch + 1} of {epochs}: the fit diverged "
+                    "(lower learningRate, or check the data's scale); no model was logged"
+                )
+
+    return NonFiniteLossGuard()
+
+
 def _retryable_tf_errors() -> tuple[type[BaseException], ...]:
     tf = tensorflow()
     # What a lost peer looks like from inside a collective (heartbeat timeout, aborted or cancelled ops).
@@ -123,7 +140,7 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
                 learning_rate=cfg.learningRate,
                 steps_per_execution=steps,
             )
-        callbacks = [epoch_logger(cluster.rank, cfg.epochs, tracker)]
+        callbacks = [stop_on_non_finite_loss(cfg.epochs), epoch_logger(cluster.rank, cfg.epochs, tracker)]
         if settings.checkpoint_dir:
             # Per job uid: a later job on the same volume never resumes another job's fit. Every worker takes
             # part; tf-keras writes the chief's copy here and the others' to temporary directories.
@@ -147,7 +164,8 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
         # The chief alone: a plain copy needs no collectives, so the peers may already be gone.
         plain = model_mod.plain_copy(model)
         held_out = model_mod.held_out_metrics(plain, split.x_test, split.y_test)
-        model_uri = tracker.log_model(plain, split.x_test[:5], held_out)
+        signature = tracking.model_signature(split.num_features, split.feature_names, split.column_types)
+        model_uri = tracker.log_model(plain, signature, held_out)
         # The last epoch's training metrics are in MLflow already (per epoch); the summary carries both.
         metrics = {**held_out, **{k: float(v[-1]) for k, v in history.history.items() if v}}
         ok = True

@@ -96,3 +96,39 @@ def test_worker_slices_partition_the_global_batch_equally(workers, per_worker):
     covered = [i for s in slices for i in range(batch)[s]]
     assert covered == list(range(batch))
     assert {s.stop - s.start for s in slices} == {per_worker}
+
+
+@pytest.mark.parametrize(
+    ("cells", "columns"),
+    [
+        (("", "1"), "'a'"),  # an empty csv cell is NaN
+        (("inf", "-inf"), "'a', 'b'"),
+        (("1e39", "1"), "'a'"),  # finite in float64, an infinity in the model's float32 input
+    ],
+)
+def test_non_finite_inputs_exit_2_naming_columns_and_rows(tmp_path, cells, columns):
+    path = tmp_path / "d.csv"
+    rows = ["a,b,c,label"] + [f"{i},{i},{i},{i % 2}" for i in range(40)] + [f"{cells[0]},{cells[1]},1,0"] * 3
+    path.write_text("\n".join(rows))
+    with pytest.raises(ConfigError) as err:
+        load_split(parse_trainer_config(f'{{"dataset": "csv", "dataPath": "{path}"}}'))
+    assert err.value.setting == "MWMS_TRAINER_CONFIG.dataPath"
+    assert "3 of 43 rows hold values that are not finite numbers" in str(err.value)
+    assert f"in column(s) {columns};" in str(err.value)
+
+
+def test_a_constant_column_is_scaled_by_1_like_standard_scaler(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text("\n".join(["a,const,label"] + [f"{i},7,{i % 2}" for i in range(50)]))
+    split = load_split(parse_trainer_config(f'{{"dataset": "csv", "dataPath": "{path}"}}'))
+    scaler = StandardScaler().fit(split.x_train)
+    np.testing.assert_allclose(np.sqrt(split.variance), scaler.scale_)
+    assert split.variance[1] == 1.0  # (x - 7) / 1: a serving value of 8 becomes 1, not 1e7
+
+
+def test_tables_keep_their_column_types_for_the_model_signature(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text("\n".join(["count,ratio,label"] + [f"{i},{i / 3},{i % 2}" for i in range(50)]))
+    split = load_split(parse_trainer_config(f'{{"dataset": "csv", "dataPath": "{path}"}}'))
+    assert split.column_types == ("long", "double")
+    assert load_split(TrainerConfig()).column_types is None  # breast_cancer: rows by position
