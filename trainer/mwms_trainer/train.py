@@ -17,7 +17,7 @@ from typing import Any
 from mwms_trainer import data, startup, tracking
 from mwms_trainer import model as model_mod
 from mwms_trainer.config import Settings
-from mwms_trainer.errors import DivergedError, RetryableError
+from mwms_trainer.errors import DivergedError
 from mwms_trainer.tfenv import keras, tensorflow
 
 log = logging.getLogger("mwms_trainer")
@@ -107,17 +107,6 @@ def stop_on_non_finite_loss(epochs: int) -> Any:
     return NonFiniteLossGuard()
 
 
-def _retryable_tf_errors() -> tuple[type[BaseException], ...]:
-    tf = tensorflow()
-    # What a lost peer looks like from inside a collective (heartbeat timeout, aborted or cancelled ops).
-    return (
-        tf.errors.UnavailableError,
-        tf.errors.AbortedError,
-        tf.errors.DeadlineExceededError,
-        tf.errors.CancelledError,
-    )
-
-
 def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Train on this worker; return the termination summary (the chief's carries the run and the model)."""
     deadline = time.monotonic() + settings.startup_timeout_seconds
@@ -128,7 +117,6 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
     ok = False
     try:
         strategy = startup.create_strategy(cluster, deadline, note)
-        note("training")
         steps = data.steps_per_epoch(len(split.x_train), cfg.globalBatchSize)
         k.utils.set_random_seed(cfg.seed)  # the same initial weights everywhere (MWMS also broadcasts them)
         with strategy.scope():
@@ -146,7 +134,7 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
             # part; tf-keras writes the chief's copy here and the others' to temporary directories.
             backup_dir = os.path.join(settings.checkpoint_dir, settings.job_uid)
             callbacks.insert(0, k.callbacks.BackupAndRestore(backup_dir=backup_dir))
-        try:
+        with startup.peer_loss_is_retryable("during fit"):
             history = model.fit(
                 data.train_dataset(split, cfg),
                 epochs=cfg.epochs,
@@ -154,10 +142,6 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
                 callbacks=callbacks,
                 verbose=0,
             )
-        except _retryable_tf_errors() as e:
-            raise RetryableError(
-                f"lost a peer during fit: {type(e).__name__}: {str(e).splitlines()[0]}"
-            ) from None
         if not cluster.is_chief:
             ok = True
             return {"worker": cluster.rank, "status": "ok"}
