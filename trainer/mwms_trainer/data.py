@@ -146,12 +146,17 @@ def steps_per_epoch(num_rows: int, global_batch: int) -> int:
     return num_rows // global_batch
 
 
-def epoch_order(num_rows: int, global_batch: int, epochs: int, seed: int) -> np.ndarray:
-    """Row indices of every global batch of the whole fit: shape (epochs * steps, global_batch)."""
+def epoch_order(num_rows: int, global_batch: int, seed: int, epochs: range) -> np.ndarray:
+    """Row indices of every global batch of `epochs`: shape (len(epochs) * steps, global_batch).
+
+    Epoch k's order comes from (seed, k) alone, so a fit resumed at epoch k sees exactly the batches the
+    undisturbed fit saw from there.
+    """
     steps = steps_per_epoch(num_rows, global_batch)
-    rng = np.random.default_rng(seed)
-    order = [rng.permutation(num_rows)[: steps * global_batch] for _ in range(epochs)]
-    return np.concatenate(order).reshape(epochs * steps, global_batch)
+    order = [
+        np.random.default_rng([seed, epoch]).permutation(num_rows)[: steps * global_batch] for epoch in epochs
+    ]
+    return np.concatenate(order or [np.zeros(0, dtype=np.int64)]).reshape(len(epochs) * steps, global_batch)
 
 
 def worker_slice(global_batch: int, num_workers: int, rank: int) -> slice:
@@ -160,10 +165,11 @@ def worker_slice(global_batch: int, num_workers: int, rank: int) -> slice:
     return slice(rank * per_worker, (rank + 1) * per_worker)
 
 
-def train_dataset(split: Split, cfg: TrainerConfig) -> Any:
-    """A tf.data pipeline of global batches; the strategy hands each worker its contiguous slice of each."""
+def train_dataset(split: Split, cfg: TrainerConfig, first_epoch: int = 0) -> Any:
+    """A tf.data pipeline of the global batches from `first_epoch` on (where a resumed fit starts); the
+    strategy hands each worker its contiguous slice of each."""
     tf = tensorflow()
-    order = epoch_order(len(split.x_train), cfg.globalBatchSize, cfg.epochs, cfg.seed)
+    order = epoch_order(len(split.x_train), cfg.globalBatchSize, cfg.seed, range(first_epoch, cfg.epochs))
     x, y = tf.constant(split.x_train), tf.constant(split.y_train)
     dataset = tf.data.Dataset.from_tensor_slices(order).map(
         lambda idx: (tf.gather(x, idx), tf.gather(y, idx))

@@ -107,6 +107,22 @@ def stop_on_non_finite_loss(epochs: int) -> Any:
     return NonFiniteLossGuard()
 
 
+def resumed_epoch(backup_dir: str) -> int:
+    """The epoch BackupAndRestore will resume at (0 without a checkpoint), known before fit builds its input.
+
+    fit starts reading its dataset from the beginning whatever epoch it resumes at, so the dataset must begin
+    with that epoch's batches. Every worker reads the chief's copy, as BackupAndRestore itself does.
+    """
+    tf = tensorflow()
+    path = tf.train.latest_checkpoint(os.path.join(backup_dir, "chief"))
+    if path is None:
+        return 0
+    for name, _ in tf.train.list_variables(path):
+        if name.startswith("ckpt_saved_epoch/"):
+            return max(0, int(tf.train.load_variable(path, name)) + 1)
+    return 0
+
+
 def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Train on this worker; return the termination summary (the chief's carries the run and the model)."""
     deadline = time.monotonic() + settings.startup_timeout_seconds
@@ -129,14 +145,16 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
                 steps_per_execution=steps,
             )
         callbacks = [stop_on_non_finite_loss(cfg.epochs), epoch_logger(cluster.rank, cfg.epochs, tracker)]
+        first_epoch = 0
         if settings.checkpoint_dir:
             # Per job uid: a later job on the same volume never resumes another job's fit. Every worker takes
             # part; tf-keras writes the chief's copy here and the others' to temporary directories.
             backup_dir = os.path.join(settings.checkpoint_dir, settings.job_uid)
             callbacks.insert(0, k.callbacks.BackupAndRestore(backup_dir=backup_dir))
+            first_epoch = resumed_epoch(backup_dir)
         with startup.peer_loss_is_retryable("during fit"):
             history = model.fit(
-                data.train_dataset(split, cfg),
+                data.train_dataset(split, cfg, first_epoch),
                 epochs=cfg.epochs,
                 steps_per_epoch=steps,
                 callbacks=callbacks,
