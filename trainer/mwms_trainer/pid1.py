@@ -38,7 +38,8 @@ def supervise(child: int, on_signalled: Callable[[int], None] = lambda _: None) 
     """Forward signals to `child` and reap every process until it exits; return its exit code.
 
     Call with FORWARDED blocked (the handlers are installed here, then the signals let through, so one sent
-    right after the fork is not lost). `on_signalled(code)` runs when the child was ended by a signal.
+    right after the fork is not lost). `on_signalled(code)` runs when the child was ended by a signal after
+    one was forwarded to it.
     Returns 128 + the first signal forwarded when the child was ended by a signal after it, else the child's
     own exit code (128 + N for a child ended by signal N).
     """
@@ -71,9 +72,9 @@ def supervise(child: int, on_signalled: Callable[[int], None] = lambda _: None) 
             return 1
         if pid == child:
             signal.alarm(0)
-            if not os.WIFSIGNALED(status):
-                return exit_code(status)
-            code = 128 + forwarded[0] if forwarded else exit_code(status)
+            if not (os.WIFSIGNALED(status) and forwarded):
+                return exit_code(status)  # ended on its own (SIGALRM's backstop, say): its own message stands
+            code = 128 + forwarded[0]
             on_signalled(code)
             return code
 
