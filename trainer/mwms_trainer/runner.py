@@ -86,9 +86,11 @@ def _open_tracker(environ: Mapping[str, str], cluster: cluster_mod.Cluster, num_
 def run_here(train_fn: Callable[..., Any], kwargs: Mapping[str, Any], use_custom_strategy: bool) -> Any:
     """Run train_fn on this worker of the cluster TF_CONFIG describes; its result on the chief, else None."""
     from mwms_trainer import startup
-    from mwms_trainer.tfenv import tensorflow
+    from mwms_trainer.cpus import thread_count
+    from mwms_trainer.tfenv import size_thread_pools, tensorflow
 
     tensorflow()  # TF_USE_LEGACY_KERAS before the user's code imports TensorFlow
+    size_thread_pools(thread_count(os.environ))
     cluster = _cluster()
     timeout = float(os.environ.get(constants.ENV_STARTUP_TIMEOUT) or 300)
     deadline = time.monotonic() + timeout

@@ -18,7 +18,7 @@ from mwms_trainer import data, startup, tracking
 from mwms_trainer import model as model_mod
 from mwms_trainer.config import Settings
 from mwms_trainer.errors import DivergedError
-from mwms_trainer.tfenv import keras, tensorflow
+from mwms_trainer.tfenv import keras, size_thread_pools, tensorflow
 
 log = logging.getLogger("mwms_trainer")
 
@@ -129,6 +129,7 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
     cfg, cluster = settings.trainer, settings.cluster
     split = data.load_split(cfg, cluster.num_workers)  # bad data fails here, before MLflow or peers
     k = keras()
+    size_thread_pools(settings.threads)
     tracker = open_tracker(settings, params_of(settings, split))
     ok = False
     try:
