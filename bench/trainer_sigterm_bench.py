@@ -46,6 +46,7 @@ def measure(phase: str, root: Path) -> dict[str, object]:
     envs = local.worker_envs(
         spec, job_name=name, namespace="bench", uid=str(uuid.uuid4()), tracking_uri=uri, job_dir=job_dir
     )
+    job_dir.mkdir(parents=True, exist_ok=True)
     log_path = job_dir / "worker-0.log"
     fake_peer = None
     if phase == "in_strategy_constructor":
