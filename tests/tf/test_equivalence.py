@@ -29,7 +29,7 @@ def _train(replicas, server, client, tmp_path):
     assert len(models_of(run.info.experiment_id, run.info.run_id, server.url)) == 1
     versions = client.search_model_versions(f"name = '{name}'")
     assert [v.run_id for v in versions] == [run.info.run_id]  # registered once, from this run
-    weights = mlflow.tensorflow.load_model(summary["modelUri"]).get_weights()
+    weights = mlflow.pyfunc.load_model(summary["modelUri"]).unwrap_python_model().keras_model.get_weights()
     return weights, summary["metrics"]
 
 

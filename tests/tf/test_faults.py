@@ -9,6 +9,8 @@ import time
 import uuid
 
 import pytest
+from support.pid_namespace import AVAILABLE as PID_NAMESPACES
+from support.pid_namespace import WHY_NOT
 from tf_support import group, models_of, runs_of, trainjob_spec
 
 from mwms_operator import constants
@@ -83,15 +85,23 @@ def test_mlflow_unreachable_exits_75_with_a_clear_message(tmp_path):
     assert g.termination(0).startswith(f"retryable: MLflow at http://127.0.0.1:{port} is unavailable")
 
 
-def test_peer_lost_after_the_rendezvous_ends_by_sigalrm_at_the_deadline(mlflow_server, tmp_path):
-    """The backstop: a peer that answered the rendezvous but never registers (here a bare socket)."""
+@pytest.mark.parametrize(
+    "as_pid1",
+    [False, pytest.param(True, marks=pytest.mark.skipif(not PID_NAMESPACES, reason=WHY_NOT))],
+    ids=["process", "pid1"],
+)
+def test_peer_lost_after_the_rendezvous_ends_by_sigalrm_at_the_deadline(mlflow_server, tmp_path, as_pid1):
+    """The backstop: a peer that answered the rendezvous but never registers (here a bare socket).
+
+    As PID 1 too, where the kernel drops a SIGALRM that has no handler: the trainer's child gets it.
+    """
     spec = trainjob_spec("lost-in-registration", 2, {"epochs": 1}, startup_timeout=15)
     g = group(spec, mlflow_server.url, tmp_path)
     peer = json.loads(g.envs[1][constants.ENV_TF_CONFIG])["cluster"]["worker"][1]
     with socket.socket() as fake_peer:
         fake_peer.bind(("127.0.0.1", int(peer.rsplit(":", 1)[1])))
         fake_peer.listen(8)
-        codes = g.start(indices=[0]).wait(timeout=150)
+        codes = g.start(indices=[0], as_pid1=as_pid1).wait(timeout=150)
     # Ended by the kernel (SIGALRM's default action): Kubernetes reports 128+14, which the operator retries.
-    assert codes == {0: -signal.SIGALRM}, g.log(0)[-3000:]
+    assert codes == {0: 128 + signal.SIGALRM if as_pid1 else -signal.SIGALRM}, g.log(0)[-3000:]
     assert g.termination(0).startswith("retryable: startup deadline passed in MultiWorkerMirroredStrategy()")

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from support.pid_namespace import start_as_pid1
+
 from mwms_operator.config import OperatorConfig
 from mwms_operator.spec import TrainJobSpec, parse_trainjob
 from mwms_trainer import local
@@ -51,15 +53,20 @@ class Group:
     envs: list[dict[str, str]]
     procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def start(self, indices: Sequence[int] | None = None, poison_non_chief: bool = True) -> Group:
+    def start(
+        self, indices: Sequence[int] | None = None, poison_non_chief: bool = True, as_pid1: bool = False
+    ) -> Group:
+        """as_pid1: each worker is PID 1 of its own PID namespace, as in a container (procs[i] is unshare)."""
         for i in range(len(self.envs)) if indices is None else indices:
             env = dict(self.envs[i])
             if poison_non_chief and i > 0:
                 env["PYTHONPATH"] = str(POISON)
+            cmd = [sys.executable, "-m", "mwms_trainer"]
             with open(self.dir / f"worker-{i}.log", "ab") as log:
-                self.procs[i] = subprocess.Popen(
-                    [sys.executable, "-m", "mwms_trainer"], env=env, stdout=log, stderr=subprocess.STDOUT
-                )
+                if as_pid1:
+                    self.procs[i] = start_as_pid1(cmd, env, log)
+                else:
+                    self.procs[i] = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
         return self
 
     def wait(self, timeout: float) -> dict[int, int]:
@@ -121,3 +128,60 @@ def models_of(experiment_id: str, run_id: str, tracking_uri: str) -> list[Any]:
     return mlflow.search_logged_models(
         experiment_ids=[experiment_id], filter_string=f"source_run_id = '{run_id}'", output_format="list"
     )
+
+
+class StallingProxy:
+    """An HTTP proxy to a real MLflow server that holds the requests `stall(method, path)` picks, unanswered.
+
+    `stalled` is set when the first one arrives: the caller then knows the trainer is inside that call.
+    """
+
+    def __init__(self, target: str, stall: Any) -> None:
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        self.stalled = threading.Event()
+        self._release = threading.Event()
+        netloc = urlsplit(target).netloc
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if stall(self.command, self.path):
+                    proxy.stalled.set()
+                    proxy._release.wait(120)
+                    self.close_connection = True
+                    return
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                conn = http.client.HTTPConnection(netloc, timeout=60)
+                conn.request(self.command, self.path, body=body, headers=headers)
+                answer = conn.getresponse()
+                data = answer.read()
+                self.send_response(answer.status)
+                for k, v in answer.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _forward
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._release.set()
+        self._server.shutdown()
+        self._server.server_close()

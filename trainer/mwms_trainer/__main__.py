@@ -1,6 +1,7 @@
 """`python -m mwms_trainer`: what a worker pod runs.
 
-Exit codes: 0 ok, 2 invalid config, 75 retryable, 1 anything else.
+Exit codes: 0 ok, 2 invalid config, 75 retryable, 1 anything else; 128 + N when ended by signal N (143 for
+SIGTERM, also as a container's PID 1: see pid1.py), which the operator retries like 75.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Mapping
@@ -33,10 +35,18 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     log = logging.getLogger("mwms_trainer")
     logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-step collective chatter at INFO
     environ = os.environ if environ is None else environ
+    path = environ.get(constants.ENV_TERMINATION_LOG, "").strip() or constants.TERMINATION_MESSAGE_PATH
+    from mwms_trainer import pid1
+
+    # First, before TensorFlow: as PID 1 this process becomes a small init and the trainer its child.
+    code = pid1.fork_unless_pid1_is_taken(
+        lambda code: write_termination(path, f"retryable: stopped by {signal.Signals(code - 128).name}")
+    )
+    if code is not None:
+        return code
     from mwms_trainer import config
     from mwms_trainer.errors import TrainerError
 
-    path = environ.get(constants.ENV_TERMINATION_LOG, "").strip() or constants.TERMINATION_MESSAGE_PATH
     try:
         settings = config.load(environ)
         log.info(

@@ -16,6 +16,7 @@ from typing import Any
 
 from mwms_operator import constants
 from mwms_trainer import cluster as cluster_mod
+from mwms_trainer import cpus
 from mwms_trainer.errors import ConfigError
 
 DATASETS = ("breast_cancer", "synthetic", "csv", "parquet")
@@ -139,6 +140,7 @@ class Settings:
     checkpoint_dir: str | None
     startup_timeout_seconds: float
     termination_log: str
+    threads: int | None = None  # TensorFlow's pool sizes (cpus.py); None: TensorFlow's own sizing
 
 
 def _env_number(environ: Mapping[str, str], name: str, default: int, minimum: int) -> int:
@@ -182,4 +184,5 @@ def load(environ: Mapping[str, str]) -> Settings:
         ),
         termination_log=environ.get(constants.ENV_TERMINATION_LOG, "").strip()
         or constants.TERMINATION_MESSAGE_PATH,
+        threads=cpus.thread_count(environ),
     )

@@ -31,13 +31,21 @@ class Split:
     feature_names: tuple[str, ...]
     mean: np.ndarray  # StandardScaler statistics of the training split only
     variance: np.ndarray
+    # MLflow column types by name ("double", "long") for a table's columns; None where the data has no column
+    # names a user would hold (the built-in sets): the logged model then takes rows by position.
+    column_types: tuple[str, ...] | None = None
 
     @property
     def num_features(self) -> int:
         return int(self.x_train.shape[1])
 
 
-def _read_table(cfg: TrainerConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+def _column_type(dtype: Any) -> str:
+    """The MLflow type a serving frame's column must have (or upcast to): the training column's kind."""
+    return {"b": "boolean", "i": "long", "u": "long"}.get(np.dtype(dtype).kind, "double")
+
+
+def _read_table(cfg: TrainerConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], tuple[str, ...]]:
     import pandas as pd
 
     path = Path(cfg.dataPath or "")
@@ -63,15 +71,19 @@ def _read_table(cfg: TrainerConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, 
     labels = frame[cfg.labelColumn].to_numpy()
     if not set(np.unique(labels)).issubset({0, 1}):
         raise ConfigError(f"{_SETTING}.labelColumn", f"{cfg.labelColumn!r} must hold 0/1 labels")
-    return features.to_numpy(dtype=np.float64), labels, tuple(str(c) for c in features.columns)
+    types = tuple(_column_type(features[c].dtype) for c in features.columns)
+    return features.to_numpy(dtype=np.float64), labels, tuple(str(c) for c in features.columns), types
 
 
-def load_features(cfg: TrainerConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+def load_features(
+    cfg: TrainerConfig,
+) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], tuple[str, ...] | None]:
+    """Rows, labels, feature names and, for a table, its columns' MLflow types."""
     if cfg.dataset == "breast_cancer":
         from sklearn.datasets import load_breast_cancer
 
         bunch: Any = load_breast_cancer()
-        return bunch.data, bunch.target, tuple(str(n) for n in bunch.feature_names)
+        return bunch.data, bunch.target, tuple(str(n) for n in bunch.feature_names), None
     if cfg.dataset == "synthetic":
         from sklearn.datasets import make_classification
 
@@ -81,8 +93,25 @@ def load_features(cfg: TrainerConfig) -> tuple[np.ndarray, np.ndarray, tuple[str
             n_informative=max(2, cfg.syntheticFeatures // 2),
             random_state=cfg.seed,
         )
-        return x, y, tuple(f"f{i}" for i in range(cfg.syntheticFeatures))
+        return x, y, tuple(f"f{i}" for i in range(cfg.syntheticFeatures)), None
     return _read_table(cfg)
+
+
+def check_finite(x: np.ndarray, names: tuple[str, ...]) -> None:
+    """Exit 2 before any peer is waited for: a NaN or an infinity trains a NaN model (also a float64 value
+    beyond float32's range, which the model's float32 input turns into an infinity)."""
+    with np.errstate(over="ignore"):
+        bad = ~np.isfinite(x.astype(np.float32))
+    if bad.any():
+        columns = [names[i] for i in np.flatnonzero(bad.any(axis=0))]
+        shown = ", ".join(map(repr, columns[:10])) + (
+            f" and {len(columns) - 10} more" if len(columns) > 10 else ""
+        )
+        raise ConfigError(
+            f"{_SETTING}.dataPath",
+            f"{int(bad.any(axis=1).sum())} of {len(x)} rows hold values that are not finite numbers "
+            f"(NaN, empty, infinite or beyond float32's range) in column(s) {shown}; drop or fill them",
+        )
 
 
 def load_split(cfg: TrainerConfig, num_workers: int = 1) -> Split:
@@ -90,7 +119,8 @@ def load_split(cfg: TrainerConfig, num_workers: int = 1) -> Split:
     from sklearn.model_selection import train_test_split
     from sklearn.preprocessing import StandardScaler
 
-    x, y, names = load_features(cfg)
+    x, y, names, types = load_features(cfg)
+    check_finite(x, names)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=cfg.testSize, random_state=cfg.seed)
     if len(x_train) < cfg.globalBatchSize:
         raise ConfigError(
@@ -105,7 +135,10 @@ def load_split(cfg: TrainerConfig, num_workers: int = 1) -> Split:
         y_test=y_test.astype(np.float32),
         feature_names=names,
         mean=scaler.mean_,
-        variance=scaler.var_,
+        # scale_**2, not var_: a constant column's scale is 1 (StandardScaler's rule), where the model's
+        # Normalization layer would divide by its epsilon and turn a serving value 1 away into 1e7.
+        variance=scaler.scale_**2,
+        column_types=types,
     )
 
 
@@ -113,12 +146,17 @@ def steps_per_epoch(num_rows: int, global_batch: int) -> int:
     return num_rows // global_batch
 
 
-def epoch_order(num_rows: int, global_batch: int, epochs: int, seed: int) -> np.ndarray:
-    """Row indices of every global batch of the whole fit: shape (epochs * steps, global_batch)."""
+def epoch_order(num_rows: int, global_batch: int, seed: int, epochs: range) -> np.ndarray:
+    """Row indices of every global batch of `epochs`: shape (len(epochs) * steps, global_batch).
+
+    Epoch k's order comes from (seed, k) alone, so a fit resumed at epoch k sees exactly the batches the
+    undisturbed fit saw from there.
+    """
     steps = steps_per_epoch(num_rows, global_batch)
-    rng = np.random.default_rng(seed)
-    order = [rng.permutation(num_rows)[: steps * global_batch] for _ in range(epochs)]
-    return np.concatenate(order).reshape(epochs * steps, global_batch)
+    order = [
+        np.random.default_rng([seed, epoch]).permutation(num_rows)[: steps * global_batch] for epoch in epochs
+    ]
+    return np.concatenate(order or [np.zeros(0, dtype=np.int64)]).reshape(len(epochs) * steps, global_batch)
 
 
 def worker_slice(global_batch: int, num_workers: int, rank: int) -> slice:
@@ -127,10 +165,11 @@ def worker_slice(global_batch: int, num_workers: int, rank: int) -> slice:
     return slice(rank * per_worker, (rank + 1) * per_worker)
 
 
-def train_dataset(split: Split, cfg: TrainerConfig) -> Any:
-    """A tf.data pipeline of global batches; the strategy hands each worker its contiguous slice of each."""
+def train_dataset(split: Split, cfg: TrainerConfig, first_epoch: int = 0) -> Any:
+    """A tf.data pipeline of the global batches from `first_epoch` on (where a resumed fit starts); the
+    strategy hands each worker its contiguous slice of each."""
     tf = tensorflow()
-    order = epoch_order(len(split.x_train), cfg.globalBatchSize, cfg.epochs, cfg.seed)
+    order = epoch_order(len(split.x_train), cfg.globalBatchSize, cfg.seed, range(first_epoch, cfg.epochs))
     x, y = tf.constant(split.x_train), tf.constant(split.y_train)
     dataset = tf.data.Dataset.from_tensor_slices(order).map(
         lambda idx: (tf.gather(x, idx), tf.gather(y, idx))

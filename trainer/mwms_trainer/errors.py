@@ -23,3 +23,7 @@ class RetryableError(TrainerError):
     """Peer lost, startup deadline passed, MLflow unreachable: restarting the group may succeed."""
 
     exit_code = constants.EXIT_RETRYABLE
+
+
+class DivergedError(TrainerError):
+    """The loss became NaN or infinite: permanent, a restart would diverge the same way."""

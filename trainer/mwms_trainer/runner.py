@@ -86,25 +86,38 @@ def _open_tracker(environ: Mapping[str, str], cluster: cluster_mod.Cluster, num_
 def run_here(train_fn: Callable[..., Any], kwargs: Mapping[str, Any], use_custom_strategy: bool) -> Any:
     """Run train_fn on this worker of the cluster TF_CONFIG describes; its result on the chief, else None."""
     from mwms_trainer import startup
-    from mwms_trainer.tfenv import tensorflow
+    from mwms_trainer.cpus import thread_count
+    from mwms_trainer.tfenv import size_thread_pools, tensorflow
 
     tensorflow()  # TF_USE_LEGACY_KERAS before the user's code imports TensorFlow
+    size_thread_pools(thread_count(os.environ))
     cluster = _cluster()
     timeout = float(os.environ.get(constants.ENV_STARTUP_TIMEOUT) or 300)
     deadline = time.monotonic() + timeout
+    path = os.environ.get(constants.ENV_TERMINATION_LOG, "").strip() or constants.TERMINATION_MESSAGE_PATH
+    from mwms_trainer.__main__ import write_termination
+
+    def note(message: str) -> None:
+        write_termination(path, message)
+
     tracker = _open_tracker(os.environ, cluster, cluster.num_workers)
     _state["tracker"] = tracker
     ok = False
     try:
         if use_custom_strategy:
-            # train_fn creates the strategy itself; make sure its peers are there first.
+            # train_fn creates the strategy itself; make sure its peers are there first, and give its
+            # constructor the built-in trainer's backstop.
             if cluster.is_distributed:
                 with startup.listening(cluster.own_address, deadline):
                     startup.wait_for_peers(cluster, deadline)
-            result = train_fn(**kwargs)
+            with (
+                startup.backstopped_user_strategy(deadline, note),
+                startup.peer_loss_is_retryable("in train_fn"),
+            ):
+                result = train_fn(**kwargs)
         else:
-            strategy = startup.create_strategy(cluster, deadline, lambda _: None)
-            with strategy.scope():
+            strategy = startup.create_strategy(cluster, deadline, note)
+            with strategy.scope(), startup.peer_loss_is_retryable("in train_fn"):
                 result = train_fn(**kwargs)
         ok = True
         return result if cluster.is_chief else None

@@ -98,6 +98,7 @@ def wait_for_peers(
     """Return once every peer resolves and accepts TCP; at the deadline RetryableError names the missing."""
     waiting = {i: h for i, h in enumerate(cluster.hosts) if i != cluster.rank}
     reasons: dict[int, str] = {}
+    log.info("waiting for %d peer(s)", len(waiting))
     while waiting:
         for i, host in list(waiting.items()):
             reason = probe(host)
@@ -114,6 +115,60 @@ def wait_for_peers(
         time.sleep(POLL_SECONDS)
 
 
+# What a lost or vanished peer looks like from inside the constructor or a collective: heartbeat timeouts,
+# aborted or cancelled ops, unreachable tasks, a coordination service whose peer restarted
+# (FailedPrecondition).
+PEER_LOSS_ERRORS = (
+    "UnavailableError",
+    "AbortedError",
+    "DeadlineExceededError",
+    "CancelledError",
+    "FailedPreconditionError",
+)
+REGISTRATION_BACKSTOP_NOTE = (
+    "retryable: startup deadline passed in MultiWorkerMirroredStrategy(): a peer left during registration"
+)
+
+
+@contextlib.contextmanager
+def peer_loss_is_retryable(during: str) -> Iterator[None]:
+    """TensorFlow's peer-loss errors become RetryableError (exit 75): restarting the group may succeed."""
+    from mwms_trainer.tfenv import tensorflow
+
+    tf = tensorflow()
+    kinds = tuple(getattr(tf.errors, name) for name in PEER_LOSS_ERRORS)
+    try:
+        yield
+    except kinds as e:
+        first_line = (str(e).strip().splitlines() or [""])[0]
+        raise RetryableError(f"lost a peer {during}: {type(e).__name__}: {first_line}") from None
+
+
+@contextlib.contextmanager
+def registration_backstop(deadline: float, on_backstop: Callable[[str], None]) -> Iterator[None]:
+    """Around MultiWorkerMirroredStrategy(): SIGALRM ends the process at the deadline; peer loss exits 75.
+
+    The constructor holds the GIL while it waits, so no Python code runs until it returns: the message the
+    backstop leaves behind is written first, and the kernel delivers the end (exit 128+14, retried like 75).
+    """
+    on_backstop(REGISTRATION_BACKSTOP_NOTE)
+    log.info("registering with MultiWorkerMirroredStrategy()")
+    seconds = math.ceil(max(BACKSTOP_MIN_SECONDS, deadline - time.monotonic()))
+    faulthandler.dump_traceback_later(seconds, exit=False)  # where it hung, on stderr
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(seconds + 1)
+    try:
+        with peer_loss_is_retryable("while the group registered"):
+            yield
+        on_backstop("training")  # registered: the backstop's message no longer applies
+    finally:
+        signal.alarm(0)
+        faulthandler.cancel_dump_traceback_later()
+        # The constructor's coordination service installs a SIGTERM handler that only takes note (a preemption
+        # notifier): put the default back, so a deleted pod's worker stops at once instead of after the grace.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def create_strategy(cluster: Cluster, deadline: float, on_backstop: Callable[[str], None]) -> Any:
     """Rendezvous, then MultiWorkerMirroredStrategy(); exit 75 (or SIGALRM) at the deadline."""
     from mwms_trainer.tfenv import tensorflow
@@ -122,19 +177,31 @@ def create_strategy(cluster: Cluster, deadline: float, on_backstop: Callable[[st
     if cluster.is_distributed:
         with listening(cluster.own_address, deadline):
             wait_for_peers(cluster, deadline)
-    # The constructor holds the GIL while it waits, so no Python code runs until it returns: the message the
-    # backstop leaves behind is written first, and the kernel delivers the end.
-    on_backstop(
-        "retryable: startup deadline passed in MultiWorkerMirroredStrategy(): a peer left during registration"
-    )
-    seconds = math.ceil(max(BACKSTOP_MIN_SECONDS, deadline - time.monotonic()))
-    faulthandler.dump_traceback_later(seconds, exit=False)  # where it hung, on stderr
-    signal.signal(signal.SIGALRM, signal.SIG_DFL)
-    signal.alarm(seconds + 1)
-    try:
+    with registration_backstop(deadline, on_backstop):
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    finally:
-        signal.alarm(0)
-        faulthandler.cancel_dump_traceback_later()
     log.info("strategy ready: %d worker(s), this is worker %d", strategy.num_replicas_in_sync, cluster.rank)
     return strategy
+
+
+@contextlib.contextmanager
+def backstopped_user_strategy(deadline: float, on_backstop: Callable[[str], None]) -> Iterator[None]:
+    """While a user's train_fn runs: the MultiWorkerMirroredStrategy() it creates gets the same backstop.
+
+    tf.distribute.MultiWorkerMirroredStrategy is swapped for a subclass whose constructor runs inside
+    registration_backstop (isinstance checks still hold), and put back afterwards.
+    """
+    from mwms_trainer.tfenv import tensorflow
+
+    tf = tensorflow()
+    original = tf.distribute.MultiWorkerMirroredStrategy
+
+    class MultiWorkerMirroredStrategy(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            with registration_backstop(deadline, on_backstop):
+                super().__init__(*args, **kwargs)
+
+    tf.distribute.MultiWorkerMirroredStrategy = MultiWorkerMirroredStrategy
+    try:
+        yield
+    finally:
+        tf.distribute.MultiWorkerMirroredStrategy = original

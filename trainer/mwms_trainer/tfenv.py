@@ -6,6 +6,7 @@ first imported, and the model code uses tf_keras.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -23,3 +24,17 @@ def keras() -> Any:
     import tf_keras
 
     return tf_keras
+
+
+def size_thread_pools(threads: int | None) -> None:
+    """Before TensorFlow's runtime starts (the strategy constructor starts it): pools of `threads` each."""
+    if threads is None:
+        return
+    tf = tensorflow()
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    except RuntimeError as e:  # a user's script already started the runtime: its sizing stands
+        logging.getLogger("mwms_trainer").warning("cannot size TensorFlow's thread pools: %s", e)
+        return
+    logging.getLogger("mwms_trainer").info("TensorFlow thread pools: %d threads each", threads)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -26,6 +27,9 @@ TAG_JOB_UID = constants.MLFLOW_TAG_JOB_UID
 TAG_RESTART_COUNT = "mwms.dev/restart-count"
 TAG_RESUMED_FROM_EPOCH = "mwms.dev/resumed-from-epoch"
 MODEL_NAME = "model"
+# A pyfunc model from code around the Keras model: MLflow's tensorflow flavour takes only a tensor signature
+# of one dtype, which refuses float64 rows, DataFrames and lists.
+SERVING_MODEL_CODE = os.path.join(os.path.dirname(__file__), "serving_model.py")
 RETRY_DELAYS_SECONDS = (1, 2, 4, 8)  # ~15 s of an unreachable server, then exit 75 (the operator retries)
 
 
@@ -41,7 +45,7 @@ class NullTracker:
     def note_resume(self, epoch: int) -> None:
         pass
 
-    def log_model(self, model: Any, example: np.ndarray, metrics: Mapping[str, float]) -> str | None:
+    def log_model(self, model: Any, signature: Any, metrics: Mapping[str, float]) -> str | None:
         return None
 
     def close(self, ok: bool) -> None:
@@ -149,7 +153,7 @@ class MlflowTracker:
         )
         return f"models:/{models[0].model_id}" if models else None
 
-    def log_model(self, model: Any, example: np.ndarray, metrics: Mapping[str, float]) -> str:
+    def log_model(self, model: Any, signature: Any, metrics: Mapping[str, float]) -> str:
         """Held-out metrics and the run's one model (a retried chief reuses the model it already logged)."""
         mlflow = self._mlflow
         self._retry("final metrics", lambda: mlflow.log_metrics(dict(metrics)))
@@ -157,19 +161,20 @@ class MlflowTracker:
         if existing is not None:
             log.info("run %s already has its model %s; not logging a second one", self.run_id, existing)
             return existing
-        from mlflow.models import infer_signature
-
-        signature = infer_signature(example, model.predict(example, verbose=0))
-        info = self._retry(
-            "model upload",
-            lambda: mlflow.tensorflow.log_model(
-                model,
-                name=MODEL_NAME,
-                signature=signature,
-                registered_model_name=self._registered_model_name,
-                pip_requirements=serving_requirements(),
-            ),
-        )
+        with tempfile.TemporaryDirectory(prefix="mwms-model-") as tmp:
+            keras_path = os.path.join(tmp, "model.keras")
+            model.save(keras_path)
+            info = self._retry(
+                "model upload",
+                lambda: mlflow.pyfunc.log_model(
+                    name=MODEL_NAME,
+                    python_model=SERVING_MODEL_CODE,
+                    artifacts={"keras_model": keras_path},
+                    signature=signature,
+                    registered_model_name=self._registered_model_name,
+                    pip_requirements=serving_requirements(),
+                ),
+            )
         return info.model_uri
 
     def close(self, ok: bool) -> None:
@@ -177,6 +182,24 @@ class MlflowTracker:
             self._mlflow.end_run(status="FINISHED" if ok else "FAILED")
         except Exception as e:
             log.warning("could not close MLflow run %s: %s", self.run_id, e)
+
+
+def model_signature(num_features: int, names: Sequence[str], column_types: Sequence[str] | None) -> Any:
+    """Column-based, so MLflow casts what users hold instead of refusing it (a float32 tensor signature
+    refuses float64 arrays, DataFrames and lists).
+
+    With column types (a table's columns): named columns of the training columns' types, so a DataFrame of
+    that table is taken by column name, in any order, extra columns (the label) ignored. Without: `double`
+    columns by position, so float32 or float64 rows, lists and frames of those rows are all taken.
+    """
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, Schema
+
+    if column_types is None:
+        inputs = Schema([ColSpec("double") for _ in range(num_features)])
+    else:
+        inputs = Schema([ColSpec(t, n) for n, t in zip(names, column_types, strict=True)])
+    return ModelSignature(inputs=inputs, outputs=Schema([ColSpec("float")]))
 
 
 def serving_requirements() -> list[str]:

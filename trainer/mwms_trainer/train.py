@@ -7,6 +7,7 @@ so nothing here branches on the role except the final hand-off.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import platform
 import time
@@ -16,8 +17,8 @@ from typing import Any
 from mwms_trainer import data, startup, tracking
 from mwms_trainer import model as model_mod
 from mwms_trainer.config import Settings
-from mwms_trainer.errors import RetryableError
-from mwms_trainer.tfenv import keras, tensorflow
+from mwms_trainer.errors import DivergedError
+from mwms_trainer.tfenv import keras, size_thread_pools, tensorflow
 
 log = logging.getLogger("mwms_trainer")
 
@@ -90,15 +91,36 @@ def epoch_logger(rank: int, epochs: int | None, tracker: Any) -> Any:
     return EpochLogger()
 
 
-def _retryable_tf_errors() -> tuple[type[BaseException], ...]:
+def stop_on_non_finite_loss(epochs: int) -> Any:
+    """Fail the fit (every worker sees the same reduced loss) instead of logging a NaN model."""
+    k = keras()
+
+    class NonFiniteLossGuard(k.callbacks.Callback):  # type: ignore[name-defined]
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            loss = float((logs or {}).get("loss", 0.0))
+            if not math.isfinite(loss):
+                raise DivergedError(
+                    f"the loss became {loss} in epoch {epoch + 1} of {epochs}: the fit diverged "
+                    "(lower learningRate, or check the data's scale); no model was logged"
+                )
+
+    return NonFiniteLossGuard()
+
+
+def resumed_epoch(backup_dir: str) -> int:
+    """The epoch BackupAndRestore will resume at (0 without a checkpoint), known before fit builds its input.
+
+    fit starts reading its dataset from the beginning whatever epoch it resumes at, so the dataset must begin
+    with that epoch's batches. Every worker reads the chief's copy, as BackupAndRestore itself does.
+    """
     tf = tensorflow()
-    # What a lost peer looks like from inside a collective (heartbeat timeout, aborted or cancelled ops).
-    return (
-        tf.errors.UnavailableError,
-        tf.errors.AbortedError,
-        tf.errors.DeadlineExceededError,
-        tf.errors.CancelledError,
-    )
+    path = tf.train.latest_checkpoint(os.path.join(backup_dir, "chief"))
+    if path is None:
+        return 0
+    for name, _ in tf.train.list_variables(path):
+        if name.startswith("ckpt_saved_epoch/"):
+            return max(0, int(tf.train.load_variable(path, name)) + 1)
+    return 0
 
 
 def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
@@ -107,11 +129,11 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
     cfg, cluster = settings.trainer, settings.cluster
     split = data.load_split(cfg, cluster.num_workers)  # bad data fails here, before MLflow or peers
     k = keras()
+    size_thread_pools(settings.threads)
     tracker = open_tracker(settings, params_of(settings, split))
     ok = False
     try:
         strategy = startup.create_strategy(cluster, deadline, note)
-        note("training")
         steps = data.steps_per_epoch(len(split.x_train), cfg.globalBatchSize)
         k.utils.set_random_seed(cfg.seed)  # the same initial weights everywhere (MWMS also broadcasts them)
         with strategy.scope():
@@ -123,31 +145,30 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
                 learning_rate=cfg.learningRate,
                 steps_per_execution=steps,
             )
-        callbacks = [epoch_logger(cluster.rank, cfg.epochs, tracker)]
+        callbacks = [stop_on_non_finite_loss(cfg.epochs), epoch_logger(cluster.rank, cfg.epochs, tracker)]
+        first_epoch = 0
         if settings.checkpoint_dir:
             # Per job uid: a later job on the same volume never resumes another job's fit. Every worker takes
             # part; tf-keras writes the chief's copy here and the others' to temporary directories.
             backup_dir = os.path.join(settings.checkpoint_dir, settings.job_uid)
             callbacks.insert(0, k.callbacks.BackupAndRestore(backup_dir=backup_dir))
-        try:
+            first_epoch = resumed_epoch(backup_dir)
+        with startup.peer_loss_is_retryable("during fit"):
             history = model.fit(
-                data.train_dataset(split, cfg),
+                data.train_dataset(split, cfg, first_epoch),
                 epochs=cfg.epochs,
                 steps_per_epoch=steps,
                 callbacks=callbacks,
                 verbose=0,
             )
-        except _retryable_tf_errors() as e:
-            raise RetryableError(
-                f"lost a peer during fit: {type(e).__name__}: {str(e).splitlines()[0]}"
-            ) from None
         if not cluster.is_chief:
             ok = True
             return {"worker": cluster.rank, "status": "ok"}
         # The chief alone: a plain copy needs no collectives, so the peers may already be gone.
         plain = model_mod.plain_copy(model)
         held_out = model_mod.held_out_metrics(plain, split.x_test, split.y_test)
-        model_uri = tracker.log_model(plain, split.x_test[:5], held_out)
+        signature = tracking.model_signature(split.num_features, split.feature_names, split.column_types)
+        model_uri = tracker.log_model(plain, signature, held_out)
         # The last epoch's training metrics are in MLflow already (per epoch); the summary carries both.
         metrics = {**held_out, **{k: float(v[-1]) for k, v in history.history.items() if v}}
         ok = True

@@ -72,18 +72,18 @@ def test_bad_data_names_the_setting(tmp_path, content, extra, setting):
     seed=st.integers(min_value=0, max_value=2**16),
 )
 def test_epoch_order_uses_only_full_batches_of_distinct_rows(rows, batch, epochs, seed):
-    order = epoch_order(rows, batch, epochs, seed)
+    order = epoch_order(rows, batch, seed, range(epochs))
     steps = steps_per_epoch(rows, batch)
     assert order.shape == (epochs * steps, batch)
     for epoch in np.split(order, epochs) if steps else []:
         flat = epoch.reshape(-1)
         assert len(set(flat.tolist())) == len(flat) == steps * batch  # no row twice in an epoch
         assert flat.min() >= 0 and flat.max() < rows
-    np.testing.assert_array_equal(order, epoch_order(rows, batch, epochs, seed))  # same on every worker
+    np.testing.assert_array_equal(order, epoch_order(rows, batch, seed, range(epochs)))  # every worker
 
 
 def test_remainder_differs_between_epochs():
-    order = epoch_order(398, 32, 10, 42)  # 14 rows left over each epoch, not always the same 14
+    order = epoch_order(398, 32, 42, range(10))  # 14 rows left over each epoch, not always the same 14
     used = [set(e.reshape(-1).tolist()) for e in np.split(order, 10)]
     assert len({frozenset(u) for u in used}) > 1
     assert set().union(*used) == set(range(398))
@@ -96,3 +96,47 @@ def test_worker_slices_partition_the_global_batch_equally(workers, per_worker):
     covered = [i for s in slices for i in range(batch)[s]]
     assert covered == list(range(batch))
     assert {s.stop - s.start for s in slices} == {per_worker}
+
+
+@pytest.mark.parametrize(
+    ("cells", "columns"),
+    [
+        (("", "1"), "'a'"),  # an empty csv cell is NaN
+        (("inf", "-inf"), "'a', 'b'"),
+        (("1e39", "1"), "'a'"),  # finite in float64, an infinity in the model's float32 input
+    ],
+)
+def test_non_finite_inputs_exit_2_naming_columns_and_rows(tmp_path, cells, columns):
+    path = tmp_path / "d.csv"
+    rows = ["a,b,c,label"] + [f"{i},{i},{i},{i % 2}" for i in range(40)] + [f"{cells[0]},{cells[1]},1,0"] * 3
+    path.write_text("\n".join(rows))
+    with pytest.raises(ConfigError) as err:
+        load_split(parse_trainer_config(f'{{"dataset": "csv", "dataPath": "{path}"}}'))
+    assert err.value.setting == "MWMS_TRAINER_CONFIG.dataPath"
+    assert "3 of 43 rows hold values that are not finite numbers" in str(err.value)
+    assert f"in column(s) {columns};" in str(err.value)
+
+
+def test_a_constant_column_is_scaled_by_1_like_standard_scaler(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text("\n".join(["a,const,label"] + [f"{i},7,{i % 2}" for i in range(50)]))
+    split = load_split(parse_trainer_config(f'{{"dataset": "csv", "dataPath": "{path}"}}'))
+    scaler = StandardScaler().fit(split.x_train)
+    np.testing.assert_allclose(np.sqrt(split.variance), scaler.scale_)
+    assert split.variance[1] == 1.0  # (x - 7) / 1: a serving value of 8 becomes 1, not 1e7
+
+
+def test_tables_keep_their_column_types_for_the_model_signature(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text("\n".join(["count,ratio,label"] + [f"{i},{i / 3},{i % 2}" for i in range(50)]))
+    split = load_split(parse_trainer_config(f'{{"dataset": "csv", "dataPath": "{path}"}}'))
+    assert split.column_types == ("long", "double")
+    assert load_split(TrainerConfig()).column_types is None  # breast_cancer: rows by position
+
+
+@given(first=st.integers(min_value=0, max_value=6), seed=st.integers(min_value=0, max_value=2**16))
+def test_an_epochs_order_depends_only_on_seed_and_epoch(first, seed):
+    """A fit resumed at epoch `first` reads exactly the batches the undisturbed fit read from there on."""
+    steps = steps_per_epoch(100, 8)
+    whole = epoch_order(100, 8, seed, range(8))
+    np.testing.assert_array_equal(epoch_order(100, 8, seed, range(first, 8)), whole[first * steps :])

@@ -1,0 +1,110 @@
+"""Every peer-loss path exits 75: each TensorFlow error type injected where the trainer meets it.
+
+The strategy constructor, the built-in fit and a runner's train_fn; a genuine bug (InvalidArgumentError)
+stays permanent. And a runner's own MultiWorkerMirroredStrategy() gets the built-in trainer's backstop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from mwms_operator import constants
+from mwms_trainer import config, runner, startup, tracking, train
+from mwms_trainer.cluster import Cluster
+from mwms_trainer.errors import RetryableError
+from mwms_trainer.local import free_ports
+from mwms_trainer.tfenv import keras, tensorflow
+
+pytestmark = pytest.mark.tf
+CASES = [*((name, True) for name in startup.PEER_LOSS_ERRORS), ("InvalidArgumentError", False)]
+
+
+def _raiser(name):
+    error = getattr(tensorflow().errors, name)(None, None, "injected\nsecond line")
+
+    def fail(*args, **kwargs):
+        raise error
+
+    return fail
+
+
+def _in_constructor(monkeypatch, fail):
+    monkeypatch.setattr(tensorflow().distribute, "MultiWorkerMirroredStrategy", fail)
+    startup.create_strategy(Cluster(hosts=(), rank=0), time.monotonic() + 60, lambda _: None)
+
+
+def _in_fit(monkeypatch, fail):
+    tf = tensorflow()
+    monkeypatch.setattr(train, "open_tracker", lambda *_: tracking.NullTracker())
+    monkeypatch.setattr(startup, "create_strategy", lambda *_: tf.distribute.get_strategy())
+    monkeypatch.setattr(keras().Model, "fit", fail)
+    settings = config.load({constants.ENV_TRACKING_URI: "http://127.0.0.1:1", "MWMS_TRAINER_CONFIG": "{}"})
+    train.run(settings)
+
+
+def _in_train_fn(monkeypatch, fail):
+    monkeypatch.delenv(constants.ENV_TRACKING_URI, raising=False)
+    runner.run_here(fail, {}, use_custom_strategy=True)
+
+
+@pytest.mark.parametrize("where", [_in_constructor, _in_fit, _in_train_fn], ids=lambda f: f.__name__[1:])
+@pytest.mark.parametrize(("name", "retryable"), CASES, ids=[name for name, _ in CASES])
+def test_peer_loss_errors_are_retryable_everywhere(monkeypatch, tmp_path, where, name, retryable):
+    monkeypatch.setenv(constants.ENV_TERMINATION_LOG, str(tmp_path / "termination"))
+    monkeypatch.delenv(constants.ENV_TF_CONFIG, raising=False)
+    error_type = getattr(tensorflow().errors, name)
+    with pytest.raises(RetryableError if retryable else error_type) as err:
+        where(monkeypatch, _raiser(name))
+    if retryable:
+        assert err.value.exit_code == constants.EXIT_RETRYABLE
+        assert str(err.value).startswith("lost a peer ")
+        assert str(err.value).endswith(f"{name}: injected")
+
+
+def test_a_runners_own_strategy_gets_the_startup_backstop(tmp_path):
+    """A peer that answered the rendezvous but never registers: SIGALRM at the deadline, not an hour later."""
+    ports = free_ports(2)
+    hosts = [f"127.0.0.1:{p}" for p in ports]
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import tensorflow as tf
+            from mwms_trainer import MirroredStrategyRunner
+
+            def train():
+                return tf.distribute.MultiWorkerMirroredStrategy().num_replicas_in_sync
+
+            MirroredStrategyRunner(num_slots=2, use_custom_strategy=True).run(train)
+            """
+        )
+    )
+    env = {
+        **os.environ,
+        constants.ENV_TF_CONFIG: json.dumps(
+            {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": 0}}
+        ),
+        constants.ENV_STARTUP_TIMEOUT: "15",
+        constants.ENV_TERMINATION_LOG: str(tmp_path / "termination"),
+    }
+    env.pop(constants.ENV_TRACKING_URI, None)
+    with socket.socket() as fake_peer:
+        fake_peer.bind(("127.0.0.1", ports[1]))
+        fake_peer.listen(8)
+        proc = subprocess.Popen([sys.executable, str(script)], env=env)
+        try:
+            code = proc.wait(timeout=150)
+        finally:
+            proc.kill()
+            proc.wait()
+    assert code == -signal.SIGALRM
+    assert (tmp_path / "termination").read_text() == startup.REGISTRATION_BACKSTOP_NOTE

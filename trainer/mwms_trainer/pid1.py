@@ -1,0 +1,118 @@
+"""Stopping promptly as a container's PID 1.
+
+The kernel drops every signal sent to PID 1 of a PID namespace that has no handler for it, so a trainer that
+is its container's PID 1 ignores SIGTERM and every group restart, suspend or delete waits out the whole grace
+period. A Python handler is not enough: it only runs between bytecodes of the main thread, and that thread
+sits for minutes in C++ (MultiWorkerMirroredStrategy() waiting for peers while holding the GIL, a fit step, an
+upload), where neither the handler nor a watchdog thread can run.
+
+So, as PID 1, the process forks before it imports anything heavy: the child is the trainer (not PID 1, default
+signal actions: SIGTERM ends it at once, wherever it is) and the parent is a small init that forwards signals
+to it, reaps orphans, and exits with the child's code. A child still there KILL_AFTER_SECONDS after a
+forwarded signal gets SIGKILL: inside the strategy constructor TensorFlow's coordination service catches
+SIGTERM (its preemption notifier only takes note), and a user's script may catch it too. A child ended by a
+signal after one was forwarded exits as that signal would have ended it: 143 for SIGTERM, which the operator
+retries; otherwise 128 + the signal that ended it. `python -m mwms_trainer.pid1 CMD [ARG...]` does the same
+for any command, e.g. a user's own script that calls MirroredStrategyRunner.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+KILL_AFTER_SECONDS = 2  # well inside the 5 s a deleted pod may take to go
+KILLED_MESSAGE = "pid1: the child was still running {seconds} s after the signal; sent SIGKILL"
+
+
+def exit_code(status: int) -> int:
+    """A wait status as a shell (and the kubelet) reports it: the exit code, or 128 + the signal."""
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def supervise(child: int, on_signalled: Callable[[int], None] = lambda _: None) -> int:
+    """Forward signals to `child` and reap every process until it exits; return its exit code.
+
+    Call with FORWARDED blocked (the handlers are installed here, then the signals let through, so one sent
+    right after the fork is not lost). `on_signalled(code)` runs when the child was ended by a signal after
+    one was forwarded to it.
+    Returns 128 + the first signal forwarded when the child was ended by a signal after it, else the child's
+    own exit code (128 + N for a child ended by signal N).
+    """
+
+    forwarded: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            return
+        forwarded.append(signum)
+        signal.alarm(KILL_AFTER_SECONDS)
+
+    def kill(_signum: int, _frame: object) -> None:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        print(KILLED_MESSAGE.format(seconds=KILL_AFTER_SECONDS), file=sys.stderr, flush=True)
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
+    signal.signal(signal.SIGALRM, kill)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)  # any child: orphans re-parented to PID 1 are reaped too
+        except ChildProcessError:  # the child is gone and was reaped elsewhere: nothing left to wait for
+            return 1
+        if pid == child:
+            signal.alarm(0)
+            if not (os.WIFSIGNALED(status) and forwarded):
+                return exit_code(status)  # ended on its own (SIGALRM's backstop, say): its own message stands
+            code = 128 + forwarded[0]
+            on_signalled(code)
+            return code
+
+
+def _fork() -> int:
+    """fork() with FORWARDED blocked in the parent until supervise() has its handlers; the child unblocks."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    child = os.fork()
+    if child == 0:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+    return child
+
+
+def fork_unless_pid1_is_taken(on_signalled: Callable[[int], None] = lambda _: None) -> int | None:
+    """As PID 1: fork; the parent supervises and returns the child's exit code, the child returns None.
+
+    Not PID 1 (a local run, a test, a container with an init already): returns None at once, nothing forked.
+    """
+    if os.getpid() != 1:
+        return None
+    child = _fork()
+    return None if child == 0 else supervise(child, on_signalled)
+
+
+def main(argv: Sequence[str]) -> int:
+    """python -m mwms_trainer.pid1 CMD [ARG...]: run CMD as a child that SIGTERM ends promptly."""
+    if not argv:
+        print("usage: python -m mwms_trainer.pid1 CMD [ARG...]", file=sys.stderr)
+        return 2
+    child = _fork()
+    if child == 0:
+        try:
+            os.execvp(argv[0], list(argv))
+        except OSError as e:
+            print(f"cannot run {argv[0]!r}: {e}", file=sys.stderr)
+        os._exit(127)
+    return supervise(child)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
