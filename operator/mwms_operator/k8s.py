@@ -89,6 +89,15 @@ class Kube:
             if error.status != 404:
                 raise
 
+    def pod_exists(self, namespace: str, name: str) -> bool:
+        try:
+            self.core.read_namespaced_pod(name, namespace, _request_timeout=15)
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any] | None:
         """JSON merge patch of status (None values remove fields); None if the TrainJob is gone."""
         try:

@@ -21,6 +21,8 @@ PENDING, RUNNING, RESTARTING = "Pending", "Running", "Restarting"
 SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
 TERMINAL = (SUCCEEDED, FAILED)
 CREATED = "Created"
+PODS_CREATED = "PodsCreated"  # the Created condition's reason and the event the handler posts
+WAITING_FOR_OLD_PODS = "WaitingForOldPods"
 # Conditions that follow the phase: the one of the current phase is True, the others False once set.
 PHASE_CONDITIONS = (RUNNING, RESTARTING, SUSPENDED, SUCCEEDED, FAILED)
 MAX_MESSAGE = 1024
@@ -287,7 +289,9 @@ def decide(
     service_exists: bool,
     now: datetime,
     previous: Mapping[str, Any] | None = None,
+    refused: str | None = None,
 ) -> Decision:
+    """`refused`: the API server's message when it refused to create this job's Service or a pod."""
     previous = previous or {}
     b = _Builder(meta, previous, now)
     pods = sorted(pods, key=lambda p: (p.restart, p.index))
@@ -309,6 +313,13 @@ def decide(
 
     if isinstance(spec, SpecError):
         return terminal(FAILED, "InvalidSpec", f"invalid TrainJob: {spec}; no worker pods were created")
+    if refused is not None:
+        # The API server validates spec.template more deeply than our parser: its refusal is a spec error too.
+        return terminal(
+            FAILED,
+            "InvalidSpec",
+            _truncate(f"invalid TrainJob: the API server refused a worker object: {refused}"),
+        )
 
     if spec.suspend:
         names = tuple(p.name for p in pods if not p.deleting)
@@ -322,8 +333,8 @@ def decide(
     # Set once, even if the workers are so quick that the first look already finds them finished.
     created = {p.index for p in current} >= set(range(spec.replicas))
     if created and not any(c["type"] == CREATED and c["status"] == "True" for c in b.conditions):
-        b.condition(CREATED, True, "PodsCreated", f"Service and {spec.replicas} worker pods created")
-        b.events.append(Event("Normal", "PodsCreated", f"Service and {spec.replicas} worker pods created"))
+        # No event here: the handler posts one `PodsCreated` per batch it really created, naming the pods.
+        b.condition(CREATED, True, PODS_CREATED, f"Service and {spec.replicas} worker pods created")
         b.all_pods_created = True
 
     chief = next((p for p in current if p.index == 0 and not p.deleting), None)
@@ -390,6 +401,15 @@ def decide(
         names = tuple(p.name for p in leaving if not p.deleting)
         if names:
             b.actions.append(DeletePods(names))
+        # Say what the new group waits for: a pod stuck Terminating (a lost node, a finalizer) shows here.
+        b.condition(
+            RUNNING,
+            False,
+            WAITING_FOR_OLD_PODS,
+            _truncate(
+                f"waiting for pods of an earlier group to be gone: {', '.join(p.name for p in leaving)}"
+            ),
+        )
         # On resume the phase stays Suspended until they are gone, so they are not mistaken for lost workers.
         return b.finish(_replica_statuses(current))
 
@@ -453,3 +473,25 @@ def _finished(
         b.actions.append(DeleteJob())
         b.events.append(Event("Normal", "TTLExpired", f"deleting the TrainJob {ttl}s after it finished"))
     return b.finish(_replica_statuses(current))
+
+
+def next_due(spec: TrainJobSpec | SpecError, status: Mapping[str, Any]) -> datetime | None:
+    """When a deadline of this status falls due (active deadline, startup timeout, TTL): the moment to look
+    again though nothing changed. None: only a change can move the job on."""
+    if isinstance(spec, SpecError):
+        return None
+    candidates: list[datetime] = []
+
+    def after(field: str, seconds: int | None) -> None:
+        moment = parse_time(status.get(field))
+        if moment is not None and seconds is not None:
+            candidates.append(moment + timedelta(seconds=seconds))
+
+    phase = status.get("phase")
+    if phase in TERMINAL:
+        after("completionTime", spec.ttl_seconds_after_finished)
+    elif phase != SUSPENDED:
+        after("startTime", spec.active_deadline_seconds)
+        if phase != RUNNING:
+            after("groupStartTime", spec.startup_timeout_seconds)
+    return min(candidates, default=None)

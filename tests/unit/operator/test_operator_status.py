@@ -15,6 +15,7 @@ from mwms_operator.status import (
     WorkerPod,
     decide,
     format_time,
+    next_due,
     worker_pod,
 )
 
@@ -74,6 +75,7 @@ def test_all_pods_created_sets_created_then_running():
     first = step(None, [], service=False)
     created = step(first.status, group(phase="Pending"), at=1)
     assert created.actions == () and created.all_pods_created
+    assert created.events == (), "the handler posts PodsCreated naming the pods; no second event"
     assert conditions(created) == {"Created": ("True", "PodsCreated"), "Running": ("False", "WorkersPending")}
     assert created.status["replicaStatuses"] == {"active": 3, "ready": 0, "succeeded": 0, "failed": 0}
     running = step(created.status, group(), at=2)
@@ -160,6 +162,10 @@ def test_a_restart_waits_for_the_old_group_then_recreates_it_with_the_next_count
     waiting = step(restarting, leaving, at=61)
     assert waiting.actions == (DeletePods(("mnist-worker-1",)),)
     assert waiting.status["phase"] == "Restarting"
+    # What the new group waits for is named (a pod stuck Terminating on a lost node shows here).
+    running_condition = next(c for c in waiting.status["conditions"] if c["type"] == "Running")
+    assert running_condition["reason"] == "WaitingForOldPods"
+    assert all(f"mnist-worker-{i}" in running_condition["message"] for i in range(3))
     recreate = step(waiting.status, [], at=62)
     assert recreate.actions == (CreatePods((0, 1, 2), 1),)
     assert recreate.status["groupStartTime"] == format_time(T0 + timedelta(seconds=62))
@@ -325,3 +331,28 @@ def test_created_is_set_even_when_the_first_look_finds_the_job_done():
     )
     assert conditions(done)["Created"] == ("True", "PodsCreated") and done.all_pods_created
     assert done.status["phase"] == "Succeeded"
+
+
+def test_a_refused_worker_object_fails_the_job_as_an_invalid_spec_naming_the_servers_message():
+    first = step(None, [], service=False)
+    d = decide(
+        META, spec(), [], service_exists=True, now=T0, previous=first.status,
+        refused="Pod is invalid: spec.containers[0].imagePullPolicy: Unsupported value",
+    )  # fmt: skip
+    assert d.status["phase"] == "Failed" and conditions(d)["Failed"] == ("True", "InvalidSpec")
+    assert "the API server refused" in d.events[0].message and "imagePullPolicy" in d.events[0].message
+    assert not any(isinstance(a, CreatePods) for a in d.actions)
+
+
+def test_next_due_is_the_earliest_deadline_of_the_status():
+    job = spec(
+        runPolicy={"activeDeadlineSeconds": 100, "startupTimeoutSeconds": 30, "ttlSecondsAfterFinished": 5}
+    )
+    started = {"phase": "Pending", "startTime": format_time(T0), "groupStartTime": format_time(T0)}
+    assert next_due(job, started) == T0 + timedelta(seconds=30)
+    assert next_due(job, dict(started, phase="Running")) == T0 + timedelta(seconds=100)
+    done = {"phase": "Succeeded", "startTime": format_time(T0), "completionTime": format_time(T0)}
+    assert next_due(job, done) == T0 + timedelta(seconds=5)
+    assert next_due(spec(), done) is None, "a finished job without a TTL waits for nothing"
+    assert next_due(job, dict(started, phase="Suspended")) is None
+    assert next_due(SpecError("spec.replicas", "is required"), started) is None
