@@ -7,6 +7,7 @@ import pytest
 from mwms_operator.config import OperatorConfig
 from mwms_operator.spec import SpecError, parse_trainjob
 from mwms_operator.status import (
+    RULES,
     CreatePods,
     CreateService,
     DeleteJob,
@@ -356,3 +357,39 @@ def test_next_due_is_the_earliest_deadline_of_the_status():
     assert next_due(spec(), done) is None, "a finished job without a TTL waits for nothing"
     assert next_due(job, dict(started, phase="Suspended")) is None
     assert next_due(SpecError("spec.replicas", "is required"), started) is None
+
+
+def _rule_cases():
+    running = running_status()
+    pending = step(None, [], service=False).status
+    return {
+        "finished": (dict(running, phase="Succeeded", completionTime=format_time(T0)), group(), {}),
+        "invalid-spec": (None, [], {"job": SpecError("spec.replicas", "is required")}),
+        "refused": (pending, [], {"refused": "Pod is invalid"}),
+        "suspended": (running, group(), {"job": spec(runPolicy={"suspend": True})}),
+        "chief-succeeded": (running, [pod(0, "Succeeded", message=RUN), pod(1), pod(2)], {}),
+        "deadline-exceeded": (
+            running,
+            group(),
+            {"job": spec(runPolicy={"activeDeadlineSeconds": 1}), "at": 99},
+        ),
+        "worker-failures": (running, [pod(0), pod(1, "Failed", exit_code=2), pod(2)], {}),
+        "old-pods-leaving": (dict(running, restarts=1, phase="Restarting"), group(), {}),
+        "create-missing": (None, [], {}),
+        "all-running": (pending, group(), {}),
+        "startup-timeout": (pending, group(phase="Pending"), {"at": 10_000}),
+        "workers-pending": (pending, group(phase="Pending"), {}),
+    }
+
+
+@pytest.mark.parametrize("name", [name for name, _ in RULES if name != "mark-created"])
+def test_each_rule_decides_its_case(name):
+    previous, pods, options = _rule_cases()[name]
+    at, job, refused = options.get("at", 5), options.get("job") or spec(), options.get("refused")
+    d = decide(META, job, pods, service_exists=True, now=T0 + timedelta(seconds=at), previous=previous,
+               refused=refused)  # fmt: skip
+    assert d.rule == name
+
+
+def test_every_rule_has_a_case():
+    assert {name for name, _ in RULES} - {"mark-created"} == set(_rule_cases())
