@@ -21,7 +21,7 @@ from mwms_operator import builders, constants, k8s, metrics
 from mwms_operator.config import OperatorConfig
 from mwms_operator.progress import fetch_progress
 from mwms_operator.spec import SpecError, TrainJobSpec, parse_trainjob
-from mwms_operator.state import JobKey, State
+from mwms_operator.state import JobKey, State, owner_key
 from mwms_operator.status import (
     PODS_CREATED,
     RUNNING,
@@ -36,6 +36,7 @@ from mwms_operator.status import (
     format_time,
     next_due,
     parse_time,
+    worker_pod,
 )
 from mwms_operator.tf_config import worker_hosts
 from mwms_operator.workqueue import WorkQueue
@@ -74,17 +75,37 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await memo.reconciler.stop()
 
-    @kopf.on.event(*TRAINJOBS, id="trainjob", registry=registry)
-    def trainjob_event(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    # Indexes, not on.event stores: kopf fills every index before any other handler runs (see state.py).
+    @kopf.index("pods", id="job_pods", registry=registry)
+    def job_pods(body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
+        key, pod = owner_key(body), worker_pod(body)
+        return {(key.namespace, key.uid): pod} if key and pod else None
+
+    @kopf.index("services", id="job_services", registry=registry)
+    def job_services(body: kopf.Body, name: str, **_: Any) -> dict[Any, Any] | None:
+        key = owner_key(body)
+        return {(key.namespace, key.uid): name} if key else None
+
+    @kopf.on.event(*TRAINJOBS, id="trainjob", registry=registry)  # type: ignore[arg-type]  # indexes as kwargs
+    def trainjob_event(
+        type: str,
+        body: kopf.Body,
+        memo: kopf.Memo,
+        job_pods: kopf.Index[Any, Any],
+        job_services: kopf.Index[Any, Any],
+        **_: Any,
+    ) -> None:
+        memo.reconciler.bind(job_pods, job_services)
         memo.reconciler.job_event(type, body)
 
+    # A pod or Service event (its index already updated) means: look at its job again.
     @kopf.on.event("pods", id="pod", registry=registry)
-    def pod_event(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        memo.reconciler.pod_event(type, body)
+    def pod_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        memo.reconciler.owned_event(body)
 
     @kopf.on.event("services", id="service", registry=registry)
-    def service_event(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        memo.reconciler.service_event(type, body)
+    def service_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        memo.reconciler.owned_event(body)
 
 
 class Reconciler:
@@ -122,15 +143,14 @@ class Reconciler:
         elif not self.state.is_own_write(key, body):
             self.queue.add(key)
 
-    def pod_event(self, type_: str | None, body: Mapping[str, Any]) -> None:
-        key = self.state.pod_event(type_, body)
+    def owned_event(self, body: Mapping[str, Any]) -> None:
+        key = owner_key(body)
         if key is not None:
             self.queue.add(key)
 
-    def service_event(self, type_: str | None, body: Mapping[str, Any]) -> None:
-        key = self.state.service_event(type_, body)
-        if key is not None:
-            self.queue.add(key)
+    def bind(self, pod_index: Mapping[Any, Any], service_index: Mapping[Any, Any]) -> None:
+        """kopf hands its indexes to handlers only: the first TrainJob event brings them."""
+        self.state.pod_index, self.state.service_index = pod_index, service_index
 
     async def _resync_forever(self) -> None:
         """Level-based safety net: look at every unfinished job now and then, even if no event came."""
@@ -199,10 +219,11 @@ class Reconciler:
         (e.g. while the operator was down) must not leave the new group waiting forever. True while some
         are still known (look again after the grace)."""
         leaving, overdue = self.state.leaving(key, LEAVING_GRACE_SECONDS)
-        for name in overdue:
-            if not await asyncio.to_thread(self.kube.pod_exists, key.namespace, name):
-                self.state.forget_pod(key, name)
-                leaving.remove(name)
+        for pod in overdue:
+            # Gone, or replaced by a pod of the same name (a newer group): either way this one is gone.
+            if await asyncio.to_thread(self.kube.pod_uid, key.namespace, pod.name) != pod.uid:
+                self.state.forget_pod(key, pod)
+                leaving.remove(pod)
         return bool(leaving)
 
     async def _write(

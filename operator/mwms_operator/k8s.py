@@ -89,14 +89,15 @@ class Kube:
             if error.status != 404:
                 raise
 
-    def pod_exists(self, namespace: str, name: str) -> bool:
+    def pod_uid(self, namespace: str, name: str) -> str | None:
+        """The uid of the pod of this name now; None if there is none."""
         try:
-            self.core.read_namespaced_pod(name, namespace, _request_timeout=15)
+            pod = self.core.read_namespaced_pod(name, namespace, _request_timeout=15)
         except ApiException as error:
             if error.status == 404:
-                return False
+                return None
             raise
-        return True
+        return pod.metadata.uid if pod.metadata is not None else None
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any] | None:
         """JSON merge patch of status (None values remove fields); None if the TrainJob is gone."""

@@ -1,16 +1,18 @@
 """What the watches told us, in memory: TrainJobs, and the worker pods and Services each one owns.
 
-Pure bookkeeping (no I/O): each watch event updates it and returns the key of the job to reconcile.
+Pure bookkeeping (no I/O). Pods and Services live in kopf indexes keyed by (namespace, owner uid): kopf fills
+them before it runs any other handler, so the first reconcile after a start already sees every pod (a job
+that looked podless would count its workers as lost).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from mwms_operator import constants
-from mwms_operator.status import WorkerPod, worker_pod
+from mwms_operator.status import WorkerPod
 
 
 class JobKey(NamedTuple):
@@ -46,13 +48,15 @@ class State:
     def __init__(self, clock: Any = time.monotonic) -> None:
         self.clock = clock
         self.jobs: dict[JobKey, Mapping[str, Any]] = {}
-        self.pods: dict[JobKey, dict[str, WorkerPod]] = {}
-        self.services: dict[JobKey, set[str]] = {}
+        # kopf's indexes once bound: (namespace, owner uid) -> the WorkerPods / the Service names.
+        self.pod_index: Mapping[Any, Iterable[WorkerPod]] = {}
+        self.service_index: Mapping[Any, Any] = {}
         self.refused: dict[JobKey, str] = {}  # the API server's message when it refused a worker object
         self._written: dict[JobKey, tuple[int, Mapping[str, Any]]] = {}  # our last status write
+        self._gone: dict[
+            JobKey, set[str]
+        ] = {}  # uids of pods found gone though still indexed (missed DELETE)
         self._leaving_since: dict[tuple[JobKey, str], float] = {}
-
-    # --- events
 
     def job_event(self, type_: str | None, body: Mapping[str, Any]) -> JobKey | None:
         key = job_key(body)
@@ -62,49 +66,26 @@ class State:
             self.jobs.pop(key, None)
             self.refused.pop(key, None)
             self._written.pop(key, None)
-            # Its pods and Service go by garbage collection; their own DELETE events clear them here.
+            self._gone.pop(key, None)
+            for mark in [m for m in self._leaving_since if m[0] == key]:
+                del self._leaving_since[mark]
         else:
             self.jobs[key] = body
         return key
 
-    def pod_event(self, type_: str | None, body: Mapping[str, Any]) -> JobKey | None:
-        key, name = owner_key(body), (body.get("metadata") or {}).get("name")
-        pod = worker_pod(body)
-        if key is None or not name or pod is None:
-            return None
-        if type_ == "DELETED":
-            self.forget_pod(key, name)
-        else:
-            self.pods.setdefault(key, {})[name] = pod
-        return key
-
-    def service_event(self, type_: str | None, body: Mapping[str, Any]) -> JobKey | None:
-        key, name = owner_key(body), (body.get("metadata") or {}).get("name")
-        if key is None or not name:
-            return None
-        names = self.services.setdefault(key, set())
-        if type_ == "DELETED":
-            names.discard(name)
-            if not names:
-                del self.services[key]
-        else:
-            names.add(name)
-        return key
-
-    def forget_pod(self, key: JobKey, name: str) -> None:
-        pods = self.pods.get(key, {})
-        pods.pop(name, None)
-        if not pods:
-            self.pods.pop(key, None)
-        self._leaving_since.pop((key, name), None)
+    def forget_pod(self, key: JobKey, pod: WorkerPod) -> None:
+        """The API server says this pod is gone, though its DELETE never reached the index."""
+        self._gone.setdefault(key, set()).add(pod.uid)
+        self._leaving_since.pop((key, pod.name), None)
 
     # --- reads
 
     def pods_of(self, key: JobKey) -> list[WorkerPod]:
-        return list(self.pods.get(key, {}).values())
+        gone = self._gone.get(key, ())
+        return [p for p in self.pod_index.get((key.namespace, key.uid), ()) if p.uid not in gone]
 
     def has_service(self, key: JobKey) -> bool:
-        return key in self.services
+        return (key.namespace, key.uid) in self.service_index
 
     def status(self, key: JobKey) -> dict[str, Any]:
         """The newer of the watched status and our last write (the watch may lag behind our own patch)."""
@@ -122,7 +103,7 @@ class State:
         written = self._written.get(key)
         return written is not None and written[0] == _rv(body)
 
-    def leaving(self, key: JobKey, grace: float) -> tuple[list[str], list[str]]:
+    def leaving(self, key: JobKey, grace: float) -> tuple[list[WorkerPod], list[WorkerPod]]:
         """(all, overdue): pods of an earlier group or being deleted, and those of them known as such for
         longer than `grace` seconds. The status's restart count says which group is current."""
         restarts = int(self.status(key).get("restarts") or 0)
@@ -132,7 +113,7 @@ class State:
             if pod.restart == restarts and not pod.deleting:
                 self._leaving_since.pop(mark, None)
                 continue
-            leaving.append(pod.name)
+            leaving.append(pod)
             if now - self._leaving_since.setdefault(mark, now) >= grace:
-                overdue.append(pod.name)
+                overdue.append(pod)
         return leaving, overdue

@@ -61,6 +61,7 @@ class WorkerPod:
     message: str = ""  # the trainer container's termination message
     reason: str = ""  # pod or container reason (Evicted, OOMKilled, Error…)
     waiting: str = ""  # why it is not running yet: the scheduler's reason or the container's waiting reason
+    uid: str = ""
 
     @property
     def active(self) -> bool:
@@ -108,6 +109,7 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
         message=(terminated.get("message") or "").strip(),
         reason=status.get("reason") or terminated.get("reason") or "",
         waiting="; ".join(part.strip() for part in waiting_parts),
+        uid=meta.get("uid", ""),
     )
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from mwms_operator import handlers, k8s
 from mwms_operator.config import OperatorConfig
-from mwms_operator.state import JobKey
+from mwms_operator.state import JobKey, owner_key
+from mwms_operator.status import worker_pod
 
 KEY = JobKey("team-a", "mnist", "uid-1")
 
@@ -23,7 +24,7 @@ class RecordingKube:
         self.calls: list[tuple[str, Any]] = []
         self.rv = 100
         self.refuse_pods: str | None = None
-        self.existing_pods: set[str] = set()
+        self.existing_pods: dict[str, str] = {}  # name -> uid
 
     def create_service(self, namespace: str, body: dict[str, Any]) -> bool:
         self.calls.append(("create_service", body["metadata"]["name"]))
@@ -41,9 +42,9 @@ class RecordingKube:
     def delete_trainjob(self, namespace: str, name: str) -> None:
         self.calls.append(("delete_trainjob", name))
 
-    def pod_exists(self, namespace: str, name: str) -> bool:
-        self.calls.append(("pod_exists", name))
-        return name in self.existing_pods
+    def pod_uid(self, namespace: str, name: str) -> str | None:
+        self.calls.append(("pod_uid", name))
+        return self.existing_pods.get(name)
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         self.calls.append(("patch_status", status.get("phase")))
@@ -74,6 +75,7 @@ def job_body(replicas: int = 2, **spec: Any) -> dict[str, Any]:
 def pod_body(index: int, restart: int = 0, phase: str = "Pending", deleting: bool = False) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "name": f"{KEY.name}-worker-{index}",
+        "uid": f"pod-{index}-{restart}",
         "namespace": KEY.namespace,
         "labels": {
             "mwms.dev/job-name": KEY.name,
@@ -87,9 +89,28 @@ def pod_body(index: int, restart: int = 0, phase: str = "Pending", deleting: boo
     return {"metadata": meta, "status": {"phase": phase}}
 
 
+class Indexes:
+    """kopf's two indexes as the handlers fill them, from pod and Service bodies."""
+
+    def __init__(self) -> None:
+        self.pods: dict[tuple[str, str], list[Any]] = {}
+        self.services: dict[tuple[str, str], list[str]] = {}
+
+    def pod(self, body: dict[str, Any]) -> None:
+        key = owner_key(body)
+        self.pods.setdefault((key.namespace, key.uid), []).append(worker_pod(body))
+
+
 @pytest.fixture
-def reconciler() -> handlers.Reconciler:
-    return handlers.Reconciler(RecordingKube(), OperatorConfig())  # type: ignore[arg-type]
+def indexes() -> Indexes:
+    return Indexes()
+
+
+@pytest.fixture
+def reconciler(indexes) -> handlers.Reconciler:
+    reconciler = handlers.Reconciler(RecordingKube(), OperatorConfig())  # type: ignore[arg-type]
+    reconciler.bind(indexes.pods, indexes.services)
+    return reconciler
 
 
 def test_no_handler_makes_kopf_put_a_finalizer_on_trainjobs():
@@ -98,6 +119,7 @@ def test_no_handler_makes_kopf_put_a_finalizer_on_trainjobs():
     assert not registry._spawning.get_all_handlers(), "timers and daemons add kopf's finalizer"
     assert not registry._changing.get_all_handlers(), "on.create/update/delete handlers add kopf's finalizer"
     assert {h.id for h in registry._watching.get_all_handlers()} == {"trainjob", "pod", "service"}
+    assert {h.id for h in registry._indexing.get_all_handlers()} == {"job_pods", "job_services"}
 
 
 def test_a_new_job_gets_its_service_and_pods_and_one_event_naming_them(reconciler):
@@ -114,10 +136,10 @@ def test_pod_and_service_events_queue_their_owner_and_our_own_status_echo_does_n
     reconciler.job_event("ADDED", job_body())
     assert reconciler.queue._dirty == {KEY}
     reconciler.queue._dirty.clear()
-    reconciler.pod_event("ADDED", pod_body(0))
+    reconciler.owned_event(pod_body(0))
     assert reconciler.queue._dirty == {KEY}
     reconciler.queue._dirty.clear()
-    reconciler.pod_event("ADDED", {"metadata": {"name": "stranger", "namespace": "team-a"}})
+    reconciler.owned_event({"metadata": {"name": "stranger", "namespace": "team-a"}})
     assert reconciler.queue._dirty == set()
 
     asyncio.run(reconciler.reconcile(KEY))
@@ -141,27 +163,29 @@ def test_a_refused_pod_fails_the_job_on_the_next_run_with_the_servers_message(re
     assert kube.named("patch_status") == ["Pending", "Failed"]  # one decision per run, one write each
 
 
-def test_a_pod_whose_delete_was_missed_is_looked_up_after_the_grace_and_forgotten(reconciler, monkeypatch):
+@pytest.mark.parametrize("now", [None, "pod-0-1"], ids=["gone", "replaced by a newer pod"])
+def test_a_pod_whose_delete_was_missed_is_looked_up_after_the_grace_and_forgotten(reconciler, indexes, now):
     clock = [0.0]
     reconciler.state.clock = lambda: clock[0]
     reconciler.job_event("ADDED", dict(job_body(), status={"phase": "Restarting", "restarts": 1}))
-    reconciler.pod_event("MODIFIED", pod_body(0, restart=0, deleting=True))  # its DELETE never comes
-    reconciler.kube.existing_pods = set()
+    indexes.pod(pod_body(0, restart=0, deleting=True))  # its DELETE never comes
+    if now:
+        reconciler.kube.existing_pods = {"mnist-worker-0": now}
     asyncio.run(reconciler.reconcile(KEY))
-    assert reconciler.kube.named("pod_exists") == [] and reconciler.kube.named("create_pod") == []
+    assert reconciler.kube.named("pod_uid") == [] and reconciler.kube.named("create_pod") == []
     assert reconciler.queue.scheduled(KEY), "looked at again once the grace is over"
     clock[0] = handlers.LEAVING_GRACE_SECONDS + 1
     asyncio.run(reconciler.reconcile(KEY))
-    assert reconciler.kube.named("pod_exists") == ["mnist-worker-0"]
+    assert reconciler.kube.named("pod_uid") == ["mnist-worker-0"]
     assert reconciler.kube.named("create_pod") == ["mnist-worker-0", "mnist-worker-1"]
 
 
-def test_a_pod_stuck_terminating_is_named_in_the_status(reconciler):
+def test_a_pod_stuck_terminating_is_named_in_the_status(reconciler, indexes):
     clock = [0.0]
     reconciler.state.clock = lambda: clock[0]
     reconciler.job_event("ADDED", dict(job_body(), status={"phase": "Restarting", "restarts": 1}))
-    reconciler.pod_event("MODIFIED", pod_body(1, restart=0, deleting=True))
-    reconciler.kube.existing_pods = {"mnist-worker-1"}
+    indexes.pod(pod_body(1, restart=0, deleting=True))
+    reconciler.kube.existing_pods = {"mnist-worker-1": "pod-1-0"}
     clock[0] = handlers.LEAVING_GRACE_SECONDS + 1
     asyncio.run(reconciler.reconcile(KEY))
     asyncio.run(reconciler.reconcile(KEY))

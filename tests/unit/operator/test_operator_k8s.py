@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from kubernetes.client import V1ObjectMeta, V1Pod
 from kubernetes.client.exceptions import ApiException
 
 from mwms_operator import k8s
@@ -71,7 +72,7 @@ def test_gone_is_not_an_error():
     kube(refusal(404)).delete_pod("ns", "p")
     kube(refusal(404)).delete_trainjob("ns", "j")
     assert kube(refusal(404)).patch_status("ns", "j", {"phase": "Running"}) is None
-    assert kube(refusal(404)).pod_exists("ns", "p") is False
-    assert kube(value={"metadata": {}}).pod_exists("ns", "p") is True
+    assert kube(refusal(404)).pod_uid("ns", "p") is None
+    assert kube(value=V1Pod(metadata=V1ObjectMeta(uid="u-1"))).pod_uid("ns", "p") == "u-1"
     with pytest.raises(ApiException):
-        kube(refusal(500)).pod_exists("ns", "p")
+        kube(refusal(500)).pod_uid("ns", "p")
