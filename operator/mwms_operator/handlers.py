@@ -115,8 +115,12 @@ class Reconciler:
         self.kube, self.config = kube, config
         self.state = State()
         self.phases = metrics.PhaseBook()
-        self.queue: WorkQueue[JobKey] = WorkQueue(self.reconcile, workers=WORKERS, name="reconcile")
-        self.progress: WorkQueue[JobKey] = WorkQueue(self.poll_progress, workers=2, name="progress")
+        self.queue: WorkQueue[JobKey] = WorkQueue(
+            self.reconcile, workers=WORKERS, name="reconcile", expected=k8s.TRANSIENT_ERRORS
+        )
+        self.progress: WorkQueue[JobKey] = WorkQueue(
+            self.poll_progress, workers=2, name="progress", expected=k8s.TRANSIENT_ERRORS
+        )
         self._resync: asyncio.Task[None] | None = None
 
     def start(self) -> None:

@@ -25,6 +25,10 @@ from mwms_operator import constants
 log = logging.getLogger(__name__)
 
 
+# What a call may raise that a later try can fix: the API server's errors, timeouts, lost connections.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ApiException, OSError, urllib3.exceptions.HTTPError)
+
+
 class Rejected(Exception):
     """The API server refused an object for good (400/422): retrying cannot help."""
 

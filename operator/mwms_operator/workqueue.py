@@ -1,6 +1,7 @@
 """A keyed work queue on asyncio, after client-go's: a key added many times is handled once, one key is never
 handled by two workers at once, and a key added while it is being handled is handled again afterwards.
-`add_after` schedules a key for a moment (a deadline), keeping the earliest moment asked for.
+`add_after` schedules a key for a moment (a deadline), keeping the earliest moment asked for. A key whose
+handling fails is retried after a backoff that doubles per failure (0.5 s up to a minute).
 
 Nothing per key runs while it waits: a key costs a dict entry, not a task or a timer.
 """
@@ -16,11 +17,21 @@ from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 log = logging.getLogger(__name__)
+FIRST_RETRY_SECONDS, LAST_RETRY_SECONDS = 0.5, 60.0
 
 
 class WorkQueue(Generic[K]):
-    def __init__(self, handle: Callable[[K], Awaitable[None]], *, workers: int, name: str) -> None:
-        self._handle, self._workers, self._name = handle, workers, name
+    def __init__(
+        self,
+        handle: Callable[[K], Awaitable[None]],
+        *,
+        workers: int,
+        name: str,
+        expected: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        """`expected`: errors worth a retry but not a traceback (e.g. the API server's 500s, timeouts)."""
+        self._handle, self._workers, self._name, self._expected = handle, workers, name, expected
+        self._failures: dict[K, int] = {}
         self._ready: asyncio.Queue[K] = asyncio.Queue()
         self._dirty: set[K] = set()  # waiting in _ready, or to be handled again after the current run
         self._busy: set[K] = set()
@@ -68,6 +79,7 @@ class WorkQueue(Generic[K]):
     def forget(self, key: K) -> None:
         """Drop a pending schedule (the object is gone); a run already waiting still happens."""
         self._due.pop(key, None)
+        self._failures.pop(key, None)
 
     def __len__(self) -> int:
         return len(self._dirty) + len(self._busy)
@@ -79,10 +91,17 @@ class WorkQueue(Generic[K]):
             self._busy.add(key)
             try:
                 await self._handle(key)
+                self._failures.pop(key, None)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # one job's bug must not stop the others: log it, the next event retries
-                log.exception("%s: handling %s failed", self._name, key)
+            except Exception as error:  # one job's trouble must not stop the others: log it, retry it
+                failures = self._failures[key] = self._failures.get(key, 0) + 1
+                delay = min(FIRST_RETRY_SECONDS * 2 ** (failures - 1), LAST_RETRY_SECONDS)
+                if isinstance(error, self._expected):
+                    log.warning("%s: %s failed (%s); again in %.1f s", self._name, key, error, delay)
+                else:
+                    log.exception("%s: %s failed; again in %.1f s", self._name, key, delay)
+                self.add_after(key, delay)
             finally:
                 self._busy.discard(key)
                 if key in self._dirty:

@@ -86,23 +86,25 @@ def test_a_scheduled_key_runs_when_due_and_the_earliest_schedule_wins():
     assert 0.1 <= times["soon"] < 0.3 <= times["late"] < 0.5
 
 
-def test_a_forgotten_schedule_does_not_run_and_a_failing_handler_stops_nothing():
+def test_a_forgotten_schedule_does_not_run_and_a_failing_key_stops_nothing_and_is_retried():
     async def main():
         seen: list[str] = []
 
         async def handle(key: str) -> None:
             seen.append(key)
-            if key == "boom":
-                raise RuntimeError("bug in one job")
+            if key == "boom" and seen.count("boom") == 1:
+                raise OSError("connection reset")
 
-        queue = WorkQueue(handle, workers=1, name="t")
+        queue = WorkQueue(handle, workers=1, name="t", expected=(OSError,))
         queue.start()
         queue.add_after("gone", 0.05)
         queue.forget("gone")
         queue.add("boom")
         queue.add("next")
         await asyncio.sleep(0.15)
+        assert seen == ["boom", "next"]
+        await asyncio.sleep(0.6)  # the first retry comes after 0.5 s
         await queue.stop()
         return seen
 
-    assert run(main()) == ["boom", "next"]
+    assert run(main()) == ["boom", "next", "boom"]
