@@ -140,6 +140,11 @@ def summary(values: list[float]) -> dict:
     }
 
 
+def progress(**measured: object) -> None:
+    """Each stage's numbers as soon as they exist, so a run cut short still says what it measured."""
+    print(json.dumps(measured, default=str), flush=True)
+
+
 def settled_rss(pid: int, seconds: float = 10) -> float:
     time.sleep(seconds)
     return rss_mib(pid)
@@ -207,6 +212,7 @@ def main() -> None:
             api = Api(kubeconfig)
             time.sleep(3)
             baseline_rss = rss_mib(operator.pid)
+            progress(idle_rss_mib=baseline_rss)
 
             # 1. One 4-worker job at a time.
             kubectl(kubeconfig, "create", "namespace", "latency")
@@ -243,9 +249,16 @@ def main() -> None:
             wait(lambda: len(api.ready_jobs("burst", 2)) == args.burst, 900, "burst pods", 0.25)
             burst_seconds = time.monotonic() - started
             burst_rss = settled_rss(operator.pid)
+            progress(
+                burst_s=burst_seconds,
+                burst_rss_mib=burst_rss,
+                latency=summary(latencies),
+                delete=summary(deletes),
+            )
             started = time.monotonic()
             kubectl(kubeconfig, "delete", "namespace", "burst", "--wait=true", "--timeout=600s")
             namespace_delete_seconds = time.monotonic() - started
+            progress(namespace_delete_s=namespace_delete_seconds)
 
             # 3. Many jobs present.
             kubectl(kubeconfig, "create", "namespace", "many")
@@ -258,6 +271,7 @@ def main() -> None:
             time.sleep(window)
             cpu_share = (cpu_seconds(operator.pid) - cpu_before) / window
             present_rss = rss_mib(operator.pid)
+            progress(present_rss_mib=present_rss, cpu_share=cpu_share)
             kubectl(kubeconfig, "delete", "namespace", "many", "--wait=true", "--timeout=900s")
             quiet_rss = settled_rss(operator.pid)
 
@@ -267,6 +281,7 @@ def main() -> None:
                 chunk = range(start, min(start + 500, args.unrelated))
                 apply(kubeconfig, "unrelated", [unrelated_pod(f"other-{i}") for i in chunk])
             unrelated_rss = settled_rss(operator.pid, 20)
+            progress(unrelated_rss_mib=unrelated_rss)
         finally:
             if operator is not None:
                 operator.terminate()
