@@ -281,7 +281,7 @@ def main() -> None:
     result = {
         "what": "operator load, pods run by a node agent (`true` as the worker command, 2 workers per job)",
         "command": "python bench/load_run.py " + " ".join(sys.argv[1:]),
-        "operator_settings": "defaults (reconcile interval 3 s, log level INFO), as its ServiceAccount",
+        "operator_settings": "defaults (log level INFO), as its ServiceAccount",
         "operator_idle_rss_mib": round(idle_rss, 1),
         "burst": {
             "trainjobs": args.jobs,

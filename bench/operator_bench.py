@@ -1,14 +1,20 @@
 """The operator against the local control plane: how fast TrainJobs get their pods, and what it costs.
 
     .venv/bin/python bench/operator_bench.py [--subnet-index 3] [--runs 20] [--burst 200] [--present 1000]
+        [--unrelated 5000] [--label after] [--operator-src DIR]
 
 1. p50/p95 from `kubectl apply` of a 4-worker TrainJob to its Service and all 4 pods existing (--runs).
-2. Wall time from one `kubectl apply` of --burst 2-worker TrainJobs to all of them having Service and pods.
-3. Operator RSS (and CPU share) with --present TrainJobs present (suspended, so no pods), once every one
+2. p50/p95 of deleting a TrainJob right after creating it, until it and its pods are gone (--runs).
+3. Wall time from one `kubectl apply` of --burst 2-worker TrainJobs to all of them having Service and pods;
+   operator RSS with them present; then the time to delete their namespace.
+4. Operator RSS (and CPU share) with --present TrainJobs present (suspended, so no pods), once every one
    of them has been reconciled.
+5. Operator RSS with --unrelated pods present that are not ours (no node: they stay Pending, which is all a
+   watch costs).
 It starts its own LocalCluster without a node agent (pods are created, not run: creation is measured) and
-`python -m mwms_operator` with its default settings. Results: bench/results/operator.json, with the load
-average (other work on the machine slows everything down). Needs root.
+`python -m mwms_operator` with its default settings; --operator-src runs another checkout's operator/ (e.g.
+the previous release, for a before/after). Results go to bench/results/operator.json under --label, with
+the load average (other work on the machine slows everything down). Needs root.
 """
 
 from __future__ import annotations
@@ -105,6 +111,45 @@ class Api:
         return [j.get("status", {}).get("phase", "") for j in jobs]
 
 
+def unrelated_pod(name: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "unrelated"}},
+        "spec": {"containers": [{"name": "c", "image": "registry.invalid/pause:1"}]},
+    }
+
+
+def gone(api: Api, namespace: str, name: str) -> bool:
+    try:
+        api.custom.get_namespaced_custom_object("mwms.dev", "v1alpha1", namespace, "trainjobs", name)
+    except kubernetes.client.ApiException as error:
+        if error.status != 404:
+            raise
+    else:
+        return False
+    return not api.core.list_namespaced_pod(namespace, label_selector=f"mwms.dev/job-name={name}").items
+
+
+def summary(values: list[float]) -> dict:
+    return {
+        "runs": len(values),
+        "p50": round(statistics.median(values), 3),
+        "p95": round(percentile(values, 0.95), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def progress(**measured: object) -> None:
+    """Each stage's numbers as soon as they exist, so a run cut short still says what it measured."""
+    print(json.dumps(measured, default=str), flush=True)
+
+
+def settled_rss(pid: int, seconds: float = 10) -> float:
+    time.sleep(seconds)
+    return rss_mib(pid)
+
+
 def wait(predicate, timeout: float, what: str, interval: float = 0.02):
     deadline = time.monotonic() + timeout
     while not (result := predicate()):
@@ -122,6 +167,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--burst", type=int, default=200)
     parser.add_argument("--present", type=int, default=1000)
+    parser.add_argument("--unrelated", type=int, default=5000)
+    parser.add_argument("--label", default="after", help="the key of this run in the results file")
+    parser.add_argument("--operator-src", type=Path, default=REPO / "operator")
     args = parser.parse_args()
 
     with (
@@ -152,6 +200,7 @@ def main() -> None:
                 "MWMS_METRICS_PORT": str(free_port()),
                 "MWMS_HEALTH_PORT": str(free_port()),
                 "MWMS_LOG_LEVEL": "WARNING",
+                "PYTHONPATH": os.pathsep.join([str(args.operator_src), os.environ.get("PYTHONPATH", "")]),
             }
             operator = subprocess.Popen(
                 [sys.executable, "-m", "mwms_operator"],
@@ -163,6 +212,7 @@ def main() -> None:
             api = Api(kubeconfig)
             time.sleep(3)
             baseline_rss = rss_mib(operator.pid)
+            progress(idle_rss_mib=baseline_rss)
 
             # 1. One 4-worker job at a time.
             kubectl(kubeconfig, "create", "namespace", "latency")
@@ -177,6 +227,19 @@ def main() -> None:
                 kubeconfig, "delete", "trainjobs", "--all", "-n", "latency", "--wait=true", "--timeout=300s"
             )
 
+            # 2. Delete right after create (the operator is busy creating its pods), until all is gone.
+            deletes = []
+            for run in range(args.runs):
+                name = f"del-{run}"
+                apply(kubeconfig, "latency", [trainjob(name, 4)])
+                time.sleep(0.05)
+                started = time.monotonic()
+                api.custom.delete_namespaced_custom_object(
+                    "mwms.dev", "v1alpha1", "latency", "trainjobs", name
+                )
+                wait(lambda name=name: gone(api, "latency", name), 180, f"{name} gone")
+                deletes.append(time.monotonic() - started)
+
             # 2. A burst of jobs in one apply.
             kubectl(kubeconfig, "create", "namespace", "burst")
             jobs = [trainjob(f"burst-{i}", 2) for i in range(args.burst)]
@@ -185,9 +248,17 @@ def main() -> None:
             applied = time.monotonic() - started
             wait(lambda: len(api.ready_jobs("burst", 2)) == args.burst, 900, "burst pods", 0.25)
             burst_seconds = time.monotonic() - started
-            kubectl(
-                kubeconfig, "delete", "trainjobs", "--all", "-n", "burst", "--wait=true", "--timeout=600s"
+            burst_rss = settled_rss(operator.pid)
+            progress(
+                burst_s=burst_seconds,
+                burst_rss_mib=burst_rss,
+                latency=summary(latencies),
+                delete=summary(deletes),
             )
+            started = time.monotonic()
+            kubectl(kubeconfig, "delete", "namespace", "burst", "--wait=true", "--timeout=600s")
+            namespace_delete_seconds = time.monotonic() - started
+            progress(namespace_delete_s=namespace_delete_seconds)
 
             # 3. Many jobs present.
             kubectl(kubeconfig, "create", "namespace", "many")
@@ -200,6 +271,17 @@ def main() -> None:
             time.sleep(window)
             cpu_share = (cpu_seconds(operator.pid) - cpu_before) / window
             present_rss = rss_mib(operator.pid)
+            progress(present_rss_mib=present_rss, cpu_share=cpu_share)
+            kubectl(kubeconfig, "delete", "namespace", "many", "--wait=true", "--timeout=900s")
+            quiet_rss = settled_rss(operator.pid)
+
+            # 5. Pods that are not ours.
+            kubectl(kubeconfig, "create", "namespace", "unrelated")
+            for start in range(0, args.unrelated, 500):
+                chunk = range(start, min(start + 500, args.unrelated))
+                apply(kubeconfig, "unrelated", [unrelated_pod(f"other-{i}") for i in chunk])
+            unrelated_rss = settled_rss(operator.pid, 20)
+            progress(unrelated_rss_mib=unrelated_rss)
         finally:
             if operator is not None:
                 operator.terminate()
@@ -208,18 +290,17 @@ def main() -> None:
 
     result = {
         "what": "mwms-operator against the local control plane (no node agent: pod creation is measured)",
-        "operator_settings": "defaults (MWMS_RECONCILE_INTERVAL_SECONDS=3), log level WARNING",
-        "apply_to_service_and_4_pods_seconds": {
-            "runs": args.runs,
-            "p50": round(statistics.median(latencies), 3),
-            "p95": round(percentile(latencies, 0.95), 3),
-            "max": round(max(latencies), 3),
-        },
+        "operator_source": str(args.operator_src),
+        "operator_settings": "defaults, log level WARNING",
+        "apply_to_service_and_4_pods_seconds": summary(latencies),
+        "delete_right_after_create_until_job_and_pods_gone_seconds": summary(deletes),
         "burst": {
             "trainjobs": args.burst,
             "replicas_each": 2,
             "kubectl_apply_seconds": round(applied, 2),
             "apply_to_all_pods_and_services_seconds": round(burst_seconds, 2),
+            "operator_rss_mib_with_them_present": round(burst_rss, 1),
+            "namespace_delete_seconds": round(namespace_delete_seconds, 2),
         },
         "present": {
             "trainjobs": args.present,
@@ -227,12 +308,21 @@ def main() -> None:
             "operator_rss_mib": round(present_rss, 1),
             "operator_rss_mib_idle_baseline": round(baseline_rss, 1),
             "operator_cpu_share_of_one_core": round(cpu_share, 3),
+            "operator_rss_mib_after_their_namespace_is_deleted": round(quiet_rss, 1),
+        },
+        "unrelated_pods": {
+            "pods": args.unrelated,
+            "operator_rss_mib": round(unrelated_rss, 1),
+            "ratio_to_idle_baseline": round(unrelated_rss / baseline_rss, 2),
         },
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "loadavg": os.getloadavg()},
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    runs = previous.get("runs", {}) if isinstance(previous.get("runs"), dict) else {}
+    runs[args.label] = result
+    RESULTS.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 

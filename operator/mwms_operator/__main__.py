@@ -16,9 +16,9 @@ from mwms_operator.config import ConfigError, OperatorConfig
 
 
 class _QuietTimers(logging.Filter):
-    """kopf logs each successful handler run at INFO: with timers every few seconds per TrainJob, noise."""
+    """kopf logs each successful handler run at INFO: one line per watch event of every pod, noise."""
 
-    NOISE = re.compile(r"(Timer|Handler) '(reconcile|progress|forget)[^']*' succeeded\.")
+    NOISE = re.compile(r"Handler '(trainjob|pod|service)' succeeded\.")
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (record.levelno == logging.INFO and self.NOISE.fullmatch(record.getMessage()))

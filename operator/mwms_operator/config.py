@@ -28,8 +28,8 @@ class OperatorConfig:
     metrics_port: int = 8000
     health_port: int = 8080
     progress_interval_seconds: float = 15.0
-    # How often every TrainJob is recomputed from the pods that exist (level-based reconciliation).
-    reconcile_interval_seconds: float = 3.0
+    # Events drive reconciles; this slow resync of every unfinished TrainJob is only a safety net.
+    reconcile_interval_seconds: float = 60.0
     log_level: str = "INFO"
 
     @classmethod
@@ -74,7 +74,7 @@ class OperatorConfig:
                 "MWMS_PROGRESS_INTERVAL_SECONDS", 15.0, minimum=0.1, integer=False
             ),
             reconcile_interval_seconds=number(
-                "MWMS_RECONCILE_INTERVAL_SECONDS", 3.0, minimum=0.1, integer=False
+                "MWMS_RECONCILE_INTERVAL_SECONDS", 60.0, minimum=0.1, integer=False
             ),
             log_level=log_level,
         )

@@ -1,11 +1,17 @@
-"""kopf handlers only: index the pods and Services we own, reconcile every TrainJob on a timer from what
-exists (parse -> decide -> write status -> act), and poll MLflow for progress while a job runs."""
+"""kopf handlers only: watch TrainJobs and the pods and Services we own, keep what they say in memory, and
+reconcile a job (parse -> decide -> write status -> act) when it, a pod or its Service changes, when one of
+its deadlines falls due, and on a slow resync; poll MLflow for progress while a job runs.
+
+No timers, daemons or on-create/on-delete handlers: those make kopf put a finalizer on every TrainJob, and a
+finalizer makes every delete wait for the operator (and hang while it is down). Pods and the Service go with
+their job through owner references, so nothing needs to run before a TrainJob is gone.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,8 +21,11 @@ from mwms_operator import builders, constants, k8s, metrics
 from mwms_operator.config import OperatorConfig
 from mwms_operator.progress import fetch_progress
 from mwms_operator.spec import SpecError, TrainJobSpec, parse_trainjob
+from mwms_operator.state import JobKey, State, owner_key
 from mwms_operator.status import (
+    PODS_CREATED,
     RUNNING,
+    TERMINAL,
     CreatePods,
     CreateService,
     Decision,
@@ -25,128 +34,269 @@ from mwms_operator.status import (
     JobMeta,
     decide,
     format_time,
+    next_due,
     parse_time,
     worker_pod,
 )
 from mwms_operator.tf_config import worker_hosts
+from mwms_operator.workqueue import WorkQueue
 
 TRAINJOBS = (constants.GROUP, constants.VERSION, constants.PLURAL)
-OWNED = {constants.LABEL_JOB_NAME: kopf.PRESENT}
 KOPF_PREFIX = "kopf.mwms.dev"
-FINALIZER = "mwms.dev/kopf-finalizer"
-
-
-def _owner_uid(body: Any) -> str | None:
-    for ref in body.get("metadata", {}).get("ownerReferences") or []:
-        if ref.get("kind") == constants.KIND and ref.get("controller"):
-            return ref.get("uid")
-    return None
+# Versions up to 0.1 ran timers, so kopf put this finalizer on every TrainJob. Naming it as kopf's finalizer
+# makes kopf take it off at the first event of each object (every object is listed at startup), because no
+# handler here needs one.
+LEGACY_FINALIZER = "mwms.dev/kopf-finalizer"
+WORKERS = 8  # jobs reconciled at once; each mostly waits on the API server
+# Pods of an earlier group still known this long after their job moved on are looked up (a missed DELETE).
+LEAVING_GRACE_SECONDS = 10.0
+DUE_MARGIN_SECONDS = 0.2  # status times have whole seconds; look a little after a deadline, not just before
 
 
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
-    """Registered here, not at import, so timer intervals come from the config read at startup."""
+    """Registered here, not at import, so the handlers see the config read at startup."""
 
     kopf.on.login(id="login", registry=registry)(k8s.login)
 
     @kopf.on.startup(id="startup", registry=registry)
-    def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-        # kopf's bookkeeping lives in annotations, so the CRD's status schema holds only our fields.
+    async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=KOPF_PREFIX)
-        settings.persistence.finalizer = FINALIZER
-        memo.kube = k8s.Kube.connect()
-        memo.phases = metrics.PhaseBook()
-        memo.written = {}  # uid -> (resourceVersion, status) of our last status write, newer than the watch
+        settings.persistence.finalizer = LEGACY_FINALIZER
+        # Server-side: the API server sends only our pods and Services (a `labels=` filter on a handler would
+        # still receive, parse and drop every pod of the cluster).
+        for resource in ("pods", "services"):
+            settings.watching.label_selectors[resource] = constants.LABEL_JOB_NAME
+        memo.reconciler = Reconciler(k8s.Kube.connect(), config)
+        memo.reconciler.start()
         metrics.serve(config.metrics_port)
 
-    # Pods and Services are indexed by their owner's uid: a reconcile reads memory, not the API server.
-    @kopf.index("pods", id="job_pods", labels=OWNED, registry=registry)
-    def job_pods(body: kopf.Body, namespace: str | None, **_: Any) -> dict[Any, Any] | None:
-        owner, pod = _owner_uid(body), worker_pod(body)
-        return {(namespace, owner): pod} if owner and pod else None
+    @kopf.on.cleanup(id="cleanup", registry=registry)
+    async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+        await memo.reconciler.stop()
 
-    @kopf.index("services", id="job_services", labels=OWNED, registry=registry)
-    def job_services(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[Any, Any] | None:
-        owner = _owner_uid(body)
-        return {(namespace, owner): name} if owner else None
+    # Indexes, not on.event stores: kopf fills every index before any other handler runs (see state.py).
+    @kopf.index("pods", id="job_pods", registry=registry)
+    def job_pods(body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
+        key, pod = owner_key(body), worker_pod(body)
+        return {(key.namespace, key.uid): pod} if key and pod else None
 
-    # A failed reconcile (API error) is simply tried again on the next tick.
-    @kopf.timer(  # type: ignore[arg-type]  # kopf passes the indexes as extra keyword arguments
-        *TRAINJOBS,
-        id="reconcile",
-        interval=config.reconcile_interval_seconds,
-        backoff=config.reconcile_interval_seconds,
-        registry=registry,
-    )
-    async def reconcile(
+    @kopf.index("services", id="job_services", registry=registry)
+    def job_services(body: kopf.Body, name: str, **_: Any) -> dict[Any, Any] | None:
+        key = owner_key(body)
+        return {(key.namespace, key.uid): name} if key else None
+
+    @kopf.on.event(*TRAINJOBS, id="trainjob", registry=registry)  # type: ignore[arg-type]  # indexes as kwargs
+    def trainjob_event(
+        type: str,
         body: kopf.Body,
-        name: str,
-        namespace: str,
-        uid: str,
+        memo: kopf.Memo,
         job_pods: kopf.Index[Any, Any],
         job_services: kopf.Index[Any, Any],
-        memo: Any,
-        logger: logging.Logger | logging.LoggerAdapter[Any],
         **_: Any,
     ) -> None:
-        if body.metadata.get("deletionTimestamp"):
-            return  # going away (its pods too, e.g. with its namespace): nothing to recreate
+        memo.reconciler.bind(job_pods, job_services)
+        memo.reconciler.job_event(type, body)
+
+    # A pod or Service event (its index already updated) means: look at its job again.
+    @kopf.on.event("pods", id="pod", registry=registry)
+    def pod_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        memo.reconciler.owned_event(body)
+
+    @kopf.on.event("services", id="service", registry=registry)
+    def service_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        memo.reconciler.owned_event(body)
+
+
+class Reconciler:
+    """Watch events -> the state -> a queue of job keys; each key is reconciled by one worker at a time."""
+
+    def __init__(self, kube: k8s.Kube, config: OperatorConfig) -> None:
+        self.kube, self.config = kube, config
+        self.state = State()
+        self.phases = metrics.PhaseBook()
+        self.queue: WorkQueue[JobKey] = WorkQueue(
+            self.reconcile, workers=WORKERS, name="reconcile", expected=k8s.TRANSIENT_ERRORS
+        )
+        self.progress: WorkQueue[JobKey] = WorkQueue(
+            self.poll_progress, workers=2, name="progress", expected=k8s.TRANSIENT_ERRORS
+        )
+        self._resync: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.queue.start()
+        self.progress.start()
+        self._resync = asyncio.get_running_loop().create_task(self._resync_forever(), name="resync")
+
+    async def stop(self) -> None:
+        if self._resync is not None:
+            self._resync.cancel()
+        await self.queue.stop()
+        await self.progress.stop()
+
+    # --- watch events -> state -> queue
+
+    def job_event(self, type_: str | None, body: Mapping[str, Any]) -> None:
+        key = self.state.job_event(type_, body)
+        if key is None:
+            return
+        if type_ == "DELETED":
+            self.phases.forget(key.uid)
+            self.queue.forget(key)
+            self.progress.forget(key)
+        elif not self.state.is_own_write(key, body):
+            self.queue.add(key)
+
+    def owned_event(self, body: Mapping[str, Any]) -> None:
+        key = owner_key(body)
+        if key is not None:
+            self.queue.add(key)
+
+    def bind(self, pod_index: Mapping[Any, Any], service_index: Mapping[Any, Any]) -> None:
+        """kopf hands its indexes to handlers only: the first TrainJob event brings them."""
+        self.state.pod_index, self.state.service_index = pod_index, service_index
+
+    async def _resync_forever(self) -> None:
+        """Level-based safety net: look at every unfinished job now and then, even if no event came."""
+        while True:
+            await asyncio.sleep(self.config.reconcile_interval_seconds)
+            for key, body in list(self.state.jobs.items()):
+                if (body.get("status") or {}).get("phase") not in TERMINAL:
+                    self.queue.add(key)
+
+    # --- one reconcile
+
+    async def reconcile(self, key: JobKey) -> None:
+        body = self.state.jobs.get(key)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return  # gone or going (its pods too, e.g. with its namespace): nothing to recreate
         started = time.monotonic()
-        key = (namespace, uid)
-        meta = JobMeta(name, namespace, uid, int(body.metadata.get("generation") or 1))
-        spec = _parse(body, config)
-        previous = _previous_status(memo, uid, body)
+        meta = JobMeta(key.name, key.namespace, key.uid, int(body["metadata"].get("generation") or 1))
+        spec = _parse(body, self.config)
+        previous = self.state.status(key)
         now = datetime.now(UTC)
+        if await self._confirm_leaving(key):
+            self.queue.add_after(key, LEAVING_GRACE_SECONDS)
         decision = decide(
             meta,
             spec,
-            list(job_pods.get(key, [])),
-            service_exists=key in job_services,
+            self.state.pods_of(key),
+            service_exists=self.state.has_service(key),
             now=now,
             previous=previous,
+            refused=self.state.refused.get(key),
         )
         # Status first, then actions, then events: a crash in between is repaired by the next reconcile.
-        if not await _write(memo, meta, decision, previous):
+        if not await self._write(meta, key, decision, previous):
             return
-        events = list(decision.events)
         try:
-            await _act(memo.kube, body, meta, spec, decision, config)
+            await self._act(body, meta, spec, decision)
         except k8s.Rejected as error:
-            # A pod or Service the API server refuses (e.g. an invalid spec.template) fails the job.
-            logger.warning("the API server refused a worker object: %s", error)
-            refused = SpecError("spec.template", f"the API server refused a worker object: {error}")
-            previous = _previous_status(memo, uid, body)
-            decision = decide(meta, refused, [], service_exists=True, now=now, previous=previous)
-            await _write(memo, meta, decision, previous)
-            events += decision.events
-        for event in events:
-            await asyncio.to_thread(memo.kube.post_event, body, event.type, event.reason, event.message)
+            # e.g. an invalid spec.template: the next run (right away) fails the job with this message.
+            self.state.refused[key] = str(error)
+            self.queue.add(key)
+        for event in decision.events:
+            await asyncio.to_thread(self.kube.post_event, body, event.type, event.reason, event.message)
+        self._schedule(key, spec, decision.status)
         metrics.RECONCILE.observe(time.monotonic() - started)
-        memo.phases.set(uid, decision.status["phase"])
+        self.phases.set(key.uid, decision.status["phase"])
         if decision.all_pods_created:
-            created = parse_time(body.metadata.get("creationTimestamp"))
+            created = parse_time(body["metadata"].get("creationTimestamp"))
             if created is not None:
                 metrics.PODS_CREATED.observe((now - created).total_seconds())
 
-    @kopf.on.event(*TRAINJOBS, id="forget", registry=registry)
-    def forget(type: str, uid: str, memo: kopf.Memo, **_: Any) -> None:
-        if type == "DELETED":
-            memo.phases.forget(uid)
-            memo.written.pop(uid, None)
+    def _schedule(self, key: JobKey, spec: TrainJobSpec | SpecError, status: Mapping[str, Any]) -> None:
+        due = next_due(spec, status)
+        if due is not None:
+            delay = (due - datetime.now(UTC)).total_seconds() + DUE_MARGIN_SECONDS
+            self.queue.add_after(key, delay)
+        if (
+            status.get("phase") == RUNNING
+            and isinstance(spec, TrainJobSpec)
+            and spec.tracking_uri.startswith(("http://", "https://"))
+            and not self.progress.scheduled(key)
+        ):
+            self.progress.add_after(key, self.config.progress_interval_seconds)
 
-    @kopf.timer(
-        *TRAINJOBS,
-        id="progress",
-        interval=config.progress_interval_seconds,
-        backoff=config.progress_interval_seconds,
-        field="status.phase",
-        value=RUNNING,
-        registry=registry,
-    )
-    async def progress(
-        body: kopf.Body, name: str, namespace: str | None, uid: str, memo: Any, **_: Any
+    async def _confirm_leaving(self, key: JobKey) -> bool:
+        """Pods of an earlier group that stay known past a grace are looked up: a DELETE the watch missed
+        (e.g. while the operator was down) must not leave the new group waiting forever. True while some
+        are still known (look again after the grace)."""
+        leaving, overdue = self.state.leaving(key, LEAVING_GRACE_SECONDS)
+        for pod in overdue:
+            # Gone, or replaced by a pod of the same name (a newer group): either way this one is gone.
+            if await asyncio.to_thread(self.kube.pod_uid, key.namespace, pod.name) != pod.uid:
+                self.state.forget_pod(key, pod)
+                leaving.remove(pod)
+        return bool(leaving)
+
+    async def _write(
+        self, meta: JobMeta, key: JobKey, decision: Decision, previous: Mapping[str, Any]
+    ) -> bool:
+        """Write the decided status if it changed; False if the TrainJob is gone."""
+        if all(previous.get(k) == v for k, v in decision.status.items()):
+            return True
+        response = await asyncio.to_thread(self.kube.patch_status, meta.namespace, meta.name, decision.status)
+        if response is None:
+            return False
+        self.state.wrote(key, response)
+        if decision.status.get("restarts", 0) > int(previous.get("restarts") or 0):
+            metrics.RESTARTS.inc()
+        return True
+
+    async def _act(
+        self, body: Mapping[str, Any], meta: JobMeta, spec: TrainJobSpec | SpecError, decision: Decision
     ) -> None:
-        spec = _parse(body, config)
+        kube = self.kube
+        for action in decision.actions:
+            if isinstance(action, DeletePods):
+                await asyncio.gather(
+                    *(asyncio.to_thread(kube.delete_pod, meta.namespace, n) for n in action.names)
+                )
+            elif isinstance(action, DeleteJob):
+                await asyncio.to_thread(kube.delete_trainjob, meta.namespace, meta.name)
+            elif isinstance(spec, TrainJobSpec) and isinstance(action, CreateService):
+                service = builders.build_service(
+                    spec, job_name=meta.name, namespace=meta.namespace, uid=meta.uid
+                )
+                await asyncio.to_thread(kube.create_service, meta.namespace, service)
+            elif isinstance(spec, TrainJobSpec) and isinstance(action, CreatePods):
+                await self._create_pods(body, meta, spec, action)
+
+    async def _create_pods(
+        self, body: Mapping[str, Any], meta: JobMeta, spec: TrainJobSpec, action: CreatePods
+    ) -> None:
+        hosts = worker_hosts(meta.name, meta.namespace, spec.replicas, spec.port, self.config.cluster_domain)
+        pods = [
+            builders.build_worker_pod(
+                spec,
+                job_name=meta.name,
+                namespace=meta.namespace,
+                uid=meta.uid,
+                index=i,
+                hosts=hosts,
+                restart_count=action.restart_count,
+            )
+            for i in action.indices
+        ]
+        created = await asyncio.gather(
+            *(asyncio.to_thread(self.kube.create_pod, meta.namespace, pod) for pod in pods)
+        )
+        # Only what was really created (409 = a retried or lagging reconcile): no event spam.
+        names = [pod["metadata"]["name"] for pod, new in zip(pods, created, strict=True) if new]
+        if names:
+            message = f"created worker pods {', '.join(names)} (restart {action.restart_count})"
+            await asyncio.to_thread(self.kube.post_event, body, "Normal", PODS_CREATED, message)
+
+    # --- progress from MLflow
+
+    async def poll_progress(self, key: JobKey) -> None:
+        body = self.state.jobs.get(key)
+        status = self.state.status(key) if body is not None else {}
+        if body is None or status.get("phase") != RUNNING:
+            return  # finished or gone: no more polling until it runs again
+        self.progress.add_after(key, self.config.progress_interval_seconds)
+        spec = _parse(body, self.config)
         if isinstance(spec, SpecError):
             return
         epochs = spec.trainer.get("epochs")
@@ -154,81 +304,22 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
             fetch_progress,
             spec.tracking_uri,
             spec.experiment,
-            uid,
+            key.uid,
             epochs if isinstance(epochs, int) else None,
         )
-        shown = dict(body.get("status", {}).get("progress") or {})
+        shown = dict(status.get("progress") or {})
         shown.pop("updateTime", None)
         if found and found != shown:
             found["updateTime"] = format_time(datetime.now(UTC))
-            await asyncio.to_thread(memo.kube.patch_status, namespace, name, {"progress": found})
+            response = await asyncio.to_thread(
+                self.kube.patch_status, key.namespace, key.name, {"progress": found}
+            )
+            if response is not None:
+                self.state.wrote(key, response)
 
 
-def _parse(body: kopf.Body, config: OperatorConfig) -> TrainJobSpec | SpecError:
+def _parse(body: Mapping[str, Any], config: OperatorConfig) -> TrainJobSpec | SpecError:
     try:
         return parse_trainjob(body, config)
     except SpecError as error:
         return error
-
-
-def _previous_status(memo: kopf.Memo, uid: str, body: kopf.Body) -> dict[str, Any]:
-    """The newer of the watched status and our last write (the watch may lag behind our own patch)."""
-    seen = int(body.metadata.get("resourceVersion") or 0)
-    written = memo.written.get(uid)
-    if written is not None and written[0] > seen:
-        return dict(written[1])
-    return dict(body.get("status") or {})
-
-
-async def _write(memo: kopf.Memo, meta: JobMeta, decision: Decision, previous: dict[str, Any]) -> bool:
-    """Write the decided status if it changed; False if the TrainJob is gone."""
-    if any(previous.get(k) != v for k, v in decision.status.items()):
-        response = await asyncio.to_thread(memo.kube.patch_status, meta.namespace, meta.name, decision.status)
-        if response is None:
-            return False  # the TrainJob is gone
-        memo.written[meta.uid] = (int(response["metadata"]["resourceVersion"]), response.get("status") or {})
-        if decision.status.get("restarts", 0) > int(previous.get("restarts") or 0):
-            metrics.RESTARTS.inc()
-    return True
-
-
-async def _act(
-    kube: k8s.Kube,
-    body: kopf.Body,
-    meta: JobMeta,
-    spec: TrainJobSpec | SpecError,
-    decision: Decision,
-    config: OperatorConfig,
-) -> None:
-    for action in decision.actions:
-        if isinstance(action, DeletePods):
-            await asyncio.gather(
-                *(asyncio.to_thread(kube.delete_pod, meta.namespace, n) for n in action.names)
-            )
-        elif isinstance(action, DeleteJob):
-            await asyncio.to_thread(kube.delete_trainjob, meta.namespace, meta.name)
-        elif isinstance(spec, TrainJobSpec) and isinstance(action, CreateService):
-            service = builders.build_service(spec, job_name=meta.name, namespace=meta.namespace, uid=meta.uid)
-            await asyncio.to_thread(kube.create_service, meta.namespace, service)
-        elif isinstance(spec, TrainJobSpec) and isinstance(action, CreatePods):
-            hosts = worker_hosts(meta.name, meta.namespace, spec.replicas, spec.port, config.cluster_domain)
-            pods = [
-                builders.build_worker_pod(
-                    spec,
-                    job_name=meta.name,
-                    namespace=meta.namespace,
-                    uid=meta.uid,
-                    index=i,
-                    hosts=hosts,
-                    restart_count=action.restart_count,
-                )
-                for i in action.indices
-            ]
-            created = await asyncio.gather(
-                *(asyncio.to_thread(kube.create_pod, meta.namespace, pod) for pod in pods)
-            )
-            # Only what was really created (409 = a retried or lagging reconcile): no event spam.
-            names = [pod["metadata"]["name"] for pod, new in zip(pods, created, strict=True) if new]
-            if names:
-                message = f"created worker pods {', '.join(names)} (restart {action.restart_count})"
-                await asyncio.to_thread(kube.post_event, body, "Normal", "CreatedPods", message)

@@ -25,6 +25,10 @@ from mwms_operator import constants
 log = logging.getLogger(__name__)
 
 
+# What a call may raise that a later try can fix: the API server's errors, timeouts, lost connections.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ApiException, OSError, urllib3.exceptions.HTTPError)
+
+
 class Rejected(Exception):
     """The API server refused an object for good (400/422): retrying cannot help."""
 
@@ -88,6 +92,16 @@ class Kube:
         except ApiException as error:
             if error.status != 404:
                 raise
+
+    def pod_uid(self, namespace: str, name: str) -> str | None:
+        """The uid of the pod of this name now; None if there is none."""
+        try:
+            pod = self.core.read_namespaced_pod(name, namespace, _request_timeout=15)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return pod.metadata.uid if pod.metadata is not None else None
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any] | None:
         """JSON merge patch of status (None values remove fields); None if the TrainJob is gone."""

@@ -7,6 +7,7 @@ import pytest
 from mwms_operator.config import OperatorConfig
 from mwms_operator.spec import SpecError, parse_trainjob
 from mwms_operator.status import (
+    RULES,
     CreatePods,
     CreateService,
     DeleteJob,
@@ -15,6 +16,7 @@ from mwms_operator.status import (
     WorkerPod,
     decide,
     format_time,
+    next_due,
     worker_pod,
 )
 
@@ -74,6 +76,7 @@ def test_all_pods_created_sets_created_then_running():
     first = step(None, [], service=False)
     created = step(first.status, group(phase="Pending"), at=1)
     assert created.actions == () and created.all_pods_created
+    assert created.events == (), "the handler posts PodsCreated naming the pods; no second event"
     assert conditions(created) == {"Created": ("True", "PodsCreated"), "Running": ("False", "WorkersPending")}
     assert created.status["replicaStatuses"] == {"active": 3, "ready": 0, "succeeded": 0, "failed": 0}
     running = step(created.status, group(), at=2)
@@ -160,6 +163,10 @@ def test_a_restart_waits_for_the_old_group_then_recreates_it_with_the_next_count
     waiting = step(restarting, leaving, at=61)
     assert waiting.actions == (DeletePods(("mnist-worker-1",)),)
     assert waiting.status["phase"] == "Restarting"
+    # What the new group waits for is named (a pod stuck Terminating on a lost node shows here).
+    running_condition = next(c for c in waiting.status["conditions"] if c["type"] == "Running")
+    assert running_condition["reason"] == "WaitingForOldPods"
+    assert all(f"mnist-worker-{i}" in running_condition["message"] for i in range(3))
     recreate = step(waiting.status, [], at=62)
     assert recreate.actions == (CreatePods((0, 1, 2), 1),)
     assert recreate.status["groupStartTime"] == format_time(T0 + timedelta(seconds=62))
@@ -325,3 +332,64 @@ def test_created_is_set_even_when_the_first_look_finds_the_job_done():
     )
     assert conditions(done)["Created"] == ("True", "PodsCreated") and done.all_pods_created
     assert done.status["phase"] == "Succeeded"
+
+
+def test_a_refused_worker_object_fails_the_job_as_an_invalid_spec_naming_the_servers_message():
+    first = step(None, [], service=False)
+    d = decide(
+        META, spec(), [], service_exists=True, now=T0, previous=first.status,
+        refused="Pod is invalid: spec.containers[0].imagePullPolicy: Unsupported value",
+    )  # fmt: skip
+    assert d.status["phase"] == "Failed" and conditions(d)["Failed"] == ("True", "InvalidSpec")
+    assert "the API server refused" in d.events[0].message and "imagePullPolicy" in d.events[0].message
+    assert not any(isinstance(a, CreatePods) for a in d.actions)
+
+
+def test_next_due_is_the_earliest_deadline_of_the_status():
+    job = spec(
+        runPolicy={"activeDeadlineSeconds": 100, "startupTimeoutSeconds": 30, "ttlSecondsAfterFinished": 5}
+    )
+    started = {"phase": "Pending", "startTime": format_time(T0), "groupStartTime": format_time(T0)}
+    assert next_due(job, started) == T0 + timedelta(seconds=30)
+    assert next_due(job, dict(started, phase="Running")) == T0 + timedelta(seconds=100)
+    done = {"phase": "Succeeded", "startTime": format_time(T0), "completionTime": format_time(T0)}
+    assert next_due(job, done) == T0 + timedelta(seconds=5)
+    assert next_due(spec(), done) is None, "a finished job without a TTL waits for nothing"
+    assert next_due(job, dict(started, phase="Suspended")) is None
+    assert next_due(SpecError("spec.replicas", "is required"), started) is None
+
+
+def _rule_cases():
+    running = running_status()
+    pending = step(None, [], service=False).status
+    return {
+        "finished": (dict(running, phase="Succeeded", completionTime=format_time(T0)), group(), {}),
+        "invalid-spec": (None, [], {"job": SpecError("spec.replicas", "is required")}),
+        "refused": (pending, [], {"refused": "Pod is invalid"}),
+        "suspended": (running, group(), {"job": spec(runPolicy={"suspend": True})}),
+        "chief-succeeded": (running, [pod(0, "Succeeded", message=RUN), pod(1), pod(2)], {}),
+        "deadline-exceeded": (
+            running,
+            group(),
+            {"job": spec(runPolicy={"activeDeadlineSeconds": 1}), "at": 99},
+        ),
+        "worker-failures": (running, [pod(0), pod(1, "Failed", exit_code=2), pod(2)], {}),
+        "old-pods-leaving": (dict(running, restarts=1, phase="Restarting"), group(), {}),
+        "create-missing": (None, [], {}),
+        "all-running": (pending, group(), {}),
+        "startup-timeout": (pending, group(phase="Pending"), {"at": 10_000}),
+        "workers-pending": (pending, group(phase="Pending"), {}),
+    }
+
+
+@pytest.mark.parametrize("name", [name for name, _ in RULES if name != "mark-created"])
+def test_each_rule_decides_its_case(name):
+    previous, pods, options = _rule_cases()[name]
+    at, job, refused = options.get("at", 5), options.get("job") or spec(), options.get("refused")
+    d = decide(META, job, pods, service_exists=True, now=T0 + timedelta(seconds=at), previous=previous,
+               refused=refused)  # fmt: skip
+    assert d.rule == name
+
+
+def test_every_rule_has_a_case():
+    assert {name for name, _ in RULES} - {"mark-created"} == set(_rule_cases())

@@ -1,0 +1,119 @@
+"""What the watches told us, in memory: TrainJobs, and the worker pods and Services each one owns.
+
+Pure bookkeeping (no I/O). Pods and Services live in kopf indexes keyed by (namespace, owner uid): kopf fills
+them before it runs any other handler, so the first reconcile after a start already sees every pod (a job
+that looked podless would count its workers as lost).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+from mwms_operator import constants
+from mwms_operator.status import WorkerPod
+
+
+class JobKey(NamedTuple):
+    namespace: str
+    name: str
+    uid: str
+
+
+def job_key(body: Mapping[str, Any]) -> JobKey | None:
+    meta = body.get("metadata") or {}
+    if not (meta.get("namespace") and meta.get("name") and meta.get("uid")):
+        return None
+    return JobKey(meta["namespace"], meta["name"], meta["uid"])
+
+
+def owner_key(body: Mapping[str, Any]) -> JobKey | None:
+    """The TrainJob that controls this pod or Service, from its owner reference."""
+    meta = body.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == constants.KIND and ref.get("controller") and meta.get("namespace"):
+            return JobKey(meta["namespace"], ref.get("name", ""), ref.get("uid", ""))
+    return None
+
+
+def _rv(body: Mapping[str, Any]) -> int:
+    try:
+        return int((body.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+class State:
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self.clock = clock
+        self.jobs: dict[JobKey, Mapping[str, Any]] = {}
+        # kopf's indexes once bound: (namespace, owner uid) -> the WorkerPods / the Service names.
+        self.pod_index: Mapping[Any, Iterable[WorkerPod]] = {}
+        self.service_index: Mapping[Any, Any] = {}
+        self.refused: dict[JobKey, str] = {}  # the API server's message when it refused a worker object
+        self._written: dict[JobKey, tuple[int, Mapping[str, Any]]] = {}  # our last status write
+        self._gone: dict[
+            JobKey, set[str]
+        ] = {}  # uids of pods found gone though still indexed (missed DELETE)
+        self._leaving_since: dict[tuple[JobKey, str], float] = {}
+
+    def job_event(self, type_: str | None, body: Mapping[str, Any]) -> JobKey | None:
+        key = job_key(body)
+        if key is None:
+            return None
+        if type_ == "DELETED":
+            self.jobs.pop(key, None)
+            self.refused.pop(key, None)
+            self._written.pop(key, None)
+            self._gone.pop(key, None)
+            for mark in [m for m in self._leaving_since if m[0] == key]:
+                del self._leaving_since[mark]
+        else:
+            self.jobs[key] = body
+        return key
+
+    def forget_pod(self, key: JobKey, pod: WorkerPod) -> None:
+        """The API server says this pod is gone, though its DELETE never reached the index."""
+        self._gone.setdefault(key, set()).add(pod.uid)
+        self._leaving_since.pop((key, pod.name), None)
+
+    # --- reads
+
+    def pods_of(self, key: JobKey) -> list[WorkerPod]:
+        gone = self._gone.get(key, ())
+        return [p for p in self.pod_index.get((key.namespace, key.uid), ()) if p.uid not in gone]
+
+    def has_service(self, key: JobKey) -> bool:
+        return (key.namespace, key.uid) in self.service_index
+
+    def status(self, key: JobKey) -> dict[str, Any]:
+        """The newer of the watched status and our last write (the watch may lag behind our own patch)."""
+        body = self.jobs.get(key) or {}
+        written = self._written.get(key)
+        if written is not None and written[0] > _rv(body):
+            return dict(written[1])
+        return dict(body.get("status") or {})
+
+    def wrote(self, key: JobKey, response: Mapping[str, Any]) -> None:
+        self._written[key] = (_rv(response), response.get("status") or {})
+
+    def is_own_write(self, key: JobKey, body: Mapping[str, Any]) -> bool:
+        """The watch echoing our own status patch: nothing new to react to."""
+        written = self._written.get(key)
+        return written is not None and written[0] == _rv(body)
+
+    def leaving(self, key: JobKey, grace: float) -> tuple[list[WorkerPod], list[WorkerPod]]:
+        """(all, overdue): pods of an earlier group or being deleted, and those of them known as such for
+        longer than `grace` seconds. The status's restart count says which group is current."""
+        restarts = int(self.status(key).get("restarts") or 0)
+        now, leaving, overdue = self.clock(), [], []
+        for pod in self.pods_of(key):
+            mark = (key, pod.name)
+            if pod.restart == restarts and not pod.deleting:
+                self._leaving_since.pop(mark, None)
+                continue
+            leaving.append(pod)
+            if now - self._leaving_since.setdefault(mark, now) >= grace:
+                overdue.append(pod)
+        return leaving, overdue

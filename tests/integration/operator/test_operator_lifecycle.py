@@ -1,0 +1,111 @@
+"""TrainJobs carry no finalizer, so deleting a job, its namespace or the CRD never waits for the operator;
+a job made by an earlier version (with kopf's finalizer) loses it when the operator starts; a pod stuck
+Terminating is named in the status instead of a silent wait. On the real API server; outcomes only (the
+times are in bench/operator_bench.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+
+pytestmark = pytest.mark.integration
+
+LEGACY_FINALIZER = "mwms.dev/kopf-finalizer"
+HOLD = "mwms.dev/test-hold"
+
+
+def finalizers(kubectl, namespace, name):
+    return kubectl.json("get", "trainjob", name, "-n", namespace)["metadata"].get("finalizers", [])
+
+
+def phase(kubectl, namespace, name):
+    return kubectl.json("get", "trainjob", name, "-n", namespace).get("status", {}).get("phase")
+
+
+def test_a_running_job_has_no_finalizer_and_a_delete_right_after_create_completes(
+    operator, make_standin, kubectl, namespace, wait_for
+):
+    kubectl.apply(make_standin("plain", 2, env={"STANDIN_SLEEP_SECONDS": "600"}), "-n", namespace)
+    wait_for(lambda: phase(kubectl, namespace, "plain") == "Running", timeout=120, what="plain running")
+    assert finalizers(kubectl, namespace, "plain") == []
+
+    # Created and deleted at once, while the operator is busy creating its pods: nothing holds it.
+    kubectl.apply(make_standin("blink", 2), "-n", namespace)
+    kubectl("delete", "trainjob", "blink", "-n", namespace, "--wait=true", "--timeout=20s", timeout=30)
+    assert kubectl("get", "trainjob", "blink", "-n", namespace, check=False).returncode != 0
+
+
+def test_a_job_from_an_earlier_version_loses_the_old_finalizer_when_the_operator_starts(
+    operator, make_standin, kubectl, namespace, wait_for
+):
+    operator.stop()
+    try:
+        old = make_standin("old", 1)
+        old["metadata"]["finalizers"] = [LEGACY_FINALIZER]
+        kubectl.apply(old, "-n", namespace)
+        assert finalizers(kubectl, namespace, "old") == [LEGACY_FINALIZER]
+    finally:
+        operator.start()
+    wait_for(
+        lambda: finalizers(kubectl, namespace, "old") == [], timeout=60, what="the old finalizer removed"
+    )
+    wait_for(lambda: phase(kubectl, namespace, "old") == "Succeeded", timeout=120, what="old job succeeded")
+    assert finalizers(kubectl, namespace, "old") == []
+
+
+def test_a_worker_stuck_terminating_is_named_while_the_new_group_waits(
+    operator, make_standin, kubectl, namespace, wait_for
+):
+    kubectl.apply(make_standin("stuck", 2, env={"STANDIN_SLEEP_SECONDS": "600"}), "-n", namespace)
+    wait_for(lambda: phase(kubectl, namespace, "stuck") == "Running", timeout=120, what="stuck running")
+    # A finalizer nobody removes: the pod stays Terminating, as on a lost node.
+    kubectl("patch", "pod", "stuck-worker-1", "-n", namespace, "--type=merge", "-p",
+            json.dumps({"metadata": {"finalizers": [HOLD]}}))  # fmt: skip
+    kubectl("delete", "pod", "stuck-worker-1", "-n", namespace, "--wait=false")
+
+    def waiting_condition():
+        job = kubectl.json("get", "trainjob", "stuck", "-n", namespace)
+        running = next((c for c in job.get("status", {}).get("conditions", []) if c["type"] == "Running"), {})
+        return running if running.get("reason") == "WaitingForOldPods" else None
+
+    running = wait_for(waiting_condition, timeout=60, what="reason WaitingForOldPods")
+    assert "stuck-worker-1" in running["message"]
+    assert kubectl.json("get", "trainjob", "stuck", "-n", namespace)["status"]["restarts"] == 1
+    pods = kubectl.json("get", "pods", "-n", namespace, "-l", "mwms.dev/job-name=stuck")["items"]
+    assert {p["metadata"]["labels"]["mwms.dev/restart"] for p in pods} == {"0"}, "a new group beside the old"
+
+    kubectl("patch", "pod", "stuck-worker-1", "-n", namespace, "--type=json", "-p",
+            json.dumps([{"op": "remove", "path": "/metadata/finalizers"}]))  # fmt: skip
+
+    def new_group():
+        pods = kubectl.json("get", "pods", "-n", namespace, "-l", "mwms.dev/job-name=stuck")["items"]
+        restarts = {p["metadata"]["labels"]["mwms.dev/restart"] for p in pods}
+        return len(pods) == 2 and restarts == {"1"}
+
+    wait_for(new_group, timeout=120, what="the new group created once the old pod is gone")
+    wait_for(lambda: phase(kubectl, namespace, "stuck") == "Running", timeout=120, what="running again")
+
+
+def test_the_crd_deletes_with_jobs_present_while_the_operator_is_stopped(
+    operator, make_standin, kubectl, namespace, wait_for
+):
+    kubectl.apply([make_standin(f"left-{i}", 1, env={"STANDIN_SLEEP_SECONDS": "600"}) for i in range(3)],
+                  "-n", namespace)  # fmt: skip
+    wait_for(lambda: phase(kubectl, namespace, "left-0") == "Running", timeout=120, what="left-0 running")
+    operator.stop()
+    try:
+        kubectl("delete", "crd", "trainjobs.mwms.dev", "--wait=true", "--timeout=60s", timeout=90)
+        assert kubectl("get", "crd", "trainjobs.mwms.dev", check=False).returncode != 0
+    finally:
+        # Put the CRD back for the tests after this one, and the operator as the fixture left it.
+        kubectl("apply", "-f", str(REPO / "manifests" / "crd.yaml"))
+        wait_for(
+            lambda: kubectl("get", "trainjobs", "-A", check=False).returncode == 0,
+            timeout=60,
+            what="the TrainJob resource served again",
+        )
+        operator.start()

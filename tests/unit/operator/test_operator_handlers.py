@@ -1,0 +1,201 @@
+"""The glue between watch events, the state, decide() and the API calls: what the operator does when an event
+arrives. The API server is replaced by a recorder here; tests/integration/operator runs the real one."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kopf
+import pytest
+
+from mwms_operator import handlers, k8s
+from mwms_operator.config import OperatorConfig
+from mwms_operator.state import JobKey, owner_key
+from mwms_operator.status import worker_pod
+
+KEY = JobKey("team-a", "mnist", "uid-1")
+
+
+class RecordingKube:
+    """Answers like the API server would for one namespace; records every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.rv = 100
+        self.refuse_pods: str | None = None
+        self.existing_pods: dict[str, str] = {}  # name -> uid
+
+    def create_service(self, namespace: str, body: dict[str, Any]) -> bool:
+        self.calls.append(("create_service", body["metadata"]["name"]))
+        return True
+
+    def create_pod(self, namespace: str, body: dict[str, Any]) -> bool:
+        if self.refuse_pods:
+            raise k8s.Rejected(self.refuse_pods)
+        self.calls.append(("create_pod", body["metadata"]["name"]))
+        return True
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        self.calls.append(("delete_pod", name))
+
+    def delete_trainjob(self, namespace: str, name: str) -> None:
+        self.calls.append(("delete_trainjob", name))
+
+    def pod_uid(self, namespace: str, name: str) -> str | None:
+        self.calls.append(("pod_uid", name))
+        return self.existing_pods.get(name)
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append(("patch_status", status.get("phase")))
+        self.rv += 1
+        return {"metadata": {"resourceVersion": str(self.rv)}, "status": status}
+
+    def post_event(self, job: Any, type_: str, reason: str, message: str) -> None:
+        self.calls.append(("event", reason))
+
+    def named(self, call: str) -> list[Any]:
+        return [arg for name, arg in self.calls if name == call]
+
+
+def job_body(replicas: int = 2, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": KEY.name,
+            "namespace": KEY.namespace,
+            "uid": KEY.uid,
+            "generation": 1,
+            "resourceVersion": "50",
+            "creationTimestamp": "2026-12-02T10:00:00Z",
+        },
+        "spec": {"replicas": replicas, **spec},
+    }
+
+
+def pod_body(index: int, restart: int = 0, phase: str = "Pending", deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": f"{KEY.name}-worker-{index}",
+        "uid": f"pod-{index}-{restart}",
+        "namespace": KEY.namespace,
+        "labels": {
+            "mwms.dev/job-name": KEY.name,
+            "mwms.dev/replica-index": str(index),
+            "mwms.dev/restart": str(restart),
+        },
+        "ownerReferences": [{"kind": "TrainJob", "name": KEY.name, "uid": KEY.uid, "controller": True}],
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-02T10:00:05Z"
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+class Indexes:
+    """kopf's two indexes as the handlers fill them, from pod and Service bodies."""
+
+    def __init__(self) -> None:
+        self.pods: dict[tuple[str, str], list[Any]] = {}
+        self.services: dict[tuple[str, str], list[str]] = {}
+
+    def pod(self, body: dict[str, Any]) -> None:
+        key = owner_key(body)
+        self.pods.setdefault((key.namespace, key.uid), []).append(worker_pod(body))
+
+
+@pytest.fixture
+def indexes() -> Indexes:
+    return Indexes()
+
+
+@pytest.fixture
+def reconciler(indexes) -> handlers.Reconciler:
+    reconciler = handlers.Reconciler(RecordingKube(), OperatorConfig())  # type: ignore[arg-type]
+    reconciler.bind(indexes.pods, indexes.services)
+    return reconciler
+
+
+def test_no_handler_makes_kopf_put_a_finalizer_on_trainjobs():
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, OperatorConfig())
+    assert not registry._spawning.get_all_handlers(), "timers and daemons add kopf's finalizer"
+    assert not registry._changing.get_all_handlers(), "on.create/update/delete handlers add kopf's finalizer"
+    assert {h.id for h in registry._watching.get_all_handlers()} == {"trainjob", "pod", "service"}
+    assert {h.id for h in registry._indexing.get_all_handlers()} == {"job_pods", "job_services"}
+
+
+def test_a_new_job_gets_its_service_and_pods_and_one_event_naming_them(reconciler):
+    reconciler.job_event("ADDED", job_body())
+    asyncio.run(reconciler.reconcile(KEY))
+    kube = reconciler.kube
+    assert kube.named("create_service") == ["mnist"]
+    assert kube.named("create_pod") == ["mnist-worker-0", "mnist-worker-1"]
+    assert sorted(kube.named("event")) == ["Creating", "PodsCreated"]
+    assert kube.named("patch_status") == ["Pending"]
+
+
+def test_pod_and_service_events_queue_their_owner_and_our_own_status_echo_does_not(reconciler):
+    reconciler.job_event("ADDED", job_body())
+    assert reconciler.queue._dirty == {KEY}
+    reconciler.queue._dirty.clear()
+    reconciler.owned_event(pod_body(0))
+    assert reconciler.queue._dirty == {KEY}
+    reconciler.queue._dirty.clear()
+    reconciler.owned_event({"metadata": {"name": "stranger", "namespace": "team-a"}})
+    assert reconciler.queue._dirty == set()
+
+    asyncio.run(reconciler.reconcile(KEY))
+    reconciler.queue._dirty.clear()
+    echo = dict(job_body(), metadata=dict(job_body()["metadata"], resourceVersion=str(reconciler.kube.rv)))
+    reconciler.job_event("MODIFIED", echo)
+    assert reconciler.queue._dirty == set()
+
+
+def test_a_refused_pod_fails_the_job_on_the_next_run_with_the_servers_message(reconciler):
+    kube = reconciler.kube
+    kube.refuse_pods = "Pod is invalid: spec.containers[0].imagePullPolicy: Unsupported value"
+    reconciler.job_event("ADDED", job_body())
+    asyncio.run(reconciler.reconcile(KEY))
+    assert KEY in reconciler.queue._dirty, "the refusal is acted on right away, not at the next resync"
+    asyncio.run(reconciler.reconcile(KEY))
+    status = reconciler.state.status(KEY)
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert status["phase"] == "Failed" and failed["reason"] == "InvalidSpec"
+    assert "imagePullPolicy" in failed["message"] and "refused" in failed["message"]
+    assert kube.named("patch_status") == ["Pending", "Failed"]  # one decision per run, one write each
+
+
+@pytest.mark.parametrize("now", [None, "pod-0-1"], ids=["gone", "replaced by a newer pod"])
+def test_a_pod_whose_delete_was_missed_is_looked_up_after_the_grace_and_forgotten(reconciler, indexes, now):
+    clock = [0.0]
+    reconciler.state.clock = lambda: clock[0]
+    reconciler.job_event("ADDED", dict(job_body(), status={"phase": "Restarting", "restarts": 1}))
+    indexes.pod(pod_body(0, restart=0, deleting=True))  # its DELETE never comes
+    if now:
+        reconciler.kube.existing_pods = {"mnist-worker-0": now}
+    asyncio.run(reconciler.reconcile(KEY))
+    assert reconciler.kube.named("pod_uid") == [] and reconciler.kube.named("create_pod") == []
+    assert reconciler.queue.scheduled(KEY), "looked at again once the grace is over"
+    clock[0] = handlers.LEAVING_GRACE_SECONDS + 1
+    asyncio.run(reconciler.reconcile(KEY))
+    assert reconciler.kube.named("pod_uid") == ["mnist-worker-0"]
+    assert reconciler.kube.named("create_pod") == ["mnist-worker-0", "mnist-worker-1"]
+
+
+def test_a_pod_stuck_terminating_is_named_in_the_status(reconciler, indexes):
+    clock = [0.0]
+    reconciler.state.clock = lambda: clock[0]
+    reconciler.job_event("ADDED", dict(job_body(), status={"phase": "Restarting", "restarts": 1}))
+    indexes.pod(pod_body(1, restart=0, deleting=True))
+    reconciler.kube.existing_pods = {"mnist-worker-1": "pod-1-0"}
+    clock[0] = handlers.LEAVING_GRACE_SECONDS + 1
+    asyncio.run(reconciler.reconcile(KEY))
+    asyncio.run(reconciler.reconcile(KEY))
+    running = next(c for c in reconciler.state.status(KEY)["conditions"] if c["type"] == "Running")
+    assert running["reason"] == "WaitingForOldPods" and "mnist-worker-1" in running["message"]
+    assert reconciler.kube.named("create_pod") == []
+
+
+def test_a_deleted_job_is_forgotten(reconciler):
+    reconciler.job_event("ADDED", job_body())
+    reconciler.job_event("DELETED", job_body())
+    asyncio.run(reconciler.reconcile(KEY))
+    assert reconciler.kube.calls == [] and KEY not in reconciler.state.jobs
