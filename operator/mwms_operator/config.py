@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mwms_operator import constants
+from mwms_operator.tracking import ANY, TrackingAccess, TrackingCredentials, origin
 
 DEFAULT_TRAINER_IMAGE = f"{constants.TRAINER_IMAGE}:0.1.0"
 DEFAULT_TRACKING_URI = "http://mlflow:5000"
@@ -30,6 +31,19 @@ class OperatorConfig:
     # How often every TrainJob is recomputed from the pods that exist (level-based reconciliation).
     reconcile_interval_seconds: float = 3.0
     log_level: str = "INFO"
+    # Tracking servers (origins) besides tracking_uri whose progress the operator may read; "*" allows any.
+    allowed_tracking_uris: tuple[str, ...] = ()
+    # For tracking_uri's server only; repr shows just the kind, never a value.
+    tracking_credentials: TrackingCredentials = TrackingCredentials()
+
+    def tracking_access(self) -> TrackingAccess:
+        origins = frozenset(o for o in map(origin, self.allowed_tracking_uris) if o is not None)
+        return TrackingAccess(
+            own_origin=origin(self.tracking_uri),
+            allowed_origins=origins,
+            allow_any=ANY in self.allowed_tracking_uris,
+            credentials=self.tracking_credentials,
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> OperatorConfig:
@@ -62,6 +76,15 @@ class OperatorConfig:
         namespaces = tuple(
             ns.strip() for ns in environ.get("MWMS_WATCH_NAMESPACES", "").split(",") if ns.strip()
         )
+        allowed = tuple(
+            uri.strip() for uri in environ.get("MWMS_ALLOWED_TRACKING_URIS", "").split(",") if uri.strip()
+        )
+        for uri in allowed:
+            if uri != ANY and origin(uri) is None:
+                raise ConfigError(
+                    f"MWMS_ALLOWED_TRACKING_URIS: {uri!r} is not an http(s) URI with a host "
+                    f"(or {ANY!r} for any)"
+                )
         return cls(
             trainer_image=text("MWMS_TRAINER_IMAGE", DEFAULT_TRAINER_IMAGE),
             tracking_uri=text("MWMS_TRACKING_URI", DEFAULT_TRACKING_URI),
@@ -76,4 +99,21 @@ class OperatorConfig:
                 "MWMS_RECONCILE_INTERVAL_SECONDS", 3.0, minimum=0.1, integer=False
             ),
             log_level=log_level,
+            allowed_tracking_uris=allowed,
+            tracking_credentials=_credentials(environ),
         )
+
+
+def _credentials(environ: Mapping[str, str]) -> TrackingCredentials:
+    """MWMS_TRACKING_TOKEN, or MWMS_TRACKING_USERNAME with MWMS_TRACKING_PASSWORD (the names MLflow's client
+    reads, prefixed); the errors name the variables, never their values."""
+    token = environ.get("MWMS_TRACKING_TOKEN", "").strip()
+    username = environ.get("MWMS_TRACKING_USERNAME", "").strip()
+    password = environ.get("MWMS_TRACKING_PASSWORD", "")
+    if bool(username) != bool(password):
+        raise ConfigError("MWMS_TRACKING_USERNAME and MWMS_TRACKING_PASSWORD must be set together")
+    if token and username:
+        raise ConfigError(
+            "set either MWMS_TRACKING_TOKEN or MWMS_TRACKING_USERNAME/MWMS_TRACKING_PASSWORD, not both"
+        )
+    return TrackingCredentials(token=token, username=username, password=password)

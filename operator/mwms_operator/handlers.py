@@ -13,7 +13,7 @@ import kopf
 
 from mwms_operator import builders, constants, k8s, metrics
 from mwms_operator.config import OperatorConfig
-from mwms_operator.progress import fetch_progress
+from mwms_operator.progress import ProgressReader, Skipped
 from mwms_operator.spec import SpecError, TrainJobSpec, parse_trainjob
 from mwms_operator.status import (
     RUNNING,
@@ -57,6 +57,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         memo.kube = k8s.Kube.connect()
         memo.phases = metrics.PhaseBook()
         memo.written = {}  # uid -> (resourceVersion, status) of our last status write, newer than the watch
+        memo.progress = ProgressReader(config.tracking_access())
         metrics.serve(config.metrics_port)
 
     # Pods and Services are indexed by their owner's uid: a reconcile reads memory, not the API server.
@@ -151,12 +152,15 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
             return
         epochs = spec.trainer.get("epochs")
         found = await asyncio.to_thread(
-            fetch_progress,
+            memo.progress.read,
+            uid,
             spec.tracking_uri,
             spec.experiment,
-            uid,
             epochs if isinstance(epochs, int) else None,
         )
+        if isinstance(found, Skipped):  # a tracking server the administrator does not allow: say so once
+            await asyncio.to_thread(memo.kube.post_event, body, "Warning", found.reason, found.message)
+            return
         shown = dict(body.get("status", {}).get("progress") or {})
         shown.pop("updateTime", None)
         if found and found != shown:
