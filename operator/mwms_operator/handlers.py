@@ -13,7 +13,7 @@ import kopf
 
 from mwms_operator import builders, constants, k8s, metrics
 from mwms_operator.config import OperatorConfig
-from mwms_operator.progress import ProgressReader, Skipped
+from mwms_operator.progress import ProgressReader, Skipped, status_patch
 from mwms_operator.spec import SpecError, TrainJobSpec, parse_trainjob
 from mwms_operator.status import (
     RUNNING,
@@ -123,7 +123,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         for event in events:
             await asyncio.to_thread(memo.kube.post_event, body, event.type, event.reason, event.message)
         metrics.RECONCILE.observe(time.monotonic() - started)
-        memo.phases.set(uid, decision.status["phase"])
+        memo.phases.set(uid, decision.status["phase"], namespace)
         if decision.all_pods_created:
             created = parse_time(body.metadata.get("creationTimestamp"))
             if created is not None:
@@ -161,11 +161,12 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         if isinstance(found, Skipped):  # a tracking server the administrator does not allow: say so once
             await asyncio.to_thread(memo.kube.post_event, body, "Warning", found.reason, found.message)
             return
-        shown = dict(body.get("status", {}).get("progress") or {})
-        shown.pop("updateTime", None)
-        if found and found != shown:
-            found["updateTime"] = format_time(datetime.now(UTC))
-            await asyncio.to_thread(memo.kube.patch_status, namespace, name, {"progress": found})
+        patch = status_patch(found, body.get("status") or {}, format_time(datetime.now(UTC))) if found else {}
+        if patch:  # status.progress, and status.mlflow's run as soon as the chief opened it
+            response = await asyncio.to_thread(memo.kube.patch_status, namespace, name, patch)
+            version = int(response["metadata"]["resourceVersion"]) if response else 0
+            if version > memo.written.get(uid, (0,))[0]:  # the reconcile starts from it: mlflow is kept
+                memo.written[uid] = (version, response.get("status") or {})
 
 
 def _parse(body: kopf.Body, config: OperatorConfig) -> TrainJobSpec | SpecError:
@@ -191,8 +192,7 @@ async def _write(memo: kopf.Memo, meta: JobMeta, decision: Decision, previous: d
         if response is None:
             return False  # the TrainJob is gone
         memo.written[meta.uid] = (int(response["metadata"]["resourceVersion"]), response.get("status") or {})
-        if decision.status.get("restarts", 0) > int(previous.get("restarts") or 0):
-            metrics.RESTARTS.inc()
+        metrics.count_transitions(meta.namespace, previous, decision.status)
     return True
 
 

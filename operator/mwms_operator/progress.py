@@ -84,6 +84,8 @@ def progress_from_run(run: Mapping[str, Any], epochs: int | None) -> dict[str, A
             if "key" in m and isinstance(m.get("value"), int | float) and math.isfinite(m["value"])
         },
     }
+    if info.get("experiment_id") is not None:  # for status.mlflow (status_patch), not status.progress
+        progress["experimentId"] = str(info["experiment_id"])
     if metrics:
         progress["epoch"] = max(int(m.get("step") or 0) for m in metrics) + 1
     total = params.get("epochs") or epochs
@@ -93,6 +95,21 @@ def progress_from_run(run: Mapping[str, Any], epochs: int | None) -> dict[str, A
     except ValueError:
         pass
     return progress
+
+
+def status_patch(found: Mapping[str, Any], status: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """The status fields a read of the run changes: `progress` (stamped `now`), and `mlflow.runId` and
+    `experimentId` as soon as the chief has opened the run (the chief's final message adds modelUri)."""
+    patch: dict[str, Any] = {}
+    progress = {k: v for k, v in found.items() if k != "experimentId" and v is not None}
+    shown = {k: v for k, v in (status.get("progress") or {}).items() if k != "updateTime"}
+    if progress != shown:
+        patch["progress"] = {**progress, "updateTime": now}
+    run = {k: found[k] for k in ("runId", "experimentId") if found.get(k)}
+    mlflow = status.get("mlflow") or {}
+    if run and not mlflow.get("runId"):
+        patch["mlflow"] = run
+    return patch
 
 
 def fetch_progress(

@@ -6,6 +6,8 @@ And the run shows in status.mlflow as soon as the chief opened it, not only at t
 from __future__ import annotations
 
 import secrets
+import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -108,9 +110,17 @@ def test_credentials_reach_a_secured_tracking_server_and_the_run_shows_while_it_
     job["spec"]["template"]["spec"]["containers"][0]["env"].append(token_env)
     kubectl.apply(job, "-n", namespace)
 
+    def running_with_run() -> dict[str, Any] | None:
+        status = job_status(kubectl, namespace, "secured")
+        return status if status.get("phase") == "Running" and status.get("mlflow", {}).get("runId") else None
+
+    running = wait_for(running_with_run, timeout=120, interval=0.3, what="status.mlflow.runId while Running")
+    assert running["mlflow"]["experimentId"]
+    assert "modelUri" not in running["mlflow"]  # only the chief's final message has it
+    assert running.get("completionTime") is None
     wait_for(
         lambda: job_status(kubectl, namespace, "secured").get("progress", {}).get("epoch"),
-        timeout=120,
+        timeout=60,
         what="status.progress.epoch",
     )
     kubectl(
@@ -118,7 +128,9 @@ def test_credentials_reach_a_secured_tracking_server_and_the_run_shows_while_it_
         timeout=130,
     )  # fmt: skip
     done = job_status(kubectl, namespace, "secured")
-    assert done["mlflow"]["runId"] == done["progress"]["runId"]
+    # The run found early is the run the chief reported at the end.
+    assert done["mlflow"]["runId"] == running["mlflow"]["runId"] == done["progress"]["runId"]
+    assert done["mlflow"]["experimentId"] == running["mlflow"]["experimentId"]
 
     by_token = {auth for _, _, auth in secured_mlflow.requests}
     operator_reads = [path for _, path, auth in secured_mlflow.requests if auth == f"Bearer {OPERATOR_TOKEN}"]
@@ -133,3 +145,26 @@ def test_credentials_reach_a_secured_tracking_server_and_the_run_shows_while_it_
         ]
     )
     assert OPERATOR_TOKEN not in seen and TRAINER_TOKEN not in seen
+
+
+def test_metrics_count_outcomes_by_namespace(operator, make_standin, kubectl, namespace):
+    """The metrics endpoint as Prometheus scrapes it: jobs by namespace and phase, and one count per
+    finished job in mwms_trainjobs_succeeded_total / mwms_trainjobs_failed_total for this namespace."""
+    ok = make_standin("counted-ok", 2)
+    failing = make_standin("counted-bad", 2, env={"STANDIN_FAIL_INDEX": "1", "STANDIN_EXIT_CODE": "2"})
+    kubectl.apply([ok, failing], "-n", namespace)
+    for name, type_ in (("counted-ok", "Succeeded"), ("counted-bad", "Failed")):
+        kubectl(
+            "wait", f"--for=condition={type_}", f"trainjob/{name}", "-n", namespace, "--timeout=120s",
+            timeout=130,
+        )  # fmt: skip
+    time.sleep(3)  # a few more reconciles of the finished jobs: they must not count again
+    url = f"http://127.0.0.1:{operator.metrics_port}/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    expected = [
+        f'mwms_trainjobs_succeeded_total{{namespace="{namespace}"}} 1.0',
+        f'mwms_trainjobs_failed_total{{namespace="{namespace}"}} 1.0',
+        f'mwms_trainjobs{{namespace="{namespace}",phase="Succeeded"}} 1.0',
+        f'mwms_trainjobs{{namespace="{namespace}",phase="Failed"}} 1.0',
+    ]
+    assert [line for line in expected if line not in text.splitlines()] == []

@@ -5,7 +5,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from mwms_operator.config import OperatorConfig
-from mwms_operator.progress import ProgressReader, Skipped, fetch_progress, progress_from_run
+from mwms_operator.progress import ProgressReader, Skipped, fetch_progress, progress_from_run, status_patch
 
 RUN = {
     "info": {"run_id": "abc"},
@@ -251,3 +251,21 @@ def test_userinfo_in_a_tracking_uri_is_not_sent_in_the_url_nor_shown(recorders):
     outsider = ProgressReader(OperatorConfig.from_env({}).tracking_access())
     told = outsider.read("u", uri, "e", None)
     assert isinstance(told, Skipped) and "pw-in-url" not in told.message
+
+
+def test_the_run_goes_to_status_mlflow_as_soon_as_it_is_found():
+    found = progress_from_run({**RUN, "info": {"run_id": "abc", "experiment_id": "7"}}, None)
+    patch = status_patch(found, {"phase": "Running"}, "2026-12-03T12:00:00Z")
+    assert patch["mlflow"] == {"runId": "abc", "experimentId": "7"}
+    assert patch["progress"] == {
+        "runId": "abc",
+        "metrics": {"loss": 0.3, "accuracy": 0.9},
+        "epoch": 5,
+        "epochs": 20,
+        "updateTime": "2026-12-03T12:00:00Z",
+    }
+    # Once shown, nothing to write until the run moves on; the chief's final mlflow (modelUri) is kept.
+    shown = {"mlflow": {"runId": "abc", "experimentId": "7", "modelUri": "m"}, "progress": patch["progress"]}
+    assert status_patch(found, shown, "2026-12-03T12:00:15Z") == {}
+    found["epoch"] = 6
+    assert set(status_patch(found, shown, "later")) == {"progress"}
