@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup venv tools control-plane demo test test-unit test-integration lint clean
+.PHONY: setup venv tools control-plane kueue demo test test-unit test-integration lint clean
 
 setup: venv tools control-plane
 
@@ -23,10 +23,14 @@ tools: venv
 control-plane:
 	bash hack/build-control-plane.sh
 
+# Kueue for the queueing test (tests/integration/operator/test_operator_kueue.py); cached by version.
+kueue:
+	bash hack/build-kueue.sh
+
 demo: setup
 	$(VENV)/bin/mwms demo
 
-test: setup
+test: setup kueue
 	$(VENV)/bin/python -m pytest tests
 
 test-unit: venv
