@@ -28,7 +28,7 @@ export CGO_ENABLED=0 GOFLAGS="-trimpath"
 log "go install sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
 GOBIN="$DIR/bin.tmp" go install -ldflags "-s -w" "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION" >&2
 src=$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
-rm -rf "$DIR/config" && cp -r "$src/config" "$DIR/config" && chmod -R u+w "$DIR/config"
-rm -rf "$DIR/bin" && mv "$DIR/bin.tmp" "$DIR/bin"
+rm -rf "${DIR:?}/config" && cp -r "$src/config" "$DIR/config" && chmod -R u+w "$DIR/config"
+rm -rf "${DIR:?}/bin" && mv "$DIR/bin.tmp" "$DIR/bin"
 log "built in $(( $(date +%s) - started )) s"
 echo "$DIR"
