@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml VERSION | sha1sum | cut -c1-12)
 
-.PHONY: setup venv tools control-plane images lock demo test test-unit test-integration lint clean
+.PHONY: setup venv tools control-plane images lock kueue demo test test-unit test-integration lint clean
 
 setup: venv tools control-plane
 
@@ -32,10 +32,14 @@ images: venv
 lock: venv
 	PATH="$(VENV)/bin:$$PATH" bash hack/lock.sh
 
+# Kueue for the queueing test (tests/integration/operator/test_operator_kueue.py); cached by version.
+kueue:
+	bash hack/build-kueue.sh
+
 demo: setup
 	$(VENV)/bin/mwms demo
 
-test: setup images
+test: setup images kueue
 	$(VENV)/bin/python -m pytest tests
 
 test-unit: venv

@@ -142,6 +142,15 @@ def build_worker_pod(
     }
     if meta.get("annotations"):
         metadata["annotations"] = dict(meta["annotations"])
+    if spec.queue_name:
+        # One Kueue pod group per (re)start: Kueue admits all the group's workers or none (MWMS needs all).
+        # Not retriable in group: a lost worker ends the group (and frees its quota); the operator's
+        # whole-group restart is a new group, admitted anew.
+        labels[constants.LABEL_KUEUE_QUEUE] = spec.queue_name
+        labels[constants.LABEL_KUEUE_POD_GROUP] = f"{job_name}-{restart_count}"
+        annotations = metadata.setdefault("annotations", {})
+        annotations[constants.ANNOTATION_KUEUE_POD_GROUP_TOTAL] = str(spec.replicas)
+        annotations[constants.ANNOTATION_KUEUE_RETRIABLE_IN_GROUP] = "false"
 
     containers = list(pod_spec.get("containers") or [])
     container = _trainer_container(containers)

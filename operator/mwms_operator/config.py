@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mwms_operator import __version__, constants
+from mwms_operator.tracking import ANY, TrackingAccess, TrackingCredentials, origin
 
 # The trainer image of this operator's own release: the two images are versioned together.
 DEFAULT_TRAINER_IMAGE = f"{constants.TRAINER_IMAGE}:{__version__}"
@@ -31,6 +32,19 @@ class OperatorConfig:
     # Events drive reconciles; this slow resync of every unfinished TrainJob is only a safety net.
     reconcile_interval_seconds: float = 60.0
     log_level: str = "INFO"
+    # Tracking servers (origins) besides tracking_uri whose progress the operator may read; "*" allows any.
+    allowed_tracking_uris: tuple[str, ...] = ()
+    # For tracking_uri's server only; repr shows just the kind, never a value.
+    tracking_credentials: TrackingCredentials = TrackingCredentials()
+
+    def tracking_access(self) -> TrackingAccess:
+        origins = frozenset(o for o in map(origin, self.allowed_tracking_uris) if o is not None)
+        return TrackingAccess(
+            own_origin=origin(self.tracking_uri),
+            allowed_origins=origins,
+            allow_any=ANY in self.allowed_tracking_uris,
+            credentials=self.tracking_credentials,
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> OperatorConfig:
@@ -63,6 +77,15 @@ class OperatorConfig:
         namespaces = tuple(
             ns.strip() for ns in environ.get("MWMS_WATCH_NAMESPACES", "").split(",") if ns.strip()
         )
+        allowed = tuple(
+            uri.strip() for uri in environ.get("MWMS_ALLOWED_TRACKING_URIS", "").split(",") if uri.strip()
+        )
+        for uri in allowed:
+            if uri != ANY and origin(uri) is None:
+                raise ConfigError(
+                    f"MWMS_ALLOWED_TRACKING_URIS: {uri!r} is not an http(s) URI with a host "
+                    f"(or {ANY!r} for any)"
+                )
         return cls(
             trainer_image=text("MWMS_TRAINER_IMAGE", DEFAULT_TRAINER_IMAGE),
             tracking_uri=text("MWMS_TRACKING_URI", DEFAULT_TRACKING_URI),
@@ -77,4 +100,21 @@ class OperatorConfig:
                 "MWMS_RECONCILE_INTERVAL_SECONDS", 60.0, minimum=0.1, integer=False
             ),
             log_level=log_level,
+            allowed_tracking_uris=allowed,
+            tracking_credentials=_credentials(environ),
         )
+
+
+def _credentials(environ: Mapping[str, str]) -> TrackingCredentials:
+    """MWMS_TRACKING_TOKEN, or MWMS_TRACKING_USERNAME with MWMS_TRACKING_PASSWORD (the names MLflow's client
+    reads, prefixed); the errors name the variables, never their values."""
+    token = environ.get("MWMS_TRACKING_TOKEN", "").strip()
+    username = environ.get("MWMS_TRACKING_USERNAME", "").strip()
+    password = environ.get("MWMS_TRACKING_PASSWORD", "")
+    if bool(username) != bool(password):
+        raise ConfigError("MWMS_TRACKING_USERNAME and MWMS_TRACKING_PASSWORD must be set together")
+    if token and username:
+        raise ConfigError(
+            "set either MWMS_TRACKING_TOKEN or MWMS_TRACKING_USERNAME/MWMS_TRACKING_PASSWORD, not both"
+        )
+    return TrackingCredentials(token=token, username=username, password=password)

@@ -13,6 +13,11 @@ LABEL_ROLE = "mwms.dev/role"  # "chief" for worker 0, "worker" for the others
 LABEL_RESTART = "mwms.dev/restart"  # which (re)start of the group a pod belongs to
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "mwms-operator"
+# Kueue (plain-pod integration): a TrainJob labelled with a queue gets its workers admitted as one pod group.
+LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+LABEL_KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
+ANNOTATION_KUEUE_POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
+ANNOTATION_KUEUE_RETRIABLE_IN_GROUP = "kueue.x-k8s.io/retriable-in-group"
 ROLE_CHIEF = "chief"
 ROLE_WORKER = "worker"
 

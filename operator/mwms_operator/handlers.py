@@ -19,7 +19,7 @@ import kopf
 
 from mwms_operator import builders, constants, k8s, metrics
 from mwms_operator.config import OperatorConfig
-from mwms_operator.progress import fetch_progress
+from mwms_operator.progress import ProgressReader, Skipped, status_patch
 from mwms_operator.spec import SpecError, TrainJobSpec, parse_trainjob
 from mwms_operator.state import JobKey, State, owner_key
 from mwms_operator.status import (
@@ -121,6 +121,7 @@ class Reconciler:
         self.progress: WorkQueue[JobKey] = WorkQueue(
             self.poll_progress, workers=2, name="progress", expected=k8s.TRANSIENT_ERRORS
         )
+        self.reader = ProgressReader(config.tracking_access())
         self._resync: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -144,6 +145,7 @@ class Reconciler:
             self.phases.forget(key.uid)
             self.queue.forget(key)
             self.progress.forget(key)
+            self.reader.forget(key.uid)
         elif not self.state.is_own_write(key, body):
             self.queue.add(key)
 
@@ -199,7 +201,7 @@ class Reconciler:
             await asyncio.to_thread(self.kube.post_event, body, event.type, event.reason, event.message)
         self._schedule(key, spec, decision.status)
         metrics.RECONCILE.observe(time.monotonic() - started)
-        self.phases.set(key.uid, decision.status["phase"])
+        self.phases.set(key.uid, decision.status["phase"], key.namespace)
         if decision.all_pods_created:
             created = parse_time(body["metadata"].get("creationTimestamp"))
             if created is not None:
@@ -240,8 +242,7 @@ class Reconciler:
         if response is None:
             return False
         self.state.wrote(key, response)
-        if decision.status.get("restarts", 0) > int(previous.get("restarts") or 0):
-            metrics.RESTARTS.inc()
+        metrics.count_transitions(meta.namespace, previous, decision.status)
         return True
 
     async def _act(
@@ -301,19 +302,18 @@ class Reconciler:
             return
         epochs = spec.trainer.get("epochs")
         found = await asyncio.to_thread(
-            fetch_progress,
+            self.reader.read,
+            key.uid,
             spec.tracking_uri,
             spec.experiment,
-            key.uid,
             epochs if isinstance(epochs, int) else None,
         )
-        shown = dict(status.get("progress") or {})
-        shown.pop("updateTime", None)
-        if found and found != shown:
-            found["updateTime"] = format_time(datetime.now(UTC))
-            response = await asyncio.to_thread(
-                self.kube.patch_status, key.namespace, key.name, {"progress": found}
-            )
+        if isinstance(found, Skipped):  # a tracking server the administrator does not allow: said once
+            await asyncio.to_thread(self.kube.post_event, body, "Warning", found.reason, found.message)
+            return
+        patch = status_patch(found, status, format_time(datetime.now(UTC))) if found else {}
+        if patch:  # status.progress, and status.mlflow's run as soon as the chief opened it
+            response = await asyncio.to_thread(self.kube.patch_status, key.namespace, key.name, patch)
             if response is not None:
                 self.state.wrote(key, response)
 

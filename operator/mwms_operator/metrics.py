@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter as Tally
+from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -10,8 +12,13 @@ from mwms_operator.status import FAILED, PENDING, RESTARTING, RUNNING, SUCCEEDED
 
 PHASES = (PENDING, RUNNING, RESTARTING, SUCCEEDED, FAILED, SUSPENDED)
 
-JOBS = Gauge("mwms_trainjobs", "TrainJobs by phase", ["phase"])
-RESTARTS = Counter("mwms_trainjob_group_restarts_total", "Whole-group restarts of TrainJob workers")
+# By namespace, so a shared cluster's tenants (and their alerts) see their own jobs.
+JOBS = Gauge("mwms_trainjobs", "TrainJobs by namespace and phase", ["namespace", "phase"])
+RESTARTS = Counter(
+    "mwms_trainjob_group_restarts_total", "Whole-group restarts of TrainJob workers", ["namespace"]
+)
+SUCCEEDED_JOBS = Counter("mwms_trainjobs_succeeded_total", "TrainJobs that succeeded", ["namespace"])
+FAILED_JOBS = Counter("mwms_trainjobs_failed_total", "TrainJobs that failed", ["namespace"])
 RECONCILE = Histogram(
     "mwms_reconcile_duration_seconds",
     "Time of one reconcile of one TrainJob (decision plus API calls)",
@@ -24,14 +31,28 @@ PODS_CREATED = Histogram(
 )
 
 
+def count_transitions(namespace: str, previous: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+    """Count what a status write changed: a group restart, a job that finished. Counted on the write that
+    made the change, so an operator restart (which rereads finished jobs) counts nothing twice."""
+    if int(status.get("restarts") or 0) > int(previous.get("restarts") or 0):
+        RESTARTS.labels(namespace=namespace).inc()
+    phase = status.get("phase")
+    if phase != previous.get("phase"):
+        if phase == SUCCEEDED:
+            SUCCEEDED_JOBS.labels(namespace=namespace).inc()
+        elif phase == FAILED:
+            FAILED_JOBS.labels(namespace=namespace).inc()
+
+
 class PhaseBook:
-    """The last phase of every TrainJob, to publish counts by phase."""
+    """The last phase of every TrainJob, to publish counts by namespace and phase."""
 
     def __init__(self) -> None:
-        self.phases: dict[str, str] = {}
+        self.phases: dict[str, tuple[str, str]] = {}  # uid -> (namespace, phase)
+        self.published: set[str] = set()  # namespaces with series
 
-    def set(self, uid: str, phase: str) -> None:
-        self.phases[uid] = phase
+    def set(self, uid: str, phase: str, namespace: str) -> None:
+        self.phases[uid] = (namespace, phase)
         self.publish()
 
     def forget(self, uid: str) -> None:
@@ -40,8 +61,14 @@ class PhaseBook:
 
     def publish(self) -> None:
         counts = Tally(self.phases.values())
-        for phase in PHASES:
-            JOBS.labels(phase=phase).set(counts.get(phase, 0))
+        namespaces = {namespace for namespace, _ in self.phases.values()}
+        for namespace in namespaces:
+            for phase in PHASES:
+                JOBS.labels(namespace=namespace, phase=phase).set(counts.get((namespace, phase), 0))
+        for namespace in self.published - namespaces:  # its last job is gone: no series of zeros forever
+            for phase in PHASES:
+                JOBS.remove(namespace, phase)
+        self.published = namespaces
 
 
 def serve(port: int) -> None:

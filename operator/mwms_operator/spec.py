@@ -50,6 +50,8 @@ class TrainJobSpec:
     clean_pod_policy: str = DEFAULT_CLEAN_POD_POLICY
     suspend: bool = False
     startup_timeout_seconds: int = DEFAULT_STARTUP_TIMEOUT_SECONDS
+    # The TrainJob's kueue.x-k8s.io/queue-name label: its workers become one Kueue pod group in that queue.
+    queue_name: str | None = None
 
 
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:
@@ -137,7 +139,9 @@ def _checkpoint(value: Any) -> Mapping[str, Any] | None:
 def parse_trainjob(body: Mapping[str, Any], config: OperatorConfig) -> TrainJobSpec:
     """Parse a TrainJob (the whole object, or at least its `spec`) and apply every default once."""
     spec = _mapping(body.get("spec"), "spec")
-    name = _mapping(body.get("metadata"), "metadata").get("name")
+    metadata = _mapping(body.get("metadata"), "metadata")
+    name = metadata.get("name")
+    queue = _mapping(metadata.get("labels"), "metadata.labels").get(constants.LABEL_KUEUE_QUEUE)
 
     if "replicas" not in spec:
         raise SpecError("spec.replicas", "is required")
@@ -200,6 +204,7 @@ def parse_trainjob(body: Mapping[str, Any], config: OperatorConfig) -> TrainJobS
         ),
         clean_pod_policy=clean,
         suspend=suspend,
+        queue_name=None if queue is None else _str(queue, f"metadata.labels.{constants.LABEL_KUEUE_QUEUE}"),
         startup_timeout_seconds=_int(
             run_policy.get("startupTimeoutSeconds", DEFAULT_STARTUP_TIMEOUT_SECONDS),
             "spec.runPolicy.startupTimeoutSeconds",

@@ -260,3 +260,106 @@ def test_gitops_examples_render(helm, kubernetes_validate, tool, tmp_path):
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump(_gitops_values()[tool]))
     validate_strict(kubernetes_validate, helm_template(helm, "--values", values), KUBE_VERSIONS[-1], tmp_path)
+
+
+def test_watch_namespaces_give_roles_in_those_namespaces_instead_of_cluster_roles(helm):
+    """Namespaced mode: the operator's rights on TrainJobs, pods, Services and events are a Role in each
+    watched namespace; kopf keeps only list/watch of CRDs and namespaces cluster-wide."""
+    docs = load_all(helm_template(helm, "--set", "operator.watchNamespaces={team-a,team-b}"))
+    default = load_all(helm_template(helm))
+    cluster_roles = _rules_by_role(docs)
+    assert set(cluster_roles) == {
+        "mwms-operator-kopf",
+        "mwms-operator-trainjobs-edit",
+        "mwms-operator-trainjobs-view",
+    }
+    assert {r for rule in cluster_roles["mwms-operator-kopf"] for r in rule["resources"]} == {
+        "customresourcedefinitions",
+        "namespaces",
+    }
+    assert all(set(rule["verbs"]) == {"list", "watch"} for rule in cluster_roles["mwms-operator-kopf"])
+    roles = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "Role"}
+    bindings = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "RoleBinding"}
+    assert set(roles) == set(bindings) == {"team-a", "team-b"}
+    cluster_wide = _rules_by_role(default)
+    events = {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
+    for namespace, role in roles.items():
+        # The same rules as the cluster-wide ClusterRole, plus events (kopf's ClusterRole has them otherwise).
+        assert role["rules"] == [*cluster_wide["mwms-operator"], events], namespace
+        binding = bindings[namespace]
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "mwms-operator",
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "mwms-operator", "namespace": "mwms-system"}
+        ]
+    assert not [
+        d for d in docs if d["kind"] == "ClusterRoleBinding" and d["metadata"]["name"] == "mwms-operator"
+    ]
+
+
+def test_trainjob_rights_aggregate_into_admin_edit_and_view(helm, rendered):
+    roles = {d["metadata"]["name"]: d for d in load_all(rendered["default"]) if d["kind"] == "ClusterRole"}
+    edit, view = roles["mwms-operator-trainjobs-edit"], roles["mwms-operator-trainjobs-view"]
+    assert {k: v for k, v in edit["metadata"]["labels"].items() if k.startswith("rbac.")} == {
+        "rbac.authorization.k8s.io/aggregate-to-admin": "true",
+        "rbac.authorization.k8s.io/aggregate-to-edit": "true",
+    }
+    assert {k: v for k, v in view["metadata"]["labels"].items() if k.startswith("rbac.")} == {
+        "rbac.authorization.k8s.io/aggregate-to-view": "true"
+    }
+    assert all(set(rule["verbs"]) == {"get", "list", "watch"} for rule in view["rules"])
+    off = load_all(helm_template(helm, "--set", "rbac.aggregateToDefaultRoles=false"))
+    assert not [d for d in off if d["metadata"]["name"].startswith("mwms-operator-trainjobs-")]
+
+
+def test_tracking_allowlist_and_credentials_reach_the_operator_env(helm, rendered):
+    assert (
+        container_env(find(load_all(rendered["default"]), "Deployment", OPERATOR))[
+            "MWMS_ALLOWED_TRACKING_URIS"
+        ]
+        == ""
+    )
+    docs = load_all(
+        helm_template(
+            helm,
+            "--set",
+            "operator.allowedTrackingUris={https://mlflow.team-a.example,http://10.0.0.7:5000}",
+            "--set",
+            "operator.trackingCredentials.secretName=mlflow-operator",
+            "--set",
+            "operator.trackingCredentials.tokenKey=api-token",
+        )  # fmt: skip
+    )
+    container = find(docs, "Deployment", OPERATOR)["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["MWMS_ALLOWED_TRACKING_URIS"]["value"] == "https://mlflow.team-a.example,http://10.0.0.7:5000"
+    refs = {
+        name: env[name]["valueFrom"]["secretKeyRef"]
+        for name in ("MWMS_TRACKING_TOKEN", "MWMS_TRACKING_USERNAME", "MWMS_TRACKING_PASSWORD")
+    }
+    assert refs == {
+        "MWMS_TRACKING_TOKEN": {"name": "mlflow-operator", "key": "api-token", "optional": True},
+        "MWMS_TRACKING_USERNAME": {"name": "mlflow-operator", "key": "username", "optional": True},
+        "MWMS_TRACKING_PASSWORD": {"name": "mlflow-operator", "key": "password", "optional": True},
+    }
+    assert "MWMS_TRACKING_TOKEN" not in container_env(
+        find(load_all(rendered["default"]), "Deployment", OPERATOR)
+    )
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "operator.allowedTrackingUris={mlflow.example:5000}",  # no scheme
+        "operator.allowedTrackingUris={file:///mlruns}",
+        "operator.trackingCredentials.secret=x",  # unknown key
+        "operator.trackingCredentials.secretName=Not_A_Name",
+        "rbac.aggregate=true",
+    ],
+)
+def test_tenancy_value_typos_fail(helm, setting):
+    template = run([helm, "template", "t", CHART, "--set", setting], check=False)
+    assert template.returncode != 0 and "schema" in template.stderr, (setting, template.stderr)

@@ -51,6 +51,8 @@ def test_kustomization_installs_crd_rbac_and_operator(kustomized):
     assert kinds == [
         ("ClusterRole", "mwms-operator"),
         ("ClusterRole", "mwms-operator-kopf"),
+        ("ClusterRole", "mwms-operator-trainjobs-edit"),
+        ("ClusterRole", "mwms-operator-trainjobs-view"),
         ("ClusterRoleBinding", "mwms-operator"),
         ("ClusterRoleBinding", "mwms-operator-kopf"),
         ("CustomResourceDefinition", "trainjobs.mwms.dev"),

@@ -121,11 +121,17 @@ def reach_peers(hosts: list[str], index: int, timeout: float) -> None:
     log(f"worker {index} reached all {len(hosts)} workers by name")
 
 
+def mlflow_headers() -> dict[str, str]:
+    """MLflow's client sends MLFLOW_TRACKING_TOKEN as a bearer token; so does the stand-in."""
+    token = os.environ.get("MLFLOW_TRACKING_TOKEN")
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 def mlflow_call(base: str, method: str, payload: dict) -> dict:
     request = urllib.request.Request(
         f"{base}/api/2.0/mlflow/{method}",
         data=json.dumps(payload).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **mlflow_headers()},
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read() or b"{}")
@@ -137,9 +143,10 @@ def mlflow_run() -> tuple[str, str]:
     name = os.environ["MLFLOW_EXPERIMENT_NAME"]
     try:
         query = urllib.parse.urlencode({"experiment_name": name})
-        with urllib.request.urlopen(
-            f"{base}/api/2.0/mlflow/experiments/get-by-name?{query}", timeout=10
-        ) as r:
+        lookup = urllib.request.Request(
+            f"{base}/api/2.0/mlflow/experiments/get-by-name?{query}", headers=mlflow_headers()
+        )
+        with urllib.request.urlopen(lookup, timeout=10) as r:
             experiment_id = json.loads(r.read())["experiment"]["experiment_id"]
     except urllib.error.HTTPError as error:
         if error.code != 404:

@@ -90,3 +90,26 @@ app.kubernetes.io/component: tracking
 {{- $hosts = concat $hosts (list "localhost" "localhost:*" "127.0.0.1" "127.0.0.1:*") .Values.mlflow.extraAllowedHosts }}
 {{- join "," $hosts }}
 {{- end }}
+
+{{/* The operator's rights on TrainJobs, their pods and Services: one ClusterRole, or one Role per watched
+namespace. */}}
+{{- define "mwms-operator.jobRules" -}}
+# The TrainJobs: watch them, let kopf patch its annotations and the status, delete them after their TTL.
+- apiGroups: [mwms.dev]
+  resources: [trainjobs]
+  verbs: [get, list, watch, patch, delete]
+- apiGroups: [mwms.dev]
+  resources: [trainjobs/status]
+  verbs: [get, patch]
+# Owner references with blockOwnerDeletion need this (OwnerReferencesPermissionEnforcement admission).
+- apiGroups: [mwms.dev]
+  resources: [trainjobs/finalizers]
+  verbs: [update]
+# The worker pods and the headless Service of each job.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, list, watch, create, delete]
+{{- end }}

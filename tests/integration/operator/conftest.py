@@ -75,10 +75,14 @@ class OperatorProcess:
         return self.log_path.read_text(errors="replace")
 
 
-def service_account_kubeconfig(kubectl: Any, cluster: Any, path: Path) -> Path:
-    token = kubectl(
-        "create", "token", SERVICE_ACCOUNT, "-n", OPERATOR_NAMESPACE, "--duration=2h"
-    ).stdout.strip()
+def service_account_kubeconfig(
+    kubectl: Any,
+    cluster: Any,
+    path: Path,
+    account: str = SERVICE_ACCOUNT,
+    account_namespace: str = OPERATOR_NAMESPACE,
+) -> Path:
+    token = kubectl("create", "token", account, "-n", account_namespace, "--duration=2h").stdout.strip()
     config = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -114,12 +118,19 @@ def operator_env() -> dict[str, str]:
     return {}
 
 
+@pytest.fixture(scope="session")
+def mlflow_port() -> int:
+    """The port of the test MLflow server (`mlflow_uri`), known before it starts: the operator allows it."""
+    return free_port()
+
+
 @pytest.fixture(scope="module")
 def operator(
     cluster: Any,
     kubectl: Any,
     crd: None,
     operator_env: dict[str, str],
+    mlflow_port: int,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
     if kubectl("get", "namespace", OPERATOR_NAMESPACE, check=False).returncode != 0:
@@ -130,7 +141,9 @@ def operator(
     # The operator must run with its own rights, not the admin's.
     whoami = kubectl("auth", "can-i", "get", "secrets", "-A", f"--kubeconfig={kubeconfig}", check=False)
     assert whoami.stdout.strip() == "no", "the operator's ServiceAccount must not read secrets"
-    process = OperatorProcess(kubeconfig, workdir / "operator.log", operator_env)
+    # The operator reads progress only from allowed tracking servers: the tests' MLflow server is one.
+    allowed = {"MWMS_ALLOWED_TRACKING_URIS": f"http://{cluster.pod_api_host}:{mlflow_port}"}
+    process = OperatorProcess(kubeconfig, workdir / "operator.log", {**allowed, **operator_env})
     process.start()
     try:
         yield process
@@ -172,10 +185,12 @@ def standin_trainjob(name: str, replicas: int = 3, *, env: dict[str, str] | None
 
 
 @pytest.fixture(scope="module")
-def mlflow_uri(cluster: Any, tmp_path_factory: pytest.TempPathFactory, wait_for: Any) -> Iterator[str]:
+def mlflow_uri(
+    cluster: Any, mlflow_port: int, tmp_path_factory: pytest.TempPathFactory, wait_for: Any
+) -> Iterator[str]:
     """A real `mlflow server` on the pod bridge's gateway, reachable from pods and from the operator."""
     workdir = tmp_path_factory.mktemp("mlflow")
-    host, port = cluster.pod_api_host, free_port()
+    host, port = cluster.pod_api_host, mlflow_port
     argv = [
         sys.executable, "-m", "mlflow", "server",
         "--host", host, "--port", str(port), "--workers", "1",
@@ -205,3 +220,32 @@ def mlflow_uri(cluster: Any, tmp_path_factory: pytest.TempPathFactory, wait_for:
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait(timeout=30)
+
+
+@pytest.fixture
+def start_operator(cluster: Any, kubectl: Any, tmp_path: Path) -> Iterator[Any]:
+    """`start_operator(account, account_namespace, env)`: another `python -m mwms_operator`, logged in as
+    that ServiceAccount; stopped at the end of the test (read its `.log()` after `.stop()`)."""
+    started: list[OperatorProcess] = []
+
+    def start(account: str, account_namespace: str, env: dict[str, str]) -> OperatorProcess:
+        kubeconfig = service_account_kubeconfig(
+            kubectl, cluster, tmp_path / f"{account}.kubeconfig", account, account_namespace
+        )
+        process = OperatorProcess(kubeconfig, tmp_path / f"{account}.log", env)
+        process.start()
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture(scope="session")
+def helm_binary() -> str:
+    """The pinned helm that hack/tools.sh links next to the test Python."""
+    pinned = Path(sys.executable).parent / "helm"
+    if not pinned.exists():
+        pytest.fail("helm is missing next to the test Python: run `make tools` (hack/tools.sh)")
+    return str(pinned)

@@ -91,7 +91,8 @@ def test_three_workers_succeed_with_the_chiefs_run(
         .decode()
     )
     assert (
-        'mwms_trainjobs{phase="Succeeded"}' in metrics and "mwms_reconcile_duration_seconds_count" in metrics
+        f'mwms_trainjobs{{namespace="{namespace}",phase="Succeeded"}} 1.0' in metrics
+        and "mwms_reconcile_duration_seconds_count" in metrics
     )
     health = urllib.request.urlopen(f"http://127.0.0.1:{operator.health_port}/healthz", timeout=10)
     assert health.status == 200

@@ -9,7 +9,7 @@ import yaml
 
 from mwms_operator import constants
 from mwms_operator.builders import build_service, build_worker_pod, trainer_env
-from mwms_operator.spec import parse_trainjob
+from mwms_operator.spec import SpecError, parse_trainjob
 from mwms_operator.tf_config import worker_hosts
 
 GOLDEN = Path(__file__).resolve().parents[2] / "data" / "operator"
@@ -149,3 +149,35 @@ def test_the_trainer_container_passes_restricted_pod_security_unless_the_templat
 def test_builders_do_not_change_the_spec(make_trainjob, config):
     parsed, _ = build(make_trainjob, config, 0, **FULL)
     assert parsed.template == FULL["template"]
+
+
+def test_a_queue_label_makes_the_workers_one_kueue_pod_group_per_restart(make_trainjob, config):
+    body = make_trainjob(replicas=4)
+    body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-queue"}
+    parsed = parse_trainjob(body, config)
+    hosts = worker_hosts("mnist", "team-a", 4, parsed.port, "")
+    pods = [
+        build_worker_pod(parsed, job_name="mnist", namespace="team-a", uid=UID, index=i, hosts=hosts,
+                         restart_count=2)
+        for i in range(4)
+    ]  # fmt: skip
+    for pod in pods:
+        labels, annotations = pod["metadata"]["labels"], pod["metadata"]["annotations"]
+        assert labels["kueue.x-k8s.io/queue-name"] == "team-queue"
+        assert (
+            labels["kueue.x-k8s.io/pod-group-name"] == "mnist-2"
+        )  # a new group for each whole-group restart
+        assert annotations["kueue.x-k8s.io/pod-group-total-count"] == "4"
+        assert annotations["kueue.x-k8s.io/retriable-in-group"] == "false"
+    # Without the label, nothing of Kueue's.
+    _, plain = build(make_trainjob, config, 0)
+    assert not [
+        k for k in {**plain["metadata"]["labels"], **plain["metadata"].get("annotations", {})} if "kueue" in k
+    ]
+
+
+def test_a_queue_label_that_is_not_a_string_names_the_field(make_trainjob, config):
+    body = make_trainjob()
+    body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": ""}
+    with pytest.raises(SpecError, match="metadata.labels.kueue.x-k8s.io/queue-name"):
+        parse_trainjob(body, config)

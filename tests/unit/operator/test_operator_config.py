@@ -62,8 +62,95 @@ def test_config_is_frozen():
         ({"MWMS_PROGRESS_INTERVAL_SECONDS": "soon"}, "MWMS_PROGRESS_INTERVAL_SECONDS"),
         ({"MWMS_RECONCILE_INTERVAL_SECONDS": "0"}, "MWMS_RECONCILE_INTERVAL_SECONDS"),
         ({"MWMS_LOG_LEVEL": "LOUD"}, "MWMS_LOG_LEVEL"),
+        ({"MWMS_ALLOWED_TRACKING_URIS": "mlflow.example:5000"}, "MWMS_ALLOWED_TRACKING_URIS"),
+        ({"MWMS_ALLOWED_TRACKING_URIS": "file:///mlruns"}, "MWMS_ALLOWED_TRACKING_URIS"),
+        ({"MWMS_ALLOWED_TRACKING_URIS": "http://host:port"}, "MWMS_ALLOWED_TRACKING_URIS"),
+        ({"MWMS_TRACKING_USERNAME": "ada"}, "MWMS_TRACKING_PASSWORD"),
+        ({"MWMS_TRACKING_PASSWORD": "pw"}, "MWMS_TRACKING_USERNAME"),
+        (
+            {"MWMS_TRACKING_TOKEN": "t", "MWMS_TRACKING_USERNAME": "u", "MWMS_TRACKING_PASSWORD": "p"},
+            "not both",
+        ),
     ],
 )
 def test_bad_settings_name_the_variable(env, named):
     with pytest.raises(ConfigError, match=named):
         OperatorConfig.from_env(env)
+
+
+def test_allowed_tracking_servers_are_the_operators_own_and_the_listed_ones():
+    config = OperatorConfig.from_env(
+        {
+            "MWMS_TRACKING_URI": "http://mlflow.mwms-system.svc:5000",
+            "MWMS_ALLOWED_TRACKING_URIS": " https://MLflow.Team-A.example , http://10.0.0.7:8080/prefix ",
+        }
+    )
+    assert config.allowed_tracking_uris == ("https://MLflow.Team-A.example", "http://10.0.0.7:8080/prefix")
+    access = config.tracking_access()
+    allowed = [
+        "http://mlflow.mwms-system.svc:5000",
+        "http://mlflow.mwms-system.svc:5000/some/path",
+        "https://mlflow.team-a.example",
+        "https://mlflow.team-a.example:443/x",  # the default port, spelt out
+        "http://10.0.0.7:8080",  # an origin: any path on it
+    ]
+    refused = [
+        "http://mlflow.mwms-system.svc:5001",  # another port
+        "https://mlflow.mwms-system.svc:5000",  # another scheme
+        "http://mlflow.team-a.example",
+        "http://169.254.169.254/latest/meta-data",
+        "http://10.0.0.7:8080@169.254.169.254/",  # userinfo that looks like an allowed host
+        "http://kubernetes.default.svc",
+        "file:///etc/passwd",
+        "databricks",
+        "http://mlflow.mwms-system.svc:notaport",
+    ]
+    assert [uri for uri in allowed if not access.allows(uri)] == []
+    assert [uri for uri in refused if access.allows(uri)] == []
+
+
+def test_a_star_allows_every_http_server_and_nothing_else():
+    access = OperatorConfig.from_env({"MWMS_ALLOWED_TRACKING_URIS": "*"}).tracking_access()
+    assert access.allows("http://anything.example:1234")
+    assert not access.allows("file:///etc/passwd")
+
+
+def test_by_default_only_the_operators_tracking_server_is_allowed():
+    access = OperatorConfig.from_env({}).tracking_access()
+    assert access.allows("http://mlflow:5000")
+    assert not access.allows("http://mlflow.other-namespace.svc:5000")
+
+
+def test_credentials_go_to_the_operators_own_server_only():
+    config = OperatorConfig.from_env(
+        {
+            "MWMS_TRACKING_URI": "https://mlflow.example",
+            "MWMS_ALLOWED_TRACKING_URIS": "https://other.example",
+            "MWMS_TRACKING_TOKEN": " s3cr3t-token\n",
+        }
+    )
+    access = config.tracking_access()
+    assert access.headers("https://mlflow.example/") == {"Authorization": "Bearer s3cr3t-token"}
+    assert access.headers("https://other.example") == {}
+
+
+def test_username_and_password_become_basic_auth():
+    config = OperatorConfig.from_env(
+        {
+            "MWMS_TRACKING_URI": "http://mlflow:5000",
+            "MWMS_TRACKING_USERNAME": "ada",
+            "MWMS_TRACKING_PASSWORD": "pa:ss",
+        }
+    )
+    # base64("ada:pa:ss"), as MLflow's client (requests' HTTPBasicAuth) sends it
+    assert config.tracking_access().headers("http://mlflow:5000") == {"Authorization": "Basic YWRhOnBhOnNz"}
+
+
+def test_credentials_never_show_in_the_logged_settings():
+    """main() logs the whole config at startup."""
+    config = OperatorConfig.from_env(
+        {"MWMS_TRACKING_USERNAME": "ada-the-user", "MWMS_TRACKING_PASSWORD": "pw-1234567"}
+    )
+    shown = f"{config} {config!r} {config.tracking_access()!r}"
+    assert "ada-the-user" not in shown and "pw-1234567" not in shown
+    assert "username/password" in shown

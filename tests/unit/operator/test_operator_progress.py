@@ -4,7 +4,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mwms_operator.progress import fetch_progress, progress_from_run
+from mwms_operator.config import OperatorConfig
+from mwms_operator.progress import ProgressReader, Skipped, fetch_progress, progress_from_run, status_patch
 
 RUN = {
     "info": {"run_id": "abc"},
@@ -129,3 +130,142 @@ def test_only_http_tracking_uris_are_polled(tmp_path):
     (api / "runs" / "search").write_text(json.dumps({"runs": [RUN]}))
     assert fetch_progress(f"file://{tmp_path}", "e", "u", None) is None
     assert fetch_progress("sqlite:///mlflow.db", "e", "u", None) is None
+
+
+class Recorder:
+    """A real HTTP server on 127.0.0.1 that records every request (path and Authorization header); it answers
+    as MLflow would, or with `redirect_to` a 302 to another server, or 401 without `require`d credentials."""
+
+    def __init__(self, *, redirect_to: str | None = None, require: str | None = None) -> None:
+        self.requests: list[tuple[str, str | None]] = []
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def answer(self, body):
+                recorder.requests.append((self.path, self.headers.get("Authorization")))
+                if redirect_to:
+                    self.send_response(302)
+                    self.send_header("Location", redirect_to + self.path)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if require and self.headers.get("Authorization") != require:
+                    self.send_response(401)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):  # noqa: N802
+                self.answer({"experiment": {"experiment_id": "3"}})
+
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.answer({"runs": [RUN]})
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.uri = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def recorders():
+    made: list[Recorder] = []
+
+    def make(**kwargs) -> Recorder:
+        made.append(Recorder(**kwargs))
+        return made[-1]
+
+    yield make
+    for recorder in made:
+        recorder.close()
+
+
+def reader(own: str, *allowed: str, token: str = "") -> ProgressReader:
+    env = {"MWMS_TRACKING_URI": own, "MWMS_ALLOWED_TRACKING_URIS": ",".join(allowed)}
+    if token:
+        env["MWMS_TRACKING_TOKEN"] = token
+    return ProgressReader(OperatorConfig.from_env(env).tracking_access(), timeout=2)
+
+
+def test_a_server_that_is_not_allowed_gets_no_request_and_the_job_is_told_once(recorders):
+    outsider = recorders()
+    progress = reader("http://mlflow.example:5000")
+    first = progress.read("uid-1", outsider.uri, "e", None)
+    assert isinstance(first, Skipped) and first.reason == "TrackingServerNotAllowed"
+    assert outsider.uri in first.message and "operator.allowedTrackingUris" in first.message
+    assert progress.read("uid-1", outsider.uri, "e", None) is None  # told once per job
+    assert isinstance(progress.read("uid-2", outsider.uri, "e", None), Skipped)  # each job is told
+    assert outsider.requests == []
+
+
+def test_allowed_servers_are_read(recorders):
+    own, listed = recorders(), recorders()
+    progress = reader(own.uri, listed.uri)
+    assert progress.read("u", own.uri, "e", None)["epoch"] == 5
+    assert progress.read("u", listed.uri + "/", "e", None)["epoch"] == 5
+    assert len(own.requests) == len(listed.requests) == 2
+
+
+def test_an_allowed_server_cannot_redirect_the_operator_elsewhere(recorders):
+    """A 302 to a host that is not allowed is not followed (nor are our credentials sent there)."""
+    inside = recorders()
+    redirecting = recorders(redirect_to=inside.uri)
+    progress = reader(redirecting.uri, token="tok-123")
+    assert progress.read("u", redirecting.uri, "e", None) is None
+    assert redirecting.requests and inside.requests == []
+
+
+def test_credentials_reach_the_operators_server_and_no_other(recorders):
+    secured = recorders(require="Bearer tok-123")
+    other = recorders()
+    progress = reader(secured.uri, other.uri, token="tok-123")
+    assert progress.read("u", secured.uri, "e", None)["runId"] == "abc"
+    assert {auth for _, auth in secured.requests} == {"Bearer tok-123"}
+    progress.read("u", other.uri, "e", None)
+    assert {auth for _, auth in other.requests} == {None}
+
+
+def test_without_credentials_a_secured_server_gives_no_progress(recorders):
+    secured = recorders(require="Bearer tok-123")
+    assert reader(secured.uri).read("u", secured.uri, "e", None) is None
+    assert secured.requests  # it was asked, and said no
+
+
+def test_userinfo_in_a_tracking_uri_is_not_sent_in_the_url_nor_shown(recorders):
+    own = recorders()
+    uri = own.uri.replace("http://", "http://ada:pw-in-url@")
+    progress = reader(own.uri)
+    assert progress.read("u", uri, "e", None)["epoch"] == 5
+    outsider = ProgressReader(OperatorConfig.from_env({}).tracking_access())
+    told = outsider.read("u", uri, "e", None)
+    assert isinstance(told, Skipped) and "pw-in-url" not in told.message
+
+
+def test_the_run_goes_to_status_mlflow_as_soon_as_it_is_found():
+    found = progress_from_run({**RUN, "info": {"run_id": "abc", "experiment_id": "7"}}, None)
+    patch = status_patch(found, {"phase": "Running"}, "2026-12-03T12:00:00Z")
+    assert patch["mlflow"] == {"runId": "abc", "experimentId": "7"}
+    assert patch["progress"] == {
+        "runId": "abc",
+        "metrics": {"loss": 0.3, "accuracy": 0.9},
+        "epoch": 5,
+        "epochs": 20,
+        "updateTime": "2026-12-03T12:00:00Z",
+    }
+    # Once shown, nothing to write until the run moves on; the chief's final mlflow (modelUri) is kept.
+    shown = {"mlflow": {"runId": "abc", "experimentId": "7", "modelUri": "m"}, "progress": patch["progress"]}
+    assert status_patch(found, shown, "2026-12-03T12:00:15Z") == {}
+    found["epoch"] = 6
+    assert set(status_patch(found, shown, "later")) == {"progress"}

@@ -1,0 +1,170 @@
+"""Tracking servers on a shared cluster: the operator reads progress only from servers its administrator
+allows (a job naming any other gets one event, and that server gets no request), with the administrator's
+credentials for its own secured server; the job's workers log with their own credentials from a Secret.
+And the run shows in status.mlflow as soon as the chief opened it, not only at the end."""
+
+from __future__ import annotations
+
+import secrets
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support.auth_proxy import AuthProxy
+
+pytestmark = pytest.mark.integration
+
+OPERATOR_TOKEN = f"op-{secrets.token_hex(16)}"
+TRAINER_TOKEN = f"tr-{secrets.token_hex(16)}"
+
+
+@pytest.fixture(scope="module")
+def secured_mlflow(cluster: Any, mlflow_uri: str) -> Iterator[AuthProxy]:
+    """The real MLflow server behind a proxy that requires a bearer token, on the pod bridge's gateway (pods
+    and the operator both reach it); the operator's and the trainers' tokens are both accepted."""
+    proxy = AuthProxy(
+        mlflow_uri, {f"Bearer {OPERATOR_TOKEN}", f"Bearer {TRAINER_TOKEN}"}, host=cluster.pod_api_host
+    )
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture(scope="module")
+def recorder() -> Iterator[AuthProxy]:
+    """A server on 127.0.0.1 (reachable from the operator, as an internal host would be) that records every
+    request: a tracking URI no administrator allowed."""
+    proxy = AuthProxy("http://127.0.0.1:9", ())
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture(scope="module")
+def operator_env(secured_mlflow: AuthProxy) -> dict[str, str]:
+    # The secured server is the operator's own tracking server; nothing else is allowed.
+    return {
+        "MWMS_TRACKING_URI": secured_mlflow.uri,
+        "MWMS_ALLOWED_TRACKING_URIS": "",
+        "MWMS_TRACKING_TOKEN": OPERATOR_TOKEN,
+    }
+
+
+def job_status(kubectl: Any, namespace: str, name: str) -> dict[str, Any]:
+    return kubectl.json("get", "trainjob", name, "-n", namespace).get("status") or {}
+
+
+def events(kubectl: Any, namespace: str, reason: str) -> list[dict[str, Any]]:
+    items = kubectl.json("get", "events", "-n", namespace)["items"]
+    return [e for e in items if e.get("reason") == reason]
+
+
+def test_a_tracking_server_that_is_not_allowed_is_never_called(
+    operator, make_standin, kubectl, namespace, recorder, wait_for
+):
+    # Runs long enough for several progress polls (every 2 s here) while Running.
+    job = make_standin(
+        "elsewhere",
+        2,
+        env={"STANDIN_SLEEP_SECONDS": "8"},
+        mlflow={"trackingUri": recorder.uri + "/mlflow", "experiment": "x"},
+    )
+    kubectl.apply(job, "-n", namespace)
+    told = wait_for(
+        lambda: events(kubectl, namespace, "TrackingServerNotAllowed"),
+        timeout=90,
+        what="the TrackingServerNotAllowed event",
+    )
+    assert recorder.uri in told[0]["message"] and "operator.allowedTrackingUris" in told[0]["message"]
+    kubectl(
+        "wait", "--for=condition=Succeeded", "trainjob/elsewhere", "-n", namespace, "--timeout=120s",
+        timeout=130,
+    )  # fmt: skip
+    assert recorder.requests == [], "the operator called a tracking server nobody allowed"
+    told = events(kubectl, namespace, "TrackingServerNotAllowed")
+    assert len(told) == 1 and told[0].get("count", 1) == 1, "said once, not on every poll"
+    assert "progress" not in job_status(kubectl, namespace, "elsewhere")
+
+
+def test_credentials_reach_a_secured_tracking_server_and_the_run_shows_while_it_runs(
+    operator, make_standin, kubectl, namespace, secured_mlflow, wait_for
+):
+    """The operator reads progress with the administrator's token (MWMS_TRACKING_TOKEN from the chart's
+    Secret); the chief logs with the job's own (MLFLOW_TRACKING_TOKEN from a Secret in its namespace). And
+    status.mlflow.runId/experimentId appear while the job runs (the RUN ID column), not only at the end."""
+    kubectl(
+        "create", "secret", "generic", "mlflow-credentials", "-n", namespace,
+        f"--from-literal=token={TRAINER_TOKEN}",
+    )  # fmt: skip
+    token_env = {
+        "name": "MLFLOW_TRACKING_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "mlflow-credentials", "key": "token"}},
+    }
+    job = make_standin(
+        "secured",
+        2,
+        env={"STANDIN_MLFLOW": "1", "STANDIN_EPOCH_SECONDS": "2"},
+        trainer={"epochs": 6},
+        mlflow={"trackingUri": secured_mlflow.uri, "experiment": f"secured-{namespace}"},
+    )
+    job["spec"]["template"]["spec"]["containers"][0]["env"].append(token_env)
+    kubectl.apply(job, "-n", namespace)
+
+    def running_with_run() -> dict[str, Any] | None:
+        status = job_status(kubectl, namespace, "secured")
+        return status if status.get("phase") == "Running" and status.get("mlflow", {}).get("runId") else None
+
+    running = wait_for(running_with_run, timeout=120, interval=0.3, what="status.mlflow.runId while Running")
+    assert running["mlflow"]["experimentId"]
+    assert "modelUri" not in running["mlflow"]  # only the chief's final message has it
+    assert running.get("completionTime") is None
+    wait_for(
+        lambda: job_status(kubectl, namespace, "secured").get("progress", {}).get("epoch"),
+        timeout=60,
+        what="status.progress.epoch",
+    )
+    kubectl(
+        "wait", "--for=condition=Succeeded", "trainjob/secured", "-n", namespace, "--timeout=120s",
+        timeout=130,
+    )  # fmt: skip
+    done = job_status(kubectl, namespace, "secured")
+    # The run found early is the run the chief reported at the end.
+    assert done["mlflow"]["runId"] == running["mlflow"]["runId"] == done["progress"]["runId"]
+    assert done["mlflow"]["experimentId"] == running["mlflow"]["experimentId"]
+
+    by_token = {auth for _, _, auth in secured_mlflow.requests}
+    operator_reads = [path for _, path, auth in secured_mlflow.requests if auth == f"Bearer {OPERATOR_TOKEN}"]
+    assert any("runs/search" in path for path in operator_reads), "the operator read with its token"
+    assert f"Bearer {TRAINER_TOKEN}" in by_token, "the chief logged with the job's own token"
+    # Neither token is written anywhere a user or a log reader sees.
+    seen = "\n".join(
+        [
+            operator.log(),
+            kubectl("get", "trainjob", "secured", "-n", namespace, "-o", "yaml").stdout,
+            kubectl("get", "events", "-n", namespace, "-o", "yaml").stdout,
+        ]
+    )
+    assert OPERATOR_TOKEN not in seen and TRAINER_TOKEN not in seen
+
+
+def test_metrics_count_outcomes_by_namespace(operator, make_standin, kubectl, namespace):
+    """The metrics endpoint as Prometheus scrapes it: jobs by namespace and phase, and one count per
+    finished job in mwms_trainjobs_succeeded_total / mwms_trainjobs_failed_total for this namespace."""
+    ok = make_standin("counted-ok", 2)
+    failing = make_standin("counted-bad", 2, env={"STANDIN_FAIL_INDEX": "1", "STANDIN_EXIT_CODE": "2"})
+    kubectl.apply([ok, failing], "-n", namespace)
+    for name, type_ in (("counted-ok", "Succeeded"), ("counted-bad", "Failed")):
+        kubectl(
+            "wait", f"--for=condition={type_}", f"trainjob/{name}", "-n", namespace, "--timeout=120s",
+            timeout=130,
+        )  # fmt: skip
+    time.sleep(3)  # a few more reconciles of the finished jobs: they must not count again
+    url = f"http://127.0.0.1:{operator.metrics_port}/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    expected = [
+        f'mwms_trainjobs_succeeded_total{{namespace="{namespace}"}} 1.0',
+        f'mwms_trainjobs_failed_total{{namespace="{namespace}"}} 1.0',
+        f'mwms_trainjobs{{namespace="{namespace}",phase="Succeeded"}} 1.0',
+        f'mwms_trainjobs{{namespace="{namespace}",phase="Failed"}} 1.0',
+    ]
+    assert [line for line in expected if line not in text.splitlines()] == []
