@@ -306,7 +306,9 @@ class LocalCluster:
             with urllib.request.urlopen(request, context=self._admin_tls(), timeout=10) as response:
                 return json.load(response)
         except urllib.error.HTTPError as exc:
-            raise ClusterError(f"POST {collection} ({body.get('kind')}): {exc.code} {exc.read()[:500]!r}") from None
+            raise ClusterError(
+                f"POST {collection} ({body.get('kind')}): {exc.code} {exc.read()[:500]!r}"
+            ) from None
 
     def stop(self) -> None:
         """Stop everything this cluster started and remove its bridge. Safe to call again."""

@@ -59,8 +59,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.kubelet:
                 images = args.image if args.image is not None else project_images()
                 node = cluster.start_kubelet_node(images=images)
-                print(f"real node {node.node_name} Ready in {node.timings['node_ready']:.1f}s, images: "
-                      f"{', '.join(p.name for p in images) or 'none (make images)'}", file=sys.stderr)
+                print(
+                    f"real node {node.node_name} Ready in {node.timings['node_ready']:.1f}s, images: "
+                    f"{', '.join(p.name for p in images) or 'none (make images)'}",
+                    file=sys.stderr,
+                )
             else:
                 for i in range(1, args.nodes + 1):
                     cluster.start_node_agent(node_name=f"node-{i}", cpu=args.cpu, memory=args.memory)

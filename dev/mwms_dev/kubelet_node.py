@@ -136,7 +136,14 @@ def cni_config(net: network.PodNetwork, ipam_dir: Path) -> dict[str, Any]:
                     "type": "host-local",
                     "dataDir": str(ipam_dir),
                     "ranges": [
-                        [{"subnet": net.subnet, "rangeStart": first, "rangeEnd": last, "gateway": net.gateway}]
+                        [
+                            {
+                                "subnet": net.subnet,
+                                "rangeStart": first,
+                                "rangeEnd": last,
+                                "gateway": net.gateway,
+                            }
+                        ]
                     ],
                     "routes": [{"dst": "0.0.0.0/0", "gw": net.gateway}],
                 },
@@ -179,6 +186,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       runtime_type = "io.containerd.runc.v2"
       [{cri}.containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "{node_dir / "runc"}"
   [{cri}.cni]
     bin_dir = "{cni_bin_dir}"
     conf_dir = "{node_dir / "cni/net.d"}"
@@ -235,6 +243,7 @@ def kubelet_config(
             "imagefs.available": "1%",
         },
         "volumePluginDir": str(node_dir / "kubelet-plugins"),
+        "podLogsDir": str(node_dir / "pod-logs"),
         "containerLogMaxSize": "10Mi",
         "logging": {"format": "text"},
     }
@@ -283,87 +292,147 @@ def coredns_objects(net: network.PodNetwork, image: str) -> list[tuple[str, dict
     ns = "kube-system"
     labels = {"k8s-app": "kube-dns"}
     return [
-        ("/api/v1/namespaces/kube-system/serviceaccounts",
-         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "coredns", "namespace": ns}}),
-        ("/apis/rbac.authorization.k8s.io/v1/clusterroles", {
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": "system:coredns"},
-            "rules": [
-                {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
-                 "verbs": ["list", "watch"]},
-                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
-            ],
-        }),
-        ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": "system:coredns"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:coredns"},
-            "subjects": [{"kind": "ServiceAccount", "name": "coredns", "namespace": ns}],
-        }),
-        ("/api/v1/namespaces/kube-system/configmaps", {
-            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "coredns", "namespace": ns},
-            "data": {"Corefile": corefile()},
-        }),
-        ("/apis/apps/v1/namespaces/kube-system/deployments", {
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "coredns", "namespace": ns, "labels": labels},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "serviceAccountName": "coredns",
-                        "priorityClassName": "system-cluster-critical",
-                        "dnsPolicy": "Default",
-                        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
-                                            "seccompProfile": {"type": "RuntimeDefault"}},
-                        "containers": [{
-                            "name": "coredns",
-                            "image": image,
-                            "imagePullPolicy": "IfNotPresent",
-                            "args": ["-conf", "/etc/coredns/Corefile"],
-                            "ports": [{"name": "dns", "containerPort": DNS_PORT, "protocol": "UDP"},
-                                      {"name": "dns-tcp", "containerPort": DNS_PORT, "protocol": "TCP"}],
-                            "volumeMounts": [{"name": "config", "mountPath": "/etc/coredns", "readOnly": True}],
-                            "readinessProbe": {"httpGet": {"path": "/ready", "port": 8181}, "periodSeconds": 1},
-                            "livenessProbe": {"httpGet": {"path": "/health", "port": 8080},
-                                              "initialDelaySeconds": 10},
-                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
-                                          "limits": {"memory": "170Mi"}},
-                            "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                                "capabilities": {"drop": ["ALL"]}},
-                        }],
-                        "volumes": [{"name": "config", "configMap": {"name": "coredns"}}],
+        (
+            "/api/v1/namespaces/kube-system/serviceaccounts",
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "coredns", "namespace": ns}},
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": "system:coredns"},
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "resources": ["endpoints", "services", "pods", "namespaces"],
+                        "verbs": ["list", "watch"],
+                    },
+                    {
+                        "apiGroups": ["discovery.k8s.io"],
+                        "resources": ["endpointslices"],
+                        "verbs": ["list", "watch"],
+                    },
+                ],
+            },
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "system:coredns"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "system:coredns",
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": "coredns", "namespace": ns}],
+            },
+        ),
+        (
+            "/api/v1/namespaces/kube-system/configmaps",
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "coredns", "namespace": ns},
+                "data": {"Corefile": corefile()},
+            },
+        ),
+        (
+            "/apis/apps/v1/namespaces/kube-system/deployments",
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "coredns", "namespace": ns, "labels": labels},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {
+                            "serviceAccountName": "coredns",
+                            "priorityClassName": "system-cluster-critical",
+                            "dnsPolicy": "Default",
+                            "securityContext": {
+                                "runAsNonRoot": True,
+                                "runAsUser": 65532,
+                                "runAsGroup": 65532,
+                                "seccompProfile": {"type": "RuntimeDefault"},
+                            },
+                            "containers": [
+                                {
+                                    "name": "coredns",
+                                    "image": image,
+                                    "imagePullPolicy": "IfNotPresent",
+                                    "args": ["-conf", "/etc/coredns/Corefile"],
+                                    "ports": [
+                                        {"name": "dns", "containerPort": DNS_PORT, "protocol": "UDP"},
+                                        {"name": "dns-tcp", "containerPort": DNS_PORT, "protocol": "TCP"},
+                                    ],
+                                    "volumeMounts": [
+                                        {"name": "config", "mountPath": "/etc/coredns", "readOnly": True}
+                                    ],
+                                    "readinessProbe": {
+                                        "httpGet": {"path": "/ready", "port": 8181},
+                                        "periodSeconds": 1,
+                                    },
+                                    "livenessProbe": {
+                                        "httpGet": {"path": "/health", "port": 8080},
+                                        "initialDelaySeconds": 10,
+                                    },
+                                    "resources": {
+                                        "requests": {"cpu": "50m", "memory": "64Mi"},
+                                        "limits": {"memory": "170Mi"},
+                                    },
+                                    "securityContext": {
+                                        "allowPrivilegeEscalation": False,
+                                        "readOnlyRootFilesystem": True,
+                                        "capabilities": {"drop": ["ALL"]},
+                                    },
+                                }
+                            ],
+                            "volumes": [{"name": "config", "configMap": {"name": "coredns"}}],
+                        },
                     },
                 },
             },
-        }),
-        ("/api/v1/namespaces/kube-system/services", {
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "kube-dns", "namespace": ns, "labels": labels},
-            "spec": {
-                "selector": labels,
-                "clusterIP": dns_service_ip(net),
-                "ports": [
-                    {"name": "dns", "port": 53, "targetPort": DNS_PORT, "protocol": "UDP"},
-                    {"name": "dns-tcp", "port": 53, "targetPort": DNS_PORT, "protocol": "TCP"},
-                ],
+        ),
+        (
+            "/api/v1/namespaces/kube-system/services",
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "kube-dns", "namespace": ns, "labels": labels},
+                "spec": {
+                    "selector": labels,
+                    "clusterIP": dns_service_ip(net),
+                    "ports": [
+                        {"name": "dns", "port": 53, "targetPort": DNS_PORT, "protocol": "UDP"},
+                        {"name": "dns-tcp", "port": 53, "targetPort": DNS_PORT, "protocol": "TCP"},
+                    ],
+                },
             },
-        }),
-    ]  # fmt: skip
+        ),
+    ]
 
 
 def real_node_chart_values(loaded_images: Iterable[str]) -> list[str]:
     """Helm `--set` values for the chart on a real node whose images were loaded, not pulled: the bundled
     MLflow server runs from our trainer image (it holds the same mlflow; the public image cannot be pulled
     here) on an emptyDir (this node has no volume provisioner)."""
-    trainer = next((name for name in loaded_images if name.split("@")[0].rsplit(":", 1)[0].endswith(
-        "/mwms-trainer")), None)  # fmt: skip
+    trainer = next(
+        (name for name in loaded_images if name.split("@")[0].rsplit(":", 1)[0].endswith("/mwms-trainer")),
+        None,
+    )
     if trainer is None:
         raise NodeError("no mwms-trainer image is loaded on the node (make images)")
     repository, tag = trainer.rsplit(":", 1)
-    return [f"mlflow.image.repository={repository}", f"mlflow.image.tag={tag}", "mlflow.persistence.enabled=false"]
+    return [
+        f"mlflow.image.repository={repository}",
+        f"mlflow.image.tag={tag}",
+        "mlflow.persistence.enabled=false",
+    ]
 
 
 def own_cgroup_parent() -> str:
@@ -379,8 +448,11 @@ def cgroup_hierarchies() -> list[Path]:
     """The mounted cgroup v1 hierarchies (cpu, memory, pids, ..., name=systemd)."""
     if not CGROUP_FS.is_dir():
         return []
-    return [p for p in sorted(CGROUP_FS.iterdir()) if p.is_dir() and (p / "cgroup.procs").exists()
-            and p.name != "unified"]  # fmt: skip
+    return [
+        p
+        for p in sorted(CGROUP_FS.iterdir())
+        if p.is_dir() and (p / "cgroup.procs").exists() and p.name != "unified"
+    ]
 
 
 # --- host state: cgroups, mounts, nftables --------------------------------------------------------------
@@ -620,8 +692,9 @@ class KubeletNode:
         for stem, (user, groups) in users.items():
             pair = pki.client_cert(ca, user, groups)
             path = self.dir / f"{stem}.kubeconfig"
-            path.write_text(json.dumps(kubeconfig(self.cluster.server, ca.cert_pem, pair.cert_pem,
-                                                  pair.key_pem, user)))  # fmt: skip
+            path.write_text(
+                json.dumps(kubeconfig(self.cluster.server, ca.cert_pem, pair.cert_pem, pair.key_pem, user))
+            )
             path.chmod(0o600)
             paths[stem] = path
         return paths
@@ -643,7 +716,9 @@ class KubeletNode:
             self.cluster._check_alive("containerd", only=key)
             if self.containerd_socket.exists():
                 ready = subprocess.run(
-                    ["ctr", "--address", str(self.containerd_socket), "version"], capture_output=True, timeout=10
+                    ["ctr", "--address", str(self.containerd_socket), "version"],
+                    capture_output=True,
+                    timeout=10,
                 )
                 if ready.returncode == 0:
                     return
@@ -712,7 +787,9 @@ class KubeletNode:
             if (deployment.get("status") or {}).get("readyReplicas"):
                 return
             time.sleep(0.3)
-        raise NodeError(f"CoreDNS not ready after {timeout:.0f}s; kubelet log: {self._log(self._key('kubelet'))}")
+        raise NodeError(
+            f"CoreDNS not ready after {timeout:.0f}s; kubelet log: {self._log(self._key('kubelet'))}"
+        )
 
     def _log(self, key: str) -> Path:
         return self.cluster.logs_dir / f"{key}.log"

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 import pytest
 
 
-
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 

@@ -15,24 +15,40 @@ from mwms_dev.kubelet_node import pod_range
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 
 
-def web_pod(name: str, image: str, *, labels: dict | None = None, hostname: str = "", subdomain: str = "",
-            page: str = "") -> dict:
+def web_pod(
+    name: str,
+    image: str,
+    *,
+    labels: dict | None = None,
+    hostname: str = "",
+    subdomain: str = "",
+    page: str = "",
+) -> dict:
     """busybox: print a line, serve `page` on :8080 as user 65532; Ready once the port answers."""
     spec: dict = {
         "terminationGracePeriodSeconds": 1,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{
-            "name": "web",
-            "image": image,
-            "imagePullPolicy": "IfNotPresent",
-            "command": ["sh", "-c",
-                        f"echo hello-from-{name}; mkdir -p /tmp/www; echo '{page}' > /tmp/www/index.html; "
-                        "exec httpd -f -p 8080 -h /tmp/www"],
-            "ports": [{"containerPort": 8080}],
-            "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
-            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-        }],
-    }  # fmt: skip
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 65532,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": "web",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": [
+                    "sh",
+                    "-c",
+                    f"echo hello-from-{name}; mkdir -p /tmp/www; echo '{page}' > /tmp/www/index.html; "
+                    "exec httpd -f -p 8080 -h /tmp/www",
+                ],
+                "ports": [{"containerPort": 8080}],
+                "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            }
+        ],
+    }
     if hostname:
         spec.update(hostname=hostname, subdomain=subdomain)
     return {
@@ -61,7 +77,9 @@ def test_pod_runs_in_containerd_and_logs_and_exec_work(real_cluster, node_kubect
     assert status["containerID"].startswith("containerd://"), status
     first, last = pod_range(real_cluster.net)
     ip = ipaddress.ip_address(pod["status"]["podIP"])
-    assert ipaddress.ip_address(first) <= ip <= ipaddress.ip_address(last), "an IP from the CNI host-local range"
+    assert ipaddress.ip_address(first) <= ip <= ipaddress.ip_address(last), (
+        "an IP from the CNI host-local range"
+    )
     logs = node_kubectl("logs", "solo", "-n", node_namespace).stdout
     assert "hello-from-solo" in logs
     out = exec_sh(node_kubectl, node_namespace, "solo", "id -u; echo $((6*7))").stdout.split()
@@ -75,12 +93,16 @@ def test_pods_resolve_each_other_through_cluster_dns(node_kubectl, node_namespac
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": {"name": "peers"},
-            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {"group": "peers"},
-                     "ports": [{"name": "http", "port": 8080}]},
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": {"group": "peers"},
+                "ports": [{"name": "http", "port": 8080}],
+            },
         },
         "-n",
         node_namespace,
-    )  # fmt: skip
+    )
     for i in range(2):
         node_kubectl.apply(
             web_pod(f"peer-{i}", busybox, labels={"group": "peers"}, hostname=f"peer-{i}", subdomain="peers"),
@@ -92,7 +114,9 @@ def test_pods_resolve_each_other_through_cluster_dns(node_kubectl, node_namespac
     resolv = exec_sh(node_kubectl, node_namespace, "peer-1", "cat /etc/resolv.conf").stdout
     assert "nameserver 10.96.0.10" in resolv
     assert f"search {node_namespace}.svc.cluster.local svc.cluster.local cluster.local" in resolv
-    answer = exec_sh(node_kubectl, node_namespace, "peer-1", f"nslookup peer-0.peers.{node_namespace}.svc").stdout
+    answer = exec_sh(
+        node_kubectl, node_namespace, "peer-1", f"nslookup peer-0.peers.{node_namespace}.svc"
+    ).stdout
     assert ip0 in answer, answer
     # The short form, through the search path, as TF_CONFIG's addresses are written.
     page = exec_sh(node_kubectl, node_namespace, "peer-1", "wget -qO- http://peer-0.peers:8080/").stdout
@@ -104,7 +128,9 @@ def test_pods_resolve_each_other_through_cluster_dns(node_kubectl, node_namespac
 
 def test_cluster_ip_service_reaches_a_pod_through_kube_proxy(node_kubectl, node_namespace, busybox):
     mark = uuid.uuid4().hex
-    node_kubectl.apply(web_pod("backend", busybox, labels={"app": "backend"}, page=mark), "-n", node_namespace)
+    node_kubectl.apply(
+        web_pod("backend", busybox, labels={"app": "backend"}, page=mark), "-n", node_namespace
+    )
     node_kubectl.apply(web_pod("client", busybox), "-n", node_namespace)
     node_kubectl.apply(
         {

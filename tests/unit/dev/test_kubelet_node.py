@@ -38,15 +38,22 @@ def test_dns_serves_the_cluster_domain_and_forwards_nothing():
     service = objects["/api/v1/namespaces/kube-system/services"]
     assert service["spec"]["clusterIP"] == kubelet_node.dns_service_ip(NET) == "10.96.0.10"
     kubelet = kubelet_node.kubelet_config(
-        node_dir=Path("/n"), net=NET, ca_file=Path("/ca"), cgroup_root="/x", port=1, healthz_port=2,
+        node_dir=Path("/n"),
+        net=NET,
+        ca_file=Path("/ca"),
+        cgroup_root="/x",
+        port=1,
+        healthz_port=2,
         containerd_socket=Path("/s"),
-    )  # fmt: skip
+    )
     assert kubelet["clusterDNS"] == ["10.96.0.10"]
     assert kubelet["resolvConf"] == "/n/resolv.conf"  # pods with dnsPolicy Default: no upstream either
 
 
 def test_containerd_keeps_everything_under_the_node_dir():
-    text = kubelet_node.containerd_config(Path("/state/nodes/n1"), Path("/cache/cni"), "localhost/mwms/pause:1")
+    text = kubelet_node.containerd_config(
+        Path("/state/nodes/n1"), Path("/cache/cni"), "localhost/mwms/pause:1"
+    )
     assert 'root = "/state/nodes/n1/containerd/root"' in text
     assert 'address = "/state/nodes/n1/containerd.sock"' in text
     assert "restrict_oom_score_adj = true" in text
@@ -56,7 +63,11 @@ def test_containerd_keeps_everything_under_the_node_dir():
 
 def test_chart_values_run_mlflow_from_the_loaded_trainer_image():
     values = kubelet_node.real_node_chart_values(
-        ["localhost/mwms/pause:3", "ghcr.io/mwms-dev/mwms-trainer:0.2.0", "ghcr.io/mwms-dev/mwms-operator:0.2.0"]
+        [
+            "localhost/mwms/pause:3",
+            "ghcr.io/mwms-dev/mwms-trainer:0.2.0",
+            "ghcr.io/mwms-dev/mwms-operator:0.2.0",
+        ]
     )
     assert "mlflow.image.repository=ghcr.io/mwms-dev/mwms-trainer" in values
     assert "mlflow.image.tag=0.2.0" in values
