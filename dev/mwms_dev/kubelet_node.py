@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mwms_dev import network, pki
+from mwms_dev.procs import pid_alive
 
 if TYPE_CHECKING:
     from mwms_dev.cluster import LocalCluster
@@ -46,7 +47,19 @@ DNS_PORT = 1053  # CoreDNS listens unprivileged; the kube-dns Service maps 53 to
 # kube-proxy per machine at a time.
 KUBE_PROXY_LOCK = Path("/run/mwms/kube-proxy.lock")
 KUBE_PROXY_TABLES = (("ip", "kube-proxy"), ("ip6", "kube-proxy"))
+# containerd 1.6 puts its shims' sockets here whatever its config says; a SIGKILLed shim leaves its file.
+SHIM_SOCKET_DIR = Path("/run/containerd/s")
 NODE_READY_TIMEOUT = 120.0
+# The kubelet sets these once at start (it has no "leave them" mode, only "set" or "refuse to start"): we put
+# the host's values back as soon as the node is Ready, and again at cleanup, so the machine keeps its own.
+KERNEL_TUNABLES = (
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+)
 
 
 class NodeError(RuntimeError):
@@ -73,6 +86,10 @@ class NodeParts:
     @property
     def coredns_archive(self) -> Path:
         return self.root / "images" / "coredns.oci.tar"
+
+    @property
+    def busybox_archive(self) -> Path:
+        return self.root / "images" / "busybox.oci.tar"
 
     @property
     def image_names(self) -> dict[str, str]:
@@ -242,6 +259,8 @@ def kubelet_config(
             "nodefs.inodesFree": "1%",
             "imagefs.available": "1%",
         },
+        # No iptables chains: kube-proxy runs in nftables mode, and the host's iptables are not ours.
+        "makeIPTablesUtilChains": False,
         "volumePluginDir": str(node_dir / "kubelet-plugins"),
         "podLogsDir": str(node_dir / "pod-logs"),
         "containerLogMaxSize": "10Mi",
@@ -445,14 +464,11 @@ def own_cgroup_parent() -> str:
 
 
 def cgroup_hierarchies() -> list[Path]:
-    """The mounted cgroup v1 hierarchies (cpu, memory, pids, ..., name=systemd)."""
+    """The mounted cgroup hierarchies (cpu, memory, pids, ..., name=systemd, and the hybrid mode's unified
+    one, where runc mirrors the pods' cgroups)."""
     if not CGROUP_FS.is_dir():
         return []
-    return [
-        p
-        for p in sorted(CGROUP_FS.iterdir())
-        if p.is_dir() and (p / "cgroup.procs").exists() and p.name != "unified"
-    ]
+    return [p for p in sorted(CGROUP_FS.iterdir()) if p.is_dir() and (p / "cgroup.procs").exists()]
 
 
 # --- host state: cgroups, mounts, nftables --------------------------------------------------------------
@@ -472,12 +488,17 @@ def make_cgroup_root(cgroup_root: str) -> None:
                         (current / knob).write_text((parent / knob).read_text())
 
 
+def cgroup_dirs(top: Path) -> list[Path]:
+    """`top` and every cgroup below it, deepest first; cgroups vanishing meanwhile are skipped."""
+    return [Path(directory) for directory, _, _ in os.walk(top, topdown=False)]
+
+
 def kill_cgroup_tree(cgroup_root: str, timeout: float = 20.0) -> None:
     """SIGKILL every process below `cgroup_root` (the pods' containers), then remove its cgroups."""
     pids_root = CGROUP_FS / "pids" / cgroup_root.lstrip("/")
     deadline = time.monotonic() + timeout
     while pids_root.is_dir():
-        pids = [int(pid) for procs in pids_root.rglob("cgroup.procs") for pid in _read(procs).split()]
+        pids = [int(pid) for d in cgroup_dirs(pids_root) for pid in _read(d / "cgroup.procs").split()]
         if not pids or time.monotonic() > deadline:
             break
         for pid in pids:
@@ -485,14 +506,56 @@ def kill_cgroup_tree(cgroup_root: str, timeout: float = 20.0) -> None:
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.1)
     for hierarchy in cgroup_hierarchies():
-        top = hierarchy / cgroup_root.lstrip("/")
-        if not top.is_dir():
-            continue
-        for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        for directory in cgroup_dirs(hierarchy / cgroup_root.lstrip("/")):
             with contextlib.suppress(OSError):
                 directory.rmdir()
-        with contextlib.suppress(OSError):
-            top.rmdir()
+
+
+def save_kernel_tunables(path: Path) -> None:
+    values = {name: _read(Path("/proc/sys") / name).strip() for name in KERNEL_TUNABLES}
+    path.write_text(json.dumps({k: v for k, v in values.items() if v}))
+
+
+def restore_kernel_tunables(path: Path) -> None:
+    if not path.is_file():
+        return
+    for name, value in json.loads(path.read_text()).items():
+        target = Path("/proc/sys") / name
+        if _read(target).strip() != value:
+            with contextlib.suppress(OSError):
+                target.write_text(value + "\n")
+
+
+def kill_shims(containerd_socket: Path) -> None:
+    """SIGKILL the containerd shims that serve `containerd_socket` (they outlive containerd by design)."""
+    wanted = str(containerd_socket).encode()
+    killed: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and wanted in argv:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    deadline = time.monotonic() + 5
+    while any(pid_alive(pid) for pid in killed) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def remove_dead_shim_sockets() -> None:
+    """Unlink shim socket files no live process is bound to (ours, after a kill; any crashed containerd's)."""
+    if not SHIM_SOCKET_DIR.is_dir():
+        return
+    rows = [line.split() for line in _read(Path("/proc/net/unix")).splitlines()[1:]]
+    bound = {row[-1] for row in rows if len(row) > 7}
+    for socket_file in SHIM_SOCKET_DIR.iterdir():
+        if str(socket_file) not in bound:
+            with contextlib.suppress(OSError):
+                socket_file.unlink()
 
 
 def _read(path: Path) -> str:
@@ -576,7 +639,10 @@ def clean_dead_node(net: network.PodNetwork, node_dir: Path) -> None:
     cgroup_file = node_dir / "cgroup-root"
     if cgroup_file.is_file():
         kill_cgroup_tree(cgroup_file.read_text().strip())
+    kill_shims(node_dir / "containerd.sock")
     unmount_below(node_dir)
+    restore_kernel_tunables(node_dir / "kernel-tunables.json")
+    remove_dead_shim_sockets()
     try:
         fd = take_kube_proxy_lock(f"cleanup pid {os.getpid()}")
     except NodeError:
@@ -623,10 +689,14 @@ class KubeletNode:
         make_cgroup_root(self.cgroup_root)
         credentials = self._write_credentials()
         self._start_containerd()
-        self.load_images([self.parts.pause_archive, self.parts.coredns_archive, *images])
+        # busybox (2 MiB): a shell for looking around and for the node tests' pods.
+        base = [self.parts.pause_archive, self.parts.coredns_archive, self.parts.busybox_archive]
+        self.load_images([*base, *images])
         self.timings["images_loaded"] = time.monotonic() - started
+        save_kernel_tunables(self.dir / "kernel-tunables.json")
         self._start_kubelet(credentials["kubelet"])
         self.cluster.wait_node_ready(self.node_name, self._key("kubelet"), timeout=NODE_READY_TIMEOUT)
+        restore_kernel_tunables(self.dir / "kernel-tunables.json")
         self.timings["node_ready"] = time.monotonic() - started
         self._start_kube_proxy(credentials["kube-proxy"])
         self._install_coredns()
@@ -647,7 +717,10 @@ class KubeletNode:
 
     def _clean(self) -> None:
         kill_cgroup_tree(self.cgroup_root)
+        kill_shims(self.containerd_socket)
         unmount_below(self.dir)
+        restore_kernel_tunables(self.dir / "kernel-tunables.json")
+        remove_dead_shim_sockets()
         remove_nft_tables(self.cluster.net, kube_proxy=self._kube_proxy_lock is not None)
 
     def _release_kube_proxy_lock(self) -> None:
