@@ -125,7 +125,7 @@ def _which(tool: str) -> str | None:
 # --- pure: configuration files -------------------------------------------------------------------------
 def pod_range(net: network.PodNetwork) -> tuple[str, str]:
     """(first, last) pod IP of the real node: the upper half of the bridge's /16."""
-    subnet = ipaddress.ip_network(net.subnet)
+    subnet = ipaddress.IPv4Network(net.subnet)
     upper = list(subnet.subnets(prefixlen_diff=1))[1]
     return str(upper.network_address + 2), str(upper.broadcast_address - 1)
 
