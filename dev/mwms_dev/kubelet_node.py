@@ -50,6 +50,7 @@ KUBE_PROXY_TABLES = (("ip", "kube-proxy"), ("ip6", "kube-proxy"))
 # containerd 1.6 puts its shims' sockets here whatever its config says; a SIGKILLed shim leaves its file.
 SHIM_SOCKET_DIR = Path("/run/containerd/s")
 NODE_READY_TIMEOUT = 120.0
+PODS_CPU_SHARES = 16384  # as much CPU weight as 16 busy host processes (see make_cgroup_root)
 # The kubelet sets these once at start (it has no "leave them" mode, only "set" or "refuse to start"): we put
 # the host's values back as soon as the node is Ready, and again at cleanup, so the machine keeps its own.
 KERNEL_TUNABLES = (
@@ -472,20 +473,34 @@ def cgroup_hierarchies() -> list[Path]:
 
 
 # --- host state: cgroups, mounts, nftables --------------------------------------------------------------
-def make_cgroup_root(cgroup_root: str) -> None:
-    """kubelet refuses a cgroup root that does not exist in every hierarchy; cpuset needs cpus/mems set."""
+def make_cgroup_root(cgroup_root: str) -> list[str]:
+    """Create `cgroup_root` in every hierarchy (kubelet refuses one that is missing); returns the cgroups
+    made here, for remove_cgroup_root. cpuset needs cpus/mems copied down. In cgroup v1's cpu controller
+    each process of a parent group weighs as much as a whole child group: on a machine busy with host
+    processes the pods would get a sliver of the CPU, so the cpu groups made here weigh PODS_CPU_SHARES."""
+    created = []
     for hierarchy in cgroup_hierarchies():
-        path = hierarchy / cgroup_root.lstrip("/")
-        parts = path.relative_to(hierarchy).parts
         current = hierarchy
-        for part in parts:
+        for part in Path(cgroup_root.lstrip("/")).parts:
             parent, current = current, current / part
             if not current.exists():
                 current.mkdir()
+                created.append(str(current))
+                if hierarchy.name == "cpu":
+                    (current / "cpu.shares").write_text(f"{PODS_CPU_SHARES}\n")
             if hierarchy.name == "cpuset":
                 for knob in ("cpuset.cpus", "cpuset.mems"):
                     if not (current / knob).read_text().strip():
                         (current / knob).write_text((parent / knob).read_text())
+    return created
+
+
+def remove_cgroup_root(cgroup_root: str, created: list[str]) -> None:
+    """kill_cgroup_tree, then the ancestors make_cgroup_root made (if they hold nothing else now)."""
+    kill_cgroup_tree(cgroup_root)
+    for directory in sorted(created, key=len, reverse=True):
+        with contextlib.suppress(OSError):
+            Path(directory).rmdir()
 
 
 def cgroup_dirs(top: Path) -> list[Path]:
@@ -636,9 +651,10 @@ def take_kube_proxy_lock(owner: str) -> int:
 def clean_dead_node(net: network.PodNetwork, node_dir: Path) -> None:
     """What a node whose processes are gone (stopped or crashed) leaves on the host: its containers,
     mounts, cgroups and nftables tables. kube-proxy's tables go only if no live node holds them."""
-    cgroup_file = node_dir / "cgroup-root"
+    cgroup_file = node_dir / "cgroups.json"
     if cgroup_file.is_file():
-        kill_cgroup_tree(cgroup_file.read_text().strip())
+        cgroups = json.loads(cgroup_file.read_text())
+        remove_cgroup_root(cgroups["root"], cgroups["created"])
     kill_shims(node_dir / "containerd.sock")
     unmount_below(node_dir)
     restore_kernel_tunables(node_dir / "kernel-tunables.json")
@@ -681,12 +697,12 @@ class KubeletNode:
         self._kube_proxy_lock = take_kube_proxy_lock(f"pid {os.getpid()} {self.cluster.net.bridge}")
         self._clean()
         self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "cgroup-root").write_text(self.cgroup_root + "\n")
         for sub in ("cni/net.d", "manifests", "kubelet", "logs"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         (self.dir / "resolv.conf").write_text(f"# no upstream: pods resolve {CLUSTER_DOMAIN} names only\n")
         add_pod_guard(self.cluster.net)
-        make_cgroup_root(self.cgroup_root)
+        created = make_cgroup_root(self.cgroup_root)
+        (self.dir / "cgroups.json").write_text(json.dumps({"root": self.cgroup_root, "created": created}))
         credentials = self._write_credentials()
         self._start_containerd()
         # busybox (2 MiB): a shell for looking around and for the node tests' pods.
@@ -716,7 +732,9 @@ class KubeletNode:
         self._release_kube_proxy_lock()
 
     def _clean(self) -> None:
-        kill_cgroup_tree(self.cgroup_root)
+        cgroups_file = self.dir / "cgroups.json"
+        created = json.loads(cgroups_file.read_text())["created"] if cgroups_file.is_file() else []
+        remove_cgroup_root(self.cgroup_root, created)
         kill_shims(self.containerd_socket)
         unmount_below(self.dir)
         restore_kernel_tunables(self.dir / "kernel-tunables.json")

@@ -15,7 +15,14 @@ import pytest
 from mwms_dev.chain import Chain, check_mlflow, runs_of_job, score_model
 from mwms_dev.kubelet_node import NodeError, real_node_chart_values
 
-pytestmark = [pytest.mark.node, pytest.mark.e2e, pytest.mark.integration, pytest.mark.tf]
+# Loading the trainer image (~1 GB) and the chart come first, on 2 shared cores: more than the default 600 s.
+pytestmark = [
+    pytest.mark.node,
+    pytest.mark.e2e,
+    pytest.mark.integration,
+    pytest.mark.tf,
+    pytest.mark.timeout(1500),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 MINIMAL_SAMPLE = REPO / "manifests" / "samples" / "minimal.yaml"
