@@ -190,6 +190,9 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=15.0, help="seconds a worker runs before its delete")
     parser.add_argument("--no-chain", dest="chain", action="store_false", help="skip the TrainJob parts")
     parser.add_argument("--no-nodeagent", dest="nodeagent", action="store_false")
+    parser.add_argument(
+        "--only-nodeagent", action="store_true", help="the node agent alone, into the existing results"
+    )
     args = parser.parse_args()
     bins = tools_bin()
     results: dict = {
@@ -197,9 +200,14 @@ def main() -> int:
         "cpus": os.cpu_count(),
         "load_average_before": list(os.getloadavg()),
     }
-    results["real_node"] = bench_real_node(args, bins)
-    if args.chain and args.nodeagent:
-        results["node_agent"] = bench_node_agent(args, bins)
+    if args.only_nodeagent:
+        load_before = list(os.getloadavg())
+        results = json.loads(RESULTS.read_text())
+        results["node_agent"] = {"load_average_before": load_before, **bench_node_agent(args, bins)}
+    else:
+        results["real_node"] = bench_real_node(args, bins)
+        if args.chain and args.nodeagent:
+            results["node_agent"] = bench_node_agent(args, bins)
     results["load_average_after"] = list(os.getloadavg())
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
