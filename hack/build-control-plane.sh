@@ -5,7 +5,7 @@
 # A second run with everything present is a no-op. Prints the bin directory on stdout.
 set -euo pipefail
 
-# shellcheck source=hack/k8s-build.sh
+# shellcheck disable=SC1091  # k8s-build.sh is checked on its own
 source "$(dirname "${BASH_SOURCE[0]}")/k8s-build.sh"  # K8S_VERSION, CACHE_ROOT, the shared Go recipe
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 # RECIPE changes whenever the way the binaries are built changes, so an old cache is not reused.

@@ -10,7 +10,7 @@
 # A second run with everything present is a no-op. Prints the cache directory on stdout.
 set -euo pipefail
 
-# shellcheck source=hack/k8s-build.sh
+# shellcheck disable=SC1091  # k8s-build.sh is checked on its own
 source "$(dirname "${BASH_SOURCE[0]}")/k8s-build.sh"  # K8S_VERSION, CACHE_ROOT, the shared Go recipe
 CNI_VERSION=${CNI_VERSION:-v1.9.1}
 # The CoreDNS and pause versions that kubernetes $K8S_VERSION ships (cluster/addons/dns, kubeadm constants).

@@ -4,7 +4,8 @@
 
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
 STAGING_VERSION=${STAGING_VERSION:-v0.${K8S_VERSION#v1.}}
-CACHE_ROOT=${MWMS_CACHE:-$HOME/.cache/mwms}
+CACHE_ROOT=${MWMS_CACHE:-$HOME/.cache/mwms}  # used by the scripts that source this file
+export CACHE_ROOT
 export GOFLAGS="-trimpath -mod=mod" CGO_ENABLED=0
 GO_LDFLAGS="-s -w"
 
