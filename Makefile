@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml VERSION | sha1sum | cut -c1-12)
 
-.PHONY: setup venv tools control-plane images lock kueue demo test test-unit test-integration lint clean
+.PHONY: setup venv tools control-plane images lock kueue node demo test test-unit test-integration test-node lint clean
 
 setup: venv tools control-plane
 
@@ -36,14 +36,23 @@ lock: venv
 kueue:
 	bash hack/build-kueue.sh
 
+# A real kubelet node's parts (kubelet, kube-proxy, CNI plugins, CoreDNS, pause and test images).
+node:
+	bash hack/build-node.sh
+
 demo: setup
 	$(VENV)/bin/mwms demo
 
 test: setup images kueue
-	$(VENV)/bin/python -m pytest tests
+	$(VENV)/bin/python -m pytest -m "not node" tests
+
+# The real-node tier: a kubelet with containerd (Debian packages: containerd runc nftables buildah
+# busybox-static), the project's images from build/images/ when `make images` has run.
+test-node: setup node
+	$(VENV)/bin/python -m pytest -m node tests
 
 test-unit: venv
-	$(VENV)/bin/python -m pytest -m "not integration and not e2e and not tf and not static and not images" tests
+	$(VENV)/bin/python -m pytest -m "not integration and not e2e and not tf and not static and not images and not node" tests
 
 lint: venv
 	$(VENV)/bin/ruff check operator trainer dev tests bench

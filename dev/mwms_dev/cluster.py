@@ -1,8 +1,9 @@
 """A real Kubernetes control plane on this machine: etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler, plus node agents that stand in for kubelet and the container runtime.
+kube-scheduler, plus nodes: node agents that stand in for kubelet and the container runtime (fast), or a
+real kubelet with containerd, kube-proxy and CoreDNS (mwms_dev.kubelet_node).
 
     cluster = LocalCluster(state_dir=Path(".mwms/dev"), subnet_index=1).start()
-    agent = cluster.start_node_agent()
+    agent = cluster.start_node_agent()          # or: node = cluster.start_kubelet_node(images=[...])
     ... KUBECONFIG=cluster.kubeconfig ...
     cluster.stop()
 
@@ -25,9 +26,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
-from mwms_dev import network, nodeagent_net, pki
+from mwms_dev import kubelet_node, network, nodeagent_net, pki
 from mwms_dev.nodeagent_ipam import IPAM_ROOT
 from mwms_dev.procs import Supervisor
 
@@ -144,6 +146,7 @@ class LocalCluster:
         self._supervisor = Supervisor(self.net.bridge)
         self._lock_file: int | None = None
         self.node_agents: dict[str, NodeAgentHandle] = {}
+        self.kubelet_nodes: dict[str, kubelet_node.KubeletNode] = {}
         self.api_port = 0
         self.timings: dict[str, float] = {}  # seconds from start() to each milestone
 
@@ -248,6 +251,22 @@ class LocalCluster:
             self.wait_node_ready(node_name, key)
         return handle
 
+    def start_kubelet_node(
+        self, node_name: str = "node-1", images: Sequence[Path] = (), wait_dns: bool = True
+    ) -> kubelet_node.KubeletNode:
+        """Start a real node (kubelet, containerd, kube-proxy) and the CoreDNS add-on; `images` (OCI
+        archives) are loaded into its containerd first. Returns once the Node is Ready (and, with
+        `wait_dns`, CoreDNS too)."""
+        if not self.api_port:
+            raise ClusterError("start() the cluster before its nodes")
+        node = kubelet_node.KubeletNode(self, kubelet_node.find_node_parts(), node_name)
+        self.kubelet_nodes[node_name] = node
+        try:
+            node.start(images=images, wait_dns=wait_dns)
+        except kubelet_node.NodeError as exc:
+            raise ClusterError(str(exc)) from exc
+        return node
+
     def wait_node_ready(
         self, node_name: str, agent_key: str | None = None, timeout: float = READY_TIMEOUT
     ) -> None:
@@ -275,10 +294,28 @@ class LocalCluster:
         with urllib.request.urlopen(self.server + path, context=self._admin_tls(), timeout=10) as response:
             return json.load(response)
 
+    def api_create(self, collection: str, body: dict) -> dict:
+        """POST an object into an API collection as admin (the add-ons the cluster installs itself)."""
+        request = urllib.request.Request(
+            self.server + collection,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, context=self._admin_tls(), timeout=10) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as exc:
+            raise ClusterError(
+                f"POST {collection} ({body.get('kind')}): {exc.code} {exc.read()[:500]!r}"
+            ) from None
+
     def stop(self) -> None:
         """Stop everything this cluster started and remove its bridge. Safe to call again."""
         if self._lock_file is None:
             return  # never started, or already stopped: the bridge may belong to someone else's cluster
+        for node in self.kubelet_nodes.values():
+            node.stop()  # before the control plane: the kubelet's containers are not in our cgroup
         self._supervisor.stop_all()
         with contextlib.suppress(network.NetworkError):
             self._remove_pod_network()
@@ -296,6 +333,10 @@ class LocalCluster:
     def _clean_leftovers(self) -> None:
         # We hold the subnet's lock, so whatever is still in its cgroup or on its bridge is a dead run's.
         self._supervisor.cgroup.kill_all()
+        nodes_dir = self.state_dir / "nodes"
+        if nodes_dir.is_dir():
+            for node_dir in nodes_dir.iterdir():
+                kubelet_node.clean_dead_node(self.net, node_dir)
         self._remove_pod_network()
 
     def _remove_pod_network(self) -> None:
@@ -398,6 +439,8 @@ class LocalCluster:
             f"--service-account-signing-key-file={p.sa_key}",
             f"--service-cluster-ip-range={self.net.service_cidr}",
             "--authorization-mode=Node,RBAC",
+            # Nodes register their bridge IP; without this the API server dials their hostname (logs, exec).
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--enable-admission-plugins=NodeRestriction",  # on top of the default set, as kubeadm does
             "--allow-privileged=true",
             "--profiling=false",

@@ -4,7 +4,7 @@ Brings up the local control plane (real kube-apiserver, etcd, controller-manager
 agent that runs pods as local processes), installs the Helm chart with the bundled MLflow server, applies
 manifests/samples/seed-breast-cancer.yaml (4 workers), waits for Succeeded, and prints the one MLflow run,
 its held-out accuracy and how to look at it. The steps are mwms_dev.chain's, the same the tests and the kind
-workflow run.
+workflow run. `--kubelet`: the same on a real kubelet node with the project's images (`make images` first).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from pathlib import Path
 
 from mwms_dev.chain import REPO, SEED_SAMPLE, Chain, ChainError, check_mlflow, score_model
 from mwms_dev.cluster import ClusterError, LocalCluster
+from mwms_dev.devcluster import project_images
+from mwms_dev.kubelet_node import real_node_chart_values
 
 
 def tools_bin() -> Path:
@@ -35,19 +37,30 @@ def main(argv: list[str] | None = None) -> int:
         "--subnet-index", type=int, default=9, help="bridge mwbr<N>, pods on 10.<200+N>.0.0/16"
     )
     parser.add_argument("--keep", action="store_true", help="keep the cluster running until Ctrl-C")
+    parser.add_argument(
+        "--kubelet", action="store_true", help="a real kubelet node running build/images/ (make images)"
+    )
     args = parser.parse_args(argv)
 
     bins = tools_bin()
     try:
         with LocalCluster(name="demo", subnet_index=args.subnet_index) as cluster:
-            cluster.start_node_agent()
+            values = ["mlflow.enabled=true", "mlflow.extraAllowedHosts={10.*}"]
+            if args.kubelet:
+                images = project_images()
+                if not images:
+                    raise ClusterError("no images in build/images: run `make images` first")
+                node = cluster.start_kubelet_node(images=images)
+                values += real_node_chart_values(node.images())
+            else:
+                cluster.start_node_agent()
             print(f"control plane up: export KUBECONFIG={cluster.kubeconfig}", file=sys.stderr, flush=True)
             chain = Chain(
                 kubeconfig=cluster.kubeconfig,
                 helm=str(bins / "helm"),
                 kubectl=str(bins / "kubectl"),
                 sample=args.sample,
-                helm_values=["mlflow.enabled=true", "mlflow.extraAllowedHosts={10.*}"],
+                helm_values=values,
             )
             chain.install_chart()
             name = chain.apply_sample()

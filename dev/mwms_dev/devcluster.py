@@ -1,7 +1,10 @@
 """`mwms dev-cluster up|down`: the local control plane and node agents for trying things by hand.
 
-`up` runs in the foreground until Ctrl-C or SIGTERM, then stops everything it started. `down` removes what
-a run that crashed left behind on a subnet index (processes, bridge); it refuses while a cluster is live.
+`up` runs in the foreground until Ctrl-C or SIGTERM, then stops everything it started. `up --kubelet` runs a
+real node instead of node agents: kubelet, containerd, kube-proxy and CoreDNS (hack/build-node.sh), with the
+project's images from build/images/ (`make images`) loaded into it. `down` removes what a run that crashed
+left behind on a subnet index (processes, containers, mounts, cgroups, nftables tables, bridge); it refuses
+while a cluster is live.
 """
 
 from __future__ import annotations
@@ -12,7 +15,14 @@ import sys
 import threading
 from pathlib import Path
 
-from mwms_dev.cluster import ClusterError, LocalCluster
+from mwms_dev.cluster import REPO_ROOT, ClusterError, LocalCluster
+
+PROJECT_IMAGES = REPO_ROOT / "build" / "images"
+
+
+def project_images() -> list[Path]:
+    """The OCI archives `make images` wrote (none before it ran)."""
+    return sorted(PROJECT_IMAGES.glob("*.oci.tar"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,6 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1, help="node agents to start (node-1, node-2, ...)")
     parser.add_argument("--cpu", default="4", help="CPU capacity of each node")
     parser.add_argument("--memory", default="16Gi", help="memory capacity of each node")
+    parser.add_argument(
+        "--kubelet", action="store_true", help="one real kubelet node (containerd, kube-proxy, CoreDNS)"
+    )
+    parser.add_argument(
+        "--image",
+        type=Path,
+        action="append",
+        help="OCI archive to load into the real node (default: build/images/*.oci.tar)",
+    )
     args = parser.parse_args(argv)
     name = f"dev{args.subnet_index}"
     try:
@@ -37,8 +56,17 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, lambda *_: stopping.set())
         signal.signal(signal.SIGINT, lambda *_: stopping.set())
         with cluster:
-            for i in range(1, args.nodes + 1):
-                cluster.start_node_agent(node_name=f"node-{i}", cpu=args.cpu, memory=args.memory)
+            if args.kubelet:
+                images = args.image if args.image is not None else project_images()
+                node = cluster.start_kubelet_node(images=images)
+                print(
+                    f"real node {node.node_name} Ready in {node.timings['node_ready']:.1f}s, images: "
+                    f"{', '.join(p.name for p in images) or 'none (make images)'}",
+                    file=sys.stderr,
+                )
+            else:
+                for i in range(1, args.nodes + 1):
+                    cluster.start_node_agent(node_name=f"node-{i}", cpu=args.cpu, memory=args.memory)
             print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
             print(
                 f"API ready in {cluster.timings['api_ready']:.1f}s at {cluster.server} "

@@ -1,0 +1,73 @@
+"""Fixtures for the real-node tier (marker `node`): the local control plane with one real kubelet node
+(containerd, runc, CNI bridge, kube-proxy, CoreDNS; mwms_dev.kubelet_node) instead of the node agent.
+
+`real_cluster` (session): the cluster, on subnet index MWMS_TEST_SUBNET_INDEX + 20 so it can run next to the
+node-agent `cluster` of the same session; the project's images from build/images/ (`make images`) are loaded
+when they exist. `node_kubectl`, `node_namespace`: as `kubectl` and `namespace`, for this cluster.
+`busybox`: the name of the small test image hack/build-node.sh builds (sh, nslookup, wget, httpd).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.fixture(scope="session")
+def real_cluster(cluster_platform: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    from mwms_dev.cluster import LocalCluster
+    from mwms_dev.devcluster import project_images
+    from mwms_dev.kubelet_node import host_tools_problem
+
+    problem = host_tools_problem()
+    if problem:
+        pytest.skip(problem)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)  # a CI timeout: still run the teardown below
+    state_dir = os.environ.get("MWMS_TEST_NODE_STATE_DIR") or tmp_path_factory.mktemp("real-node")
+    local = LocalCluster(
+        name="node", state_dir=state_dir, subnet_index=int(os.environ.get("MWMS_TEST_SUBNET_INDEX", "0")) + 20
+    )
+    local.start()
+    try:
+        local.start_kubelet_node(images=project_images())
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def real_node(real_cluster):
+    return real_cluster.kubelet_nodes["node-1"]
+
+
+@pytest.fixture(scope="session")
+def busybox(real_node) -> str:
+    return real_node.parts.image_names["busybox"]
+
+
+@pytest.fixture(scope="session")
+def node_kubectl(real_cluster, make_kubectl):
+    return make_kubectl(real_cluster.kubeconfig)
+
+
+@pytest.fixture
+def node_namespace(node_kubectl, wait_for) -> Iterator[str]:
+    name = f"n-{uuid.uuid4().hex[:10]}"
+    node_kubectl("create", "namespace", name)
+    wait_for(
+        lambda: node_kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
+        timeout=30,
+        interval=0.2,
+        what=f"serviceaccount default in {name}",
+    )
+    yield name
+    node_kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -1,0 +1,155 @@
+"""The real node itself: a pod runs in containerd and becomes Ready through the kubelet's probe; `kubectl
+logs` and `exec` reach it through the API server; pods find each other through CoreDNS (a headless
+Service, as TrainJob workers do) and reach a ClusterIP Service through kube-proxy; no name outside the
+cluster resolves (nothing is forwarded upstream)."""
+
+from __future__ import annotations
+
+import ipaddress
+import uuid
+
+import pytest
+
+from mwms_dev.kubelet_node import pod_range
+
+pytestmark = [pytest.mark.node, pytest.mark.integration]
+
+
+def web_pod(
+    name: str,
+    image: str,
+    *,
+    labels: dict | None = None,
+    hostname: str = "",
+    subdomain: str = "",
+    page: str = "",
+) -> dict:
+    """busybox: print a line, serve `page` on :8080 as user 65532; Ready once the port answers."""
+    spec: dict = {
+        "terminationGracePeriodSeconds": 1,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 65532,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": "web",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": [
+                    "sh",
+                    "-c",
+                    f"echo hello-from-{name}; mkdir -p /tmp/www; echo '{page}' > /tmp/www/index.html; "
+                    "exec httpd -f -p 8080 -h /tmp/www",
+                ],
+                "ports": [{"containerPort": 8080}],
+                "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            }
+        ],
+    }
+    if hostname:
+        spec.update(hostname=hostname, subdomain=subdomain)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {"app": name}},
+        "spec": spec,
+    }
+
+
+def wait_ready(kubectl, namespace: str, *names: str) -> None:
+    for name in names:
+        kubectl("wait", "--for=condition=Ready", f"pod/{name}", "-n", namespace, "--timeout=60s", timeout=90)
+
+
+def exec_sh(kubectl, namespace: str, pod: str, script: str, check: bool = True):
+    return kubectl("exec", "-n", namespace, pod, "--", "sh", "-c", script, check=check, timeout=60)
+
+
+def test_pod_runs_in_containerd_and_logs_and_exec_work(real_cluster, node_kubectl, node_namespace, busybox):
+    node_kubectl.apply(web_pod("solo", busybox), "-n", node_namespace)
+    wait_ready(node_kubectl, node_namespace, "solo")
+    pod = node_kubectl.json("get", "pod", "solo", "-n", node_namespace)
+    assert pod["spec"]["nodeName"] == "node-1"
+    (status,) = pod["status"]["containerStatuses"]
+    assert status["containerID"].startswith("containerd://"), status
+    first, last = pod_range(real_cluster.net)
+    ip = ipaddress.ip_address(pod["status"]["podIP"])
+    assert ipaddress.ip_address(first) <= ip <= ipaddress.ip_address(last), (
+        "an IP from the CNI host-local range"
+    )
+    logs = node_kubectl("logs", "solo", "-n", node_namespace).stdout
+    assert "hello-from-solo" in logs
+    out = exec_sh(node_kubectl, node_namespace, "solo", "id -u; echo $((6*7))").stdout.split()
+    assert out == ["65532", "42"]
+
+
+def test_pods_resolve_each_other_through_cluster_dns(node_kubectl, node_namespace, busybox):
+    """What TrainJob workers rely on: `<hostname>.<subdomain>.<ns>.svc` of a headless Service."""
+    node_kubectl.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "peers"},
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": {"group": "peers"},
+                "ports": [{"name": "http", "port": 8080}],
+            },
+        },
+        "-n",
+        node_namespace,
+    )
+    for i in range(2):
+        node_kubectl.apply(
+            web_pod(f"peer-{i}", busybox, labels={"group": "peers"}, hostname=f"peer-{i}", subdomain="peers"),
+            "-n",
+            node_namespace,
+        )
+    wait_ready(node_kubectl, node_namespace, "peer-0", "peer-1")
+    ip0 = node_kubectl.json("get", "pod", "peer-0", "-n", node_namespace)["status"]["podIP"]
+    resolv = exec_sh(node_kubectl, node_namespace, "peer-1", "cat /etc/resolv.conf").stdout
+    assert "nameserver 10.96.0.10" in resolv
+    assert f"search {node_namespace}.svc.cluster.local svc.cluster.local cluster.local" in resolv
+    fqdn = f"peer-0.peers.{node_namespace}.svc.cluster.local"
+    answer = exec_sh(node_kubectl, node_namespace, "peer-1", f"nslookup {fqdn}").stdout
+    assert ip0 in answer, answer
+    # No upstream: a name outside the cluster does not resolve (nothing is forwarded off the machine).
+    outside = exec_sh(node_kubectl, node_namespace, "peer-1", "nslookup example.com", check=False)
+    assert outside.returncode != 0, outside.stdout
+
+
+def http_get(kubectl, namespace: str, pod: str, host: str, port: int) -> str:
+    """The body of GET / (busybox nc: Debian's static busybox wget crashes in its glibc lookups)."""
+    script = f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 {host} {port}"
+    response = exec_sh(kubectl, namespace, pod, script).stdout.replace("\r\n", "\n")
+    return response.split("\n\n", 1)[-1]
+
+
+def test_cluster_ip_service_reaches_a_pod_through_kube_proxy(node_kubectl, node_namespace, busybox):
+    mark = uuid.uuid4().hex
+    node_kubectl.apply(
+        web_pod("backend", busybox, labels={"app": "backend"}, page=mark), "-n", node_namespace
+    )
+    node_kubectl.apply(web_pod("client", busybox), "-n", node_namespace)
+    node_kubectl.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "backend"}, "ports": [{"port": 80, "targetPort": 8080}]},
+        },
+        "-n",
+        node_namespace,
+    )
+    wait_ready(node_kubectl, node_namespace, "backend", "client")
+    service = node_kubectl.json("get", "service", "web", "-n", node_namespace)
+    cluster_ip = service["spec"]["clusterIP"]
+    assert ipaddress.ip_address(cluster_ip) in ipaddress.ip_network("10.96.0.0/16")
+    assert http_get(node_kubectl, node_namespace, "client", cluster_ip, 80).strip() == mark
+    # The Service's name through CoreDNS gives the same ClusterIP.
+    fqdn = f"web.{node_namespace}.svc.cluster.local"
+    assert cluster_ip in exec_sh(node_kubectl, node_namespace, "client", f"nslookup {fqdn}").stdout
