@@ -2,8 +2,8 @@
 
 Usage: `with MlflowServer(tmp_dir) as server: server.url`; or start()/stop() from a session fixture.
 `host` is the address it listens on; `allowed_hosts` adds Host headers beyond MLflow's default (localhost and
-private IPs), e.g. `mlflow.<ns>.svc.cluster.local:5000` when pods reach it by a Service name (FACTS.md: 403
-for unknown Host headers).
+private IPs), e.g. `mlflow.<ns>.svc.cluster.local:5000` when pods reach it by a Service name (`mlflow server`
+answers 403 for Host headers it does not know).
 """
 
 from __future__ import annotations

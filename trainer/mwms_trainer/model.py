@@ -45,7 +45,8 @@ def build_model(
 def plain_copy(model: Any) -> Any:
     """A copy of `model` outside any distribution strategy, safe to save or evaluate on the chief alone.
 
-    Saving or evaluating the MWMS model runs collectives that block without the peers (FACTS.md); reading its
+    Saving or evaluating the MWMS model runs collectives that block without the peers (SyncOnRead metric
+    variables are all-reduced); reading its
     weights does not. The strategy scope is thread-local, so a fresh thread builds the copy outside it even
     when the caller is still inside `strategy.scope()`.
     """

@@ -1,7 +1,8 @@
 """Getting the group together: wait for every peer, then create the strategy, all before a deadline.
 
 MultiWorkerMirroredStrategy() blocks until every worker has connected, for an hour if one never comes, and it
-holds the GIL while it waits, so no Python timer can interrupt it (FACTS.md). So: first a rendezvous in plain
+holds the GIL while it waits, so no Python timer can interrupt it (with TF 2.21 a threading.Timer never fired
+there; signal.alarm does). So: first a rendezvous in plain
 Python (every worker listens on its own port and waits until each peer's name resolves and its port accepts
 TCP), which fails cleanly with exit 75 at the deadline; only then the constructor, with SIGALRM as a backstop
 for a peer that dies inside that short window (default action: the kernel ends the process; Kubernetes reports

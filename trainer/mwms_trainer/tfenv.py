@@ -1,7 +1,8 @@
 """The one place TensorFlow and Keras are imported.
 
-Keras 3 cannot run multi-worker MWMS fit (FACTS.md): TF_USE_LEGACY_KERAS=1 must be set before TensorFlow is
-first imported, and the model code uses tf_keras.
+Keras 3 cannot run multi-worker MWMS fit (every worker fails before the first step with
+`Attempt to convert a value (PerReplica:...)`, keras-team/keras#20585): TF_USE_LEGACY_KERAS=1 must be set
+before TensorFlow is first imported, and the model code uses tf_keras.
 """
 
 from __future__ import annotations

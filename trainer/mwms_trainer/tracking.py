@@ -101,7 +101,8 @@ class MlflowTracker:
             run = self._retry("run resume", lambda: mlflow.start_run(run_id=existing))
         else:
             tags = {TAG_JOB_NAME: job_name, TAG_JOB_NAMESPACE: job_namespace, TAG_JOB_UID: job_uid}
-            # run_name explicitly: the generated names come from Python's seeded `random` (FACTS.md).
+            # run_name explicitly: the generated names come from Python's seeded `random` (all seeded runs
+            # would share one name).
             run = self._retry(
                 "run creation",
                 lambda: mlflow.start_run(experiment_id=self.experiment_id, run_name=job_name, tags=tags),
