@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml VERSION | sha1sum | cut -c1-12)
 
-.PHONY: setup venv tools control-plane images lock kueue node demo test test-unit test-integration test-node lint clean
+.PHONY: setup venv tools control-plane images lock kueue node demo test test-unit test-integration test-node test-kueue lint clean
 
 setup: venv tools control-plane
 
@@ -43,8 +43,12 @@ node:
 demo: setup
 	$(VENV)/bin/mwms demo
 
-test: setup images kueue
-	$(VENV)/bin/python -m pytest -m "not node" tests
+test: setup images
+	$(VENV)/bin/python -m pytest -m "not node and not kueue" tests
+
+# The Kueue tier: real Kueue beside the local control plane (not yet reliable enough for `make test`).
+test-kueue: setup kueue
+	$(VENV)/bin/python -m pytest -m kueue tests
 
 # The real-node tier: a kubelet with containerd (Debian packages: containerd runc nftables buildah
 # busybox-static), the project's images from build/images/ when `make images` has run.

@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.integration
+# Its own tier (`make test-kueue`), not in `make test`: against Kueue v0.17.0 the later job was once never
+# admitted after the earlier group finished, and once its finished pods kept their Kueue finalizer.
+pytestmark = [pytest.mark.integration, pytest.mark.kueue]
 
 SUFFIX = uuid.uuid4().hex[:6]
 QUEUE = "mwms-queue"
@@ -75,8 +77,15 @@ def queued_namespace(kubectl: Any, namespace: str, kueue: Any, wait_for: Any) ->
 
     wait_for(queue_active, timeout=60, what="the LocalQueue to be active")
     yield namespace
-    # Kueue holds a finalizer on the pods it manages: let it release them before it stops.
+    # Kueue holds a finalizer on the pods it manages and does not always release finished pods of a deleted
+    # group promptly (seen in CI: still there after 90 s). Teardown only: the test's assertions have run, so
+    # take the finalizer off whatever is left rather than leave pods behind for the rest of the suite.
     kubectl("delete", "trainjobs", "--all", "-n", namespace, "--timeout=60s", check=False)
+    kubectl("delete", "pods", "--all", "-n", namespace, "--wait=false", check=False)
+    unfinalize = '{"metadata":{"finalizers":null}}'
+    for pod in kubectl.json("get", "pods", "-n", namespace)["items"]:
+        name = pod["metadata"]["name"]
+        kubectl("patch", "pod", name, "-n", namespace, "--type=merge", "-p", unfinalize, check=False)
     wait_for(
         lambda: not kubectl.json("get", "pods", "-n", namespace)["items"],
         timeout=90,
