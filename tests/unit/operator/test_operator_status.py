@@ -374,8 +374,10 @@ def test_once_the_next_try_is_due_and_no_pod_is_left_the_whole_group_is_created_
     waiting = decide(META, spec(), [pod(1, "Pending", deleting=True)], service_exists=True, now=T0,
                      previous=first.status, creation_refused=due)  # fmt: skip
     assert waiting.rule == "creation-refused" and waiting.actions == ()
-    d = decide(META, spec(), [], service_exists=True, now=T0, previous=first.status, creation_refused=due)
+    later = T0 + timedelta(seconds=400)  # past the startup timeout: the wait for the quota does not count
+    d = decide(META, spec(), [], service_exists=True, now=later, previous=first.status, creation_refused=due)
     assert d.actions == (CreatePods((0, 1, 2), 0),)
+    assert d.status["groupStartTime"] == format_time(later) and d.status["phase"] == "Pending"
 
 
 TEMPLATE_ERROR = SpecError("spec.template.spec.containers[0].env[0].name", "TF_CONFIG is set by the operator")
