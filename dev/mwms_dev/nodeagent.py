@@ -151,6 +151,7 @@ class PodWorker(threading.Thread):
         self.restart_count = 0
         self.last_state: dict[str, Any] | None = None
         self.kill_timer: threading.Timer | None = None
+        self.deleted_exit: dict[str, Any] | None = None  # how the container ended when the pod was deleted
         self.ready = True  # the readiness probe's verdict for the running container
         self.report_lock = threading.Lock()  # the worker and its probers both report
         self.current: tuple[str, dict[str, Any], str | None, str | None] | None = None
@@ -194,6 +195,7 @@ class PodWorker(threading.Thread):
             self._teardown()
             self.finished = True
             if self.deleting and self.delete_from_api:
+                self._report_deleted()
                 try:
                     self.kube.delete_pod_now(self.namespace, self.pod_name, self.uid)
                 except Exception as exc:  # noqa: BLE001 - the next resync retries the delete
@@ -320,7 +322,7 @@ class PodWorker(threading.Thread):
                 self.wake.wait(backoff_seconds(0, self.cfg.restart_backoff_seconds / 5, 10))
                 continue
             exit_code, started_at, finished_at, start_error = self._run_container(prepared, on_start)
-            if exit_code is None or self.deleting:
+            if exit_code is None:
                 return None
             message = start_error or self._termination_message(prepared)
             terminated = {
@@ -331,6 +333,9 @@ class PodWorker(threading.Thread):
             }
             if message:
                 terminated["message"] = message
+            if self.deleting:
+                self.deleted_exit = terminated  # the last status says it (_report_deleted)
+                return None
             return terminated
         return None
 
@@ -619,16 +624,36 @@ class PodWorker(threading.Thread):
             self.current = (phase, state, reason, message)
             self._send()
 
+    def _report_deleted(self) -> None:
+        """As the kubelet does, a deleted pod's last status is a terminal phase (Succeeded only if its
+        container exited 0): a controller that holds a finalizer on the pod waits for it (Kueue ends a pod
+        group, frees its quota and lets the pods go only once every pod is Succeeded or Failed)."""
+        with self.report_lock:
+            if self.current is not None and self.current[0] in TERMINAL:
+                return
+            if not hasattr(self, "container_name"):
+                container = (self.pod["spec"].get("containers") or [{}])[0]
+                self.container_name, self.image = container.get("name", ""), container.get("image", "")
+            terminated = self.deleted_exit or {
+                "exitCode": 137,
+                "reason": "ContainerStatusUnknown",
+                "message": "the container was not running when the pod was deleted",
+                "finishedAt": now_iso(),
+            }
+            phase = "Succeeded" if terminated["exitCode"] == 0 else "Failed"
+            self.current = (phase, {"terminated": terminated}, None, None)
+            self._send(final=True)
+
     def _refresh(self) -> None:
         """Report the current state again (the readiness verdict changed)."""
         with self.report_lock:
             if self.current is not None:
                 self._send()
 
-    def _send(self) -> None:
+    def _send(self, *, final: bool = False) -> None:
         assert self.current is not None
         phase, state, reason, message = self.current
-        if self.deleting:
+        if self.deleting and not final:
             return
         view = ContainerView(
             ready=self.ready,
@@ -655,7 +680,8 @@ class PodWorker(threading.Thread):
             self.pod = self.kube.patch_pod_status(self.namespace, self.pod_name, status)
         except ApiError as exc:
             if exc.status == 404:
-                self.stop(0)
+                if not final:
+                    self.stop(0)
             else:
                 log.warning("pod %s/%s: status update failed: %s", self.namespace, self.pod_name, exc)
         except Exception as exc:  # noqa: BLE001 - the API server may be briefly unreachable

@@ -10,6 +10,7 @@ their job through owner references, so nothing needs to run before a TrainJob is
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from mwms_operator.progress import ProgressReader, Skipped, status_patch
 from mwms_operator.spec import SpecError, TrainJobSpec, parse_trainjob
 from mwms_operator.state import JobKey, State, owner_key
 from mwms_operator.status import (
+    CREATE_PODS_REFUSED,
     PODS_CREATED,
     RUNNING,
     TERMINAL,
@@ -41,6 +43,7 @@ from mwms_operator.status import (
 from mwms_operator.tf_config import worker_hosts
 from mwms_operator.workqueue import WorkQueue
 
+log = logging.getLogger(__name__)
 TRAINJOBS = (constants.GROUP, constants.VERSION, constants.PLURAL)
 KOPF_PREFIX = "kopf.mwms.dev"
 # Versions up to 0.1 ran timers, so kopf put this finalizer on every TrainJob. Naming it as kopf's finalizer
@@ -174,8 +177,9 @@ class Reconciler:
             return  # gone or going (its pods too, e.g. with its namespace): nothing to recreate
         started = time.monotonic()
         meta = JobMeta(key.name, key.namespace, key.uid, int(body["metadata"].get("generation") or 1))
-        spec = _parse(body, self.config)
+        spec, template_error = _parse_for_group(body, self.config)
         previous = self.state.status(key)
+        creation_refused = self.state.creation_refused(key)
         now = datetime.now(UTC)
         if await self._confirm_leaving(key):
             self.queue.add_after(key, LEAVING_GRACE_SECONDS)
@@ -187,6 +191,8 @@ class Reconciler:
             now=now,
             previous=previous,
             refused=self.state.refused.get(key),
+            creation_refused=creation_refused,
+            template_error=template_error,
         )
         # Status first, then actions, then events: a crash in between is repaired by the next reconcile.
         if not await self._write(meta, key, decision, previous):
@@ -197,9 +203,19 @@ class Reconciler:
             # e.g. an invalid spec.template: the next run (right away) fails the job with this message.
             self.state.refused[key] = str(error)
             self.queue.add(key)
+        except k8s.Refused as error:
+            # Quota, LimitRange, a webhook: the next run (right away) says so in status and removes what
+            # was created; the run after the backoff tries again. Not an error of the operator: no traceback.
+            tries, delay = self.state.refuse_creation(key, str(error))
+            log.info("%s/%s: creation refused (try %d, again in %.0f s): %s", *key[:2], tries, delay, error)
+            message = f"{error} (try {tries}; trying again in {delay:.0f}s)"
+            await asyncio.to_thread(self.kube.post_event, body, "Warning", CREATE_PODS_REFUSED, message)
+            self.queue.add(key)
         for event in decision.events:
             await asyncio.to_thread(self.kube.post_event, body, event.type, event.reason, event.message)
         self._schedule(key, spec, decision.status)
+        if creation_refused is not None and creation_refused.wait_seconds > 0:
+            self.queue.add_after(key, creation_refused.wait_seconds + DUE_MARGIN_SECONDS)
         metrics.RECONCILE.observe(time.monotonic() - started)
         self.phases.set(key.uid, decision.status["phase"], key.namespace)
         if decision.all_pods_created:
@@ -280,11 +296,18 @@ class Reconciler:
             )
             for i in action.indices
         ]
-        created = await asyncio.gather(
-            *(asyncio.to_thread(self.kube.create_pod, meta.namespace, pod) for pod in pods)
+        results = await asyncio.gather(
+            *(asyncio.to_thread(self.kube.create_pod, meta.namespace, pod) for pod in pods),
+            return_exceptions=True,
         )
         # Only what was really created (409 = a retried or lagging reconcile): no event spam.
-        names = [pod["metadata"]["name"] for pod, new in zip(pods, created, strict=True) if new]
+        names = [pod["metadata"]["name"] for pod, new in zip(pods, results, strict=True) if new is True]
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            # Some workers refused: the others must not hold quota (or wait for peers) meanwhile.
+            await asyncio.gather(*(asyncio.to_thread(self.kube.delete_pod, meta.namespace, n) for n in names))
+            raise _worst(errors)
+        self.state.creation_accepted(JobKey(meta.namespace, meta.name, meta.uid))
         if names:
             message = f"created worker pods {', '.join(names)} (restart {action.restart_count})"
             await asyncio.to_thread(self.kube.post_event, body, "Normal", PODS_CREATED, message)
@@ -297,7 +320,7 @@ class Reconciler:
         if body is None or status.get("phase") != RUNNING:
             return  # finished or gone: no more polling until it runs again
         self.progress.add_after(key, self.config.progress_interval_seconds)
-        spec = _parse(body, self.config)
+        spec, _ = _parse_for_group(body, self.config)
         if isinstance(spec, SpecError):
             return
         epochs = spec.trainer.get("epochs")
@@ -318,8 +341,30 @@ class Reconciler:
                 self.state.wrote(key, response)
 
 
+def _worst(errors: list[BaseException]) -> BaseException:
+    """The error that says most about a failed batch: invalid beats refused-for-now beats the rest."""
+    for kind in (k8s.Rejected, k8s.Refused):
+        for error in errors:
+            if isinstance(error, kind):
+                return error
+    return errors[0]
+
+
 def _parse(body: Mapping[str, Any], config: OperatorConfig) -> TrainJobSpec | SpecError:
     try:
         return parse_trainjob(body, config)
     except SpecError as error:
         return error
+
+
+def _parse_for_group(
+    body: Mapping[str, Any], config: OperatorConfig
+) -> tuple[TrainJobSpec | SpecError, SpecError | None]:
+    """(spec, template error). An invalid spec.template matters only to the next group (decide() says so and
+    makes none with it), so the running group is judged by the rest of the spec, parsed without it."""
+    spec = _parse(body, config)
+    if not isinstance(spec, SpecError) or not spec.field.startswith("spec.template"):
+        return spec, None
+    rest = {k: v for k, v in (body.get("spec") or {}).items() if k != "template"}
+    without = _parse({**body, "spec": rest}, config)
+    return (without, spec) if isinstance(without, TrainJobSpec) else (spec, None)

@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import kopf
 import kubernetes
+import pydantic
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
@@ -30,7 +31,13 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ApiException, OSError, urll
 
 
 class Rejected(Exception):
-    """The API server refused an object for good (400/422): retrying cannot help."""
+    """The object is invalid (400/422 from the API server, Pod Security, or the client's own schema check
+    before any request): retrying cannot help."""
+
+
+class Refused(Exception):
+    """The API server refused to create the object for now (403: a ResourceQuota exceeded, a LimitRange, a
+    validating webhook): it may be accepted once that changes, so it is worth trying again later."""
 
 
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -67,6 +74,9 @@ class Kube:
     def _create(self, create: Any, namespace: str, body: Mapping[str, Any]) -> bool:
         try:
             create(namespace, body, _request_timeout=15)
+        except pydantic.ValidationError as error:
+            # The client checks the body against its models first (e.g. `resourcez` in a container).
+            raise Rejected(invalid_fields(body, error)) from None
         except ApiException as error:
             if error.status == 409:
                 return False
@@ -76,6 +86,8 @@ class Kube:
             # 400/422: invalid; 403 from Pod Security admission: the template breaks the namespace's policy.
             if error.status in (400, 422) or (error.status == 403 and "violates PodSecurity" in reason):
                 raise Rejected(reason) from None
+            if error.status == 403:  # quota, LimitRange, a validating webhook: the message says which
+                raise Refused(reason) from None
             raise
         return True
 
@@ -168,3 +180,16 @@ def _reason(error: ApiException) -> str:
         return json.loads(error.body or "{}").get("message") or str(error.reason)
     except ValueError:
         return str(error.reason)
+
+
+def invalid_fields(body: Mapping[str, Any], error: pydantic.ValidationError) -> str:
+    """The client's schema errors as `<Kind> is invalid: <path>: <message>`, paths as the API server writes
+    them."""
+    parts = []
+    for item in error.errors()[:5]:
+        path = ""
+        for step in item["loc"][1:]:  # the first step names the call's argument (the body)
+            path += f"[{step}]" if isinstance(step, int) else f".{step}" if path else str(step)
+        parts.append(f"{path}: {item['msg']}")
+    more = f" (and {error.error_count() - 5} more)" if error.error_count() > 5 else ""
+    return f"{body.get('kind', 'object')} is invalid: {'; '.join(parts)}{more}"

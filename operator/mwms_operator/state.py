@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from mwms_operator import constants
-from mwms_operator.status import WorkerPod
+from mwms_operator.status import CreationRefused, WorkerPod
+
+# A creation refused for now (quota, LimitRange, webhook) is tried again after this, doubling per refusal.
+CREATE_RETRY_FIRST_SECONDS, CREATE_RETRY_MAX_SECONDS = 2.0, 300.0
 
 
 class JobKey(NamedTuple):
@@ -37,6 +42,14 @@ def owner_key(body: Mapping[str, Any]) -> JobKey | None:
     return None
 
 
+@dataclass
+class _Refusal:
+    message: str
+    tries: int
+    retry_at: float  # clock time of the next try
+    next_try: datetime  # the same moment, for people
+
+
 def _rv(body: Mapping[str, Any]) -> int:
     try:
         return int((body.get("metadata") or {}).get("resourceVersion") or 0)
@@ -52,6 +65,7 @@ class State:
         self.pod_index: Mapping[Any, Iterable[WorkerPod]] = {}
         self.service_index: Mapping[Any, Any] = {}
         self.refused: dict[JobKey, str] = {}  # the API server's message when it refused a worker object
+        self._creation_refused: dict[JobKey, _Refusal] = {}  # refused for now: tried again later
         self._written: dict[JobKey, tuple[int, Mapping[str, Any]]] = {}  # our last status write
         self._gone: dict[
             JobKey, set[str]
@@ -65,6 +79,7 @@ class State:
         if type_ == "DELETED":
             self.jobs.pop(key, None)
             self.refused.pop(key, None)
+            self._creation_refused.pop(key, None)
             self._written.pop(key, None)
             self._gone.pop(key, None)
             for mark in [m for m in self._leaving_since if m[0] == key]:
@@ -77,6 +92,25 @@ class State:
         """The API server says this pod is gone, though its DELETE never reached the index."""
         self._gone.setdefault(key, set()).add(pod.uid)
         self._leaving_since.pop((key, pod.name), None)
+
+    def refuse_creation(self, key: JobKey, message: str) -> tuple[int, float]:
+        """The API server refused this job's workers for now: (which try that was, seconds to the next)."""
+        tries = self._creation_refused[key].tries + 1 if key in self._creation_refused else 1
+        delay = min(CREATE_RETRY_FIRST_SECONDS * 2 ** (tries - 1), CREATE_RETRY_MAX_SECONDS)
+        next_try = datetime.now(UTC) + timedelta(seconds=delay)
+        self._creation_refused[key] = _Refusal(message, tries, self.clock() + delay, next_try)
+        return tries, delay
+
+    def creation_accepted(self, key: JobKey) -> None:
+        self._creation_refused.pop(key, None)
+
+    def creation_refused(self, key: JobKey) -> CreationRefused | None:
+        """The last refusal while the group is not yet created, and whether its next try is due."""
+        refusal = self._creation_refused.get(key)
+        if refusal is None:
+            return None
+        wait = max(0.0, refusal.retry_at - self.clock())
+        return CreationRefused(refusal.message, refusal.tries, refusal.next_try, wait)
 
     # --- reads
 

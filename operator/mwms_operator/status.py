@@ -24,6 +24,10 @@ TERMINAL = (SUCCEEDED, FAILED)
 CREATED = "Created"
 PODS_CREATED = "PodsCreated"  # the Created condition's reason and the event the handler posts
 WAITING_FOR_OLD_PODS = "WaitingForOldPods"
+CREATE_PODS_REFUSED = "CreatePodsRefused"  # the Running condition's reason and the event the handler posts
+INVALID_SPEC = "InvalidSpec"
+# False while spec.template is invalid: the running group is left alone; the next one needs a valid template.
+TEMPLATE_ACCEPTED = "TemplateAccepted"
 # Conditions that follow the phase: the one of the current phase is True, the others False once set.
 PHASE_CONDITIONS = (RUNNING, RESTARTING, SUSPENDED, SUCCEEDED, FAILED)
 MAX_MESSAGE = 1024
@@ -153,6 +157,18 @@ class Decision:
     # Set when the whole group of this (re)start has just been seen to exist: for the creation→pods metric.
     all_pods_created: bool = False
     rule: str = ""  # the name of the rule in RULES that decided
+
+
+@dataclass(frozen=True)
+class CreationRefused:
+    """The API server refused to create this job's workers for now (a ResourceQuota, a LimitRange, a
+    validating webhook): its message, how many tries were refused, when the next one is, and how long until
+    then."""
+
+    message: str
+    tries: int
+    next_try: datetime
+    wait_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -297,6 +313,8 @@ class _Facts:
     now: datetime
     refused: str | None
     b: _Builder
+    creation_refused: CreationRefused | None = None
+    template_error: SpecError | None = None  # spec.template is invalid (`spec` was parsed without it)
 
     @property
     def restarts(self) -> int:
@@ -379,6 +397,23 @@ def _rule_mark_created(f: _Facts) -> Decision | None:
     return None
 
 
+def _rule_mark_template(f: _Facts) -> Decision | None:
+    """Never decides: an edit of spec.template is checked when it is made, but only the next group uses it,
+    so an invalid one is said in a condition (and one event) and leaves the running group alone."""
+    previous = next((c for c in f.b.conditions if c["type"] == TEMPLATE_ACCEPTED), None)
+    if f.template_error is not None:
+        message = _truncate(
+            f"invalid TrainJob: {f.template_error}; the workers that run are left alone, "
+            "the next group (a restart or a resume) needs a valid template"
+        )
+        if f.current and (previous is None or previous["status"] != "False"):  # no group: it fails below
+            f.b.events.append(Event("Warning", INVALID_SPEC, message))
+        f.b.condition(TEMPLATE_ACCEPTED, False, INVALID_SPEC, message)
+    elif previous is not None and previous["status"] == "False":
+        f.b.condition(TEMPLATE_ACCEPTED, True, "TemplateValid", "spec.template is valid again")
+    return None
+
+
 def _rule_chief_succeeded(f: _Facts) -> Decision | None:
     chief = next((p for p in f.current if p.index == 0 and not p.deleting), None)
     if chief is None or chief.phase != SUCCEEDED:
@@ -400,6 +435,25 @@ def _rule_deadline_exceeded(f: _Facts) -> Decision | None:
         f"ran longer than spec.runPolicy.activeDeadlineSeconds={deadline}s; worker pods removed",
         remove_active=True,
     )
+
+
+def _rule_creation_refused(f: _Facts) -> Decision | None:
+    """Pod creation was refused for now: hold no part of the group while waiting (a partial MWMS group only
+    holds quota others could use), say why, and let the next try (when due, with no pod left) create it all.
+    Before worker-failures: the pods removed here are not lost workers."""
+    refusal = f.creation_refused
+    if refusal is None or (refusal.wait_seconds <= 0 and not f.pods):
+        return None
+    names = tuple(p.name for p in f.pods if not p.deleting)
+    if names:
+        f.b.actions.append(DeletePods(names))
+    message = (
+        f"the API server refused to create the workers ({refusal.tries} "
+        f"{'try' if refusal.tries == 1 else 'tries'}): {refusal.message}; no worker pod is kept while "
+        f"waiting; next try at {format_time(refusal.next_try)}"
+    )
+    f.b.condition(RUNNING, False, CREATE_PODS_REFUSED, _truncate(message))
+    return f.finish()
 
 
 def _rule_worker_failures(f: _Facts) -> Decision | None:
@@ -462,6 +516,17 @@ def _rule_old_pods_leaving(f: _Facts) -> Decision | None:
     message = f"waiting for pods of an earlier group to be gone: {', '.join(p.name for p in leaving)}"
     f.b.condition(RUNNING, False, WAITING_FOR_OLD_PODS, _truncate(message))
     return f.finish()
+
+
+def _rule_template_invalid(f: _Facts) -> Decision | None:
+    """Pods must be made and spec.template is invalid: nothing runs that an edit could spare, so fail."""
+    assert f.parsed is not None
+    present = {p.index for p in f.current}
+    if f.template_error is None or present >= set(range(f.parsed.replicas)):
+        return None
+    return f.terminal(
+        FAILED, INVALID_SPEC, f"invalid TrainJob: {f.template_error}; no worker pods were created"
+    )
 
 
 def _rule_create_missing(f: _Facts) -> Decision | None:
@@ -531,10 +596,13 @@ RULES: tuple[tuple[str, Callable[[_Facts], Decision | None]], ...] = (
     ("refused", _rule_refused),
     ("suspended", _rule_suspended),
     ("mark-created", _rule_mark_created),
+    ("mark-template", _rule_mark_template),
     ("chief-succeeded", _rule_chief_succeeded),
     ("deadline-exceeded", _rule_deadline_exceeded),
+    ("creation-refused", _rule_creation_refused),
     ("worker-failures", _rule_worker_failures),
     ("old-pods-leaving", _rule_old_pods_leaving),
+    ("template-invalid", _rule_template_invalid),
     ("create-missing", _rule_create_missing),
     ("all-running", _rule_all_running),
     ("startup-timeout", _rule_startup_timeout),
@@ -551,14 +619,20 @@ def decide(
     now: datetime,
     previous: Mapping[str, Any] | None = None,
     refused: str | None = None,
+    creation_refused: CreationRefused | None = None,
+    template_error: SpecError | None = None,
 ) -> Decision:
     """The new status and what to do, by the first of RULES that decides. `refused`: the API server's message
-    when it refused to create this job's Service or a pod."""
+    when it refused to create this job's Service or a pod as invalid; `creation_refused`: when it refused
+    them for now (quota, LimitRange, webhook); `template_error`: spec.template is invalid and `spec` was
+    parsed without it."""
     b = _Builder(meta, previous or {}, now)
     ordered = sorted(pods, key=lambda p: (p.restart, p.index))
     restarts = b.status["restarts"]
     current = [p for p in ordered if p.restart == restarts]
-    facts = _Facts(meta, spec, ordered, current, service_exists, now, refused, b)
+    facts = _Facts(
+        meta, spec, ordered, current, service_exists, now, refused, b, creation_refused, template_error
+    )
     for name, rule in RULES:
         decision = rule(facts)
         if decision is not None:

@@ -252,6 +252,39 @@ def test_deletion_sends_sigterm_then_sigkill_after_the_grace_period(cluster, kub
     assert not any(_alive(pid) for pid in pids.values())
 
 
+def test_a_deleted_pod_ends_in_a_terminal_phase_before_it_goes(cluster, kubectl, namespace, wait_for):
+    """As with the kubelet: a controller holding a finalizer on a pod (Kueue does) sees it Succeeded or Failed
+    once its container has stopped, and only then lets it go."""
+    hold = {"finalizers": ["mwms.dev/test-hold"]}
+    kubectl.apply(
+        as_list(
+            dict(python_pod("clean", GRACEFUL), metadata={"name": "clean", **hold}),
+            dict(
+                python_pod("killed", STUBBORN, terminationGracePeriodSeconds=1),
+                metadata={"name": "killed", **hold},
+            ),
+        ),
+        "-n",
+        namespace,
+    )
+    for name in ("clean", "killed"):
+        wait_for(lambda n=name: _pid_from_log(cluster, namespace, n), timeout=120, what=f"{name} to start")
+    kubectl("delete", "pod", "clean", "killed", "-n", namespace, "--wait=false")
+    clean = wait_for(lambda: terminated(kubectl, namespace, "clean"), timeout=60, what="clean to end")
+    killed = wait_for(lambda: terminated(kubectl, namespace, "killed"), timeout=60, what="killed to end")
+    assert pod_status(kubectl, namespace, "clean")["phase"] == "Succeeded" and clean["exitCode"] == 0
+    assert pod_status(kubectl, namespace, "killed")["phase"] == "Failed" and killed["exitCode"] == 137
+    for name in ("clean", "killed"):
+        kubectl(
+            "patch", "pod", name, "-n", namespace, "--type=merge", "-p", '{"metadata":{"finalizers":null}}'
+        )
+        wait_for(
+            lambda n=name: kubectl("get", "pod", n, "-n", namespace, check=False).returncode != 0,
+            timeout=60,
+            what=f"pod {name} to disappear",
+        )
+
+
 FLAKY = """
     import os
     marker = "/scratch/tried"  # an emptyDir outlives container restarts, as in Kubernetes

@@ -14,6 +14,11 @@ def trainjob(name="bad", **spec):
     return {"apiVersion": "mwms.dev/v1alpha1", "kind": "TrainJob", "metadata": {"name": name}, "spec": spec}
 
 
+# The trainer container may not set what the operator sets (TF_CONFIG, MWMS_*, MLFLOW_...).
+RESERVED_ENV_TEMPLATE = {
+    "spec": {"containers": [{"name": "trainer", "env": [{"name": "TF_CONFIG", "value": "{}"}]}]}
+}
+
 MALFORMED = [
     (trainjob(), "spec.replicas: Required value"),
     (trainjob(replicas=0), "spec.replicas"),
@@ -38,6 +43,7 @@ MALFORMED = [
     (trainjob(replicas=2, mlflow={"experiment": ""}), "spec.mlflow.experiment"),
     (trainjob(name="x" * 53, replicas=2), "metadata.name"),
     (trainjob(name="9lives", replicas=2), "metadata.name"),
+    (trainjob(replicas=2, template=RESERVED_ENV_TEMPLATE), "spec.template.spec.containers[0].env"),
 ]
 
 
@@ -88,6 +94,15 @@ def test_training_settings_are_immutable_and_suspend_is_not(crd, kubectl, namesp
         json.dumps({"spec": {"runPolicy": {"suspend": False, "backoffLimit": 5}}}),
     )
     kubectl("delete", "trainjob", "fixed", "-n", namespace, "--wait=false")
+
+
+def test_a_template_edit_that_sets_reserved_env_is_refused_naming_the_field(crd, kubectl, namespace):
+    kubectl.apply(trainjob(name="edited", replicas=2, runPolicy={"suspend": True}), "-n", namespace)
+    patch = json.dumps({"spec": {"template": RESERVED_ENV_TEMPLATE}})
+    result = kubectl("patch", "trainjob", "edited", "-n", namespace, "--type=merge", "-p", patch, check=False)
+    assert result.returncode != 0, "accepted"
+    assert "spec.template.spec.containers[0].env" in result.stderr and "TF_CONFIG" in result.stderr
+    kubectl("delete", "trainjob", "edited", "-n", namespace, "--wait=false")
 
 
 def test_defaults_are_applied_by_the_api_server(crd, kubectl, namespace):

@@ -245,18 +245,16 @@ def test_startup_timeout_names_the_pending_worker_and_the_schedulers_reason(
     assert "greedy-worker-0 (Unschedulable" in failed["message"] and "Insufficient cpu" in failed["message"]
 
 
-def test_reserved_env_is_refused_with_a_status_message_and_a_warning(
+def test_a_template_of_the_wrong_shape_is_refused_with_a_status_message_and_a_warning(
     operator, make_standin, kubectl, namespace
 ):
-    job = make_standin("clash", 2, env={"TF_CONFIG": "{}"})
+    """What the CRD leaves open (spec.template.spec is a PodSpec it does not type) the operator checks."""
+    job = make_standin("clash", 2, template={"spec": {"volumes": {"scratch": {"emptyDir": {}}}}})
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "clash", "Failed")
     failed = condition(done, "Failed")
     assert failed["reason"] == "InvalidSpec"
-    assert (
-        "spec.template.spec.containers[0].env[0].name" in failed["message"]
-        and "TF_CONFIG" in failed["message"]
-    )
+    assert "spec.template.spec.volumes: must be a list" in failed["message"]
     assert pods_of(kubectl, namespace, "clash") == []
     assert any(t == "Warning" and r == "InvalidSpec" for t, r, _ in events_of(kubectl, namespace, "clash"))
 

@@ -1,12 +1,14 @@
 """manifests/crd.yaml against the code: every field documented, and every status field the operator writes
 declared (the API server silently prunes undeclared fields from a structural schema)."""
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
 
 from mwms_operator.config import OperatorConfig
+from mwms_operator.constants import RESERVED_ENV
 from mwms_operator.progress import progress_from_run
 from mwms_operator.spec import parse_trainjob
 from mwms_operator.status import JobMeta, WorkerPod, decide
@@ -73,3 +75,11 @@ def test_every_status_field_the_operator_writes_is_declared():
         "Suspended",
     }
     assert done.status["phase"] in status["properties"]["phase"]["enum"]
+
+
+def test_the_crds_reserved_env_rule_names_exactly_the_variables_the_operator_sets():
+    container = schema()["properties"]["spec"]["properties"]["template"]["properties"]["spec"]["properties"][
+        "containers"
+    ]["items"]
+    (rule,) = container["x-kubernetes-validations"]
+    assert set(re.findall(r"'([A-Z_]+)'", rule["rule"])) == RESERVED_ENV

@@ -24,6 +24,7 @@ class RecordingKube:
         self.calls: list[tuple[str, Any]] = []
         self.rv = 100
         self.refuse_pods: str | None = None
+        self.refuse_for_now: set[str] = set()  # pod names the "quota" refuses (403)
         self.existing_pods: dict[str, str] = {}  # name -> uid
 
     def create_service(self, namespace: str, body: dict[str, Any]) -> bool:
@@ -33,6 +34,8 @@ class RecordingKube:
     def create_pod(self, namespace: str, body: dict[str, Any]) -> bool:
         if self.refuse_pods:
             raise k8s.Rejected(self.refuse_pods)
+        if body["metadata"]["name"] in self.refuse_for_now:
+            raise k8s.Refused("exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1")
         self.calls.append(("create_pod", body["metadata"]["name"]))
         return True
 
@@ -161,6 +164,35 @@ def test_a_refused_pod_fails_the_job_on_the_next_run_with_the_servers_message(re
     assert status["phase"] == "Failed" and failed["reason"] == "InvalidSpec"
     assert "imagePullPolicy" in failed["message"] and "refused" in failed["message"]
     assert kube.named("patch_status") == ["Pending", "Failed"]  # one decision per run, one write each
+
+
+def test_a_creation_refused_for_now_removes_the_partial_group_and_tries_again_after_a_backoff(reconciler):
+    clock = [0.0]
+    reconciler.state.clock = lambda: clock[0]
+    kube = reconciler.kube
+    kube.refuse_for_now = {"mnist-worker-1"}
+    reconciler.job_event("ADDED", job_body())
+    asyncio.run(reconciler.reconcile(KEY))
+    assert kube.named("create_pod") == ["mnist-worker-0"]
+    assert kube.named("delete_pod") == ["mnist-worker-0"], "no part of the group holds quota while waiting"
+    assert "PodsCreated" not in kube.named("event") and "CreatePodsRefused" in kube.named("event")
+    assert KEY in reconciler.queue._dirty, "the refusal reaches status right away"
+
+    asyncio.run(reconciler.reconcile(KEY))  # says why, creates nothing until the backoff has passed
+    running = next(c for c in reconciler.state.status(KEY)["conditions"] if c["type"] == "Running")
+    assert running["reason"] == "CreatePodsRefused" and "exceeded quota" in running["message"]
+    assert kube.named("create_pod") == ["mnist-worker-0"]
+
+    clock[0] = 2.0  # the first backoff (2 s) has passed, and the quota was raised meanwhile
+    kube.refuse_for_now = set()
+    asyncio.run(reconciler.reconcile(KEY))
+    assert kube.named("create_pod") == ["mnist-worker-0", "mnist-worker-0", "mnist-worker-1"]
+    assert reconciler.state.creation_refused(KEY) is None
+
+
+def test_refusals_back_off_exponentially_up_to_five_minutes(reconciler):
+    delays = [reconciler.state.refuse_creation(KEY, "exceeded quota")[1] for _ in range(10)]
+    assert delays == [2, 4, 8, 16, 32, 64, 128, 256, 300, 300]
 
 
 @pytest.mark.parametrize("now", [None, "pod-0-1"], ids=["gone", "replaced by a newer pod"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import kubernetes
 import pytest
 from kubernetes.client import V1ObjectMeta, V1Pod
 from kubernetes.client.exceptions import ApiException
@@ -62,10 +63,39 @@ def test_a_refusal_for_good_is_rejected_with_the_servers_message(error):
     assert str(raised.value) == json.loads(error.body)["message"]
 
 
-@pytest.mark.parametrize("status", [403, 500, 503])
+@pytest.mark.parametrize(
+    "message",
+    [
+        'pods "x" is forbidden: exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1',
+        'pods "x" is forbidden: maximum cpu usage per Container is 500m, but limit is 1',
+        'admission webhook "deny.example.com" denied the request: not today',
+    ],
+)
+def test_a_refusal_for_now_is_refused_with_the_servers_message(message):
+    with pytest.raises(k8s.Refused) as raised:
+        kube(refusal(403, message)).create_pod("ns", {})
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("status", [500, 503])
 def test_other_errors_propagate_for_a_retry(status):
     with pytest.raises(ApiException):
-        kube(refusal(status, "forbidden: User cannot create")).create_pod("ns", {})
+        kube(refusal(status, "etcdserver: request timed out")).create_pod("ns", {})
+
+
+def test_a_body_the_clients_own_schema_refuses_is_rejected_naming_the_field():
+    """The generated client validates a body against its models before sending it: a typo never reaches the
+    API server, and must not end as a traceback either."""
+    client = k8s.Kube(kubernetes.client.ApiClient(kubernetes.client.Configuration()))
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "x"},
+        "spec": {"containers": [{"name": "trainer", "image": "i", "resourcez": {}}]},
+    }
+    with pytest.raises(k8s.Rejected) as raised:
+        client.create_pod("ns", pod)
+    assert str(raised.value).startswith("Pod is invalid: spec.containers[0].resourcez: ")
 
 
 def test_gone_is_not_an_error():

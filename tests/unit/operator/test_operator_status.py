@@ -10,6 +10,7 @@ from mwms_operator.status import (
     RULES,
     CreatePods,
     CreateService,
+    CreationRefused,
     DeleteJob,
     DeletePods,
     JobMeta,
@@ -345,6 +346,70 @@ def test_a_refused_worker_object_fails_the_job_as_an_invalid_spec_naming_the_ser
     assert not any(isinstance(a, CreatePods) for a in d.actions)
 
 
+QUOTA_REFUSAL = CreationRefused(
+    'pods "mnist-worker-1" is forbidden: exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1',
+    tries=2,
+    next_try=T0 + timedelta(seconds=4),
+    wait_seconds=4.0,
+)
+
+
+def test_a_creation_refused_for_now_keeps_no_pod_and_says_why_in_the_running_condition():
+    first = step(None, [], service=False)
+    partial = [pod(0, "Pending"), pod(1, "Pending", deleting=True)]  # the handler deletes a partial group
+    d = decide(META, spec(), partial, service_exists=True, now=T0, previous=first.status,
+               creation_refused=QUOTA_REFUSAL)  # fmt: skip
+    assert d.rule == "creation-refused"
+    assert d.actions == (DeletePods(("mnist-worker-0",)),)
+    assert d.status["phase"] == "Pending" and d.status["restarts"] == 0, "a refusal is not a lost worker"
+    running = next(c for c in d.status["conditions"] if c["type"] == "Running")
+    assert (running["status"], running["reason"]) == ("False", "CreatePodsRefused")
+    assert "exceeded quota" in running["message"] and "2 tries" in running["message"]
+    assert "next try at 2026-12-02T10:00:04Z" in running["message"]
+
+
+def test_once_the_next_try_is_due_and_no_pod_is_left_the_whole_group_is_created_again():
+    first = step(None, [], service=False)
+    due = CreationRefused("exceeded quota", 2, T0, wait_seconds=0.0)
+    waiting = decide(META, spec(), [pod(1, "Pending", deleting=True)], service_exists=True, now=T0,
+                     previous=first.status, creation_refused=due)  # fmt: skip
+    assert waiting.rule == "creation-refused" and waiting.actions == ()
+    later = T0 + timedelta(seconds=400)  # past the startup timeout: the wait for the quota does not count
+    d = decide(META, spec(), [], service_exists=True, now=later, previous=first.status, creation_refused=due)
+    assert d.actions == (CreatePods((0, 1, 2), 0),)
+    assert d.status["groupStartTime"] == format_time(later) and d.status["phase"] == "Pending"
+
+
+TEMPLATE_ERROR = SpecError("spec.template.spec.containers[0].env[0].name", "TF_CONFIG is set by the operator")
+
+
+def test_an_invalid_template_edit_leaves_the_running_group_alone_and_says_why():
+    running = running_status()
+    d = decide(META, spec(), group(), service_exists=True, now=T0, previous=running,
+               template_error=TEMPLATE_ERROR)  # fmt: skip
+    assert d.status["phase"] == "Running" and d.actions == ()
+    accepted = next(c for c in d.status["conditions"] if c["type"] == "TemplateAccepted")
+    assert (accepted["status"], accepted["reason"]) == ("False", "InvalidSpec")
+    assert "spec.template.spec.containers[0].env[0].name" in accepted["message"]
+    assert [(e.type, e.reason) for e in d.events] == [("Warning", "InvalidSpec")]
+    again = decide(META, spec(), group(), service_exists=True, now=T0, previous=d.status,
+                   template_error=TEMPLATE_ERROR)  # fmt: skip
+    assert again.events == (), "said once"
+    fixed = decide(META, spec(), group(), service_exists=True, now=T0, previous=d.status)
+    assert conditions(fixed)["TemplateAccepted"] == ("True", "TemplateValid")
+
+
+def test_the_next_group_is_not_made_from_an_invalid_template():
+    running = running_status()
+    restarting = decide(META, spec(), [pod(0), pod(1, "Failed", exit_code=75), pod(2)], service_exists=True,
+                        now=T0, previous=running, template_error=TEMPLATE_ERROR)  # fmt: skip
+    assert restarting.status["phase"] == "Restarting"
+    d = decide(META, spec(), [], service_exists=True, now=T0, previous=restarting.status,
+               template_error=TEMPLATE_ERROR)  # fmt: skip
+    assert d.status["phase"] == "Failed" and conditions(d)["Failed"] == ("True", "InvalidSpec")
+    assert not any(isinstance(a, CreatePods) for a in d.actions)
+
+
 def test_next_due_is_the_earliest_deadline_of_the_status():
     job = spec(
         runPolicy={"activeDeadlineSeconds": 100, "startupTimeoutSeconds": 30, "ttlSecondsAfterFinished": 5}
@@ -366,6 +431,7 @@ def _rule_cases():
         "finished": (dict(running, phase="Succeeded", completionTime=format_time(T0)), group(), {}),
         "invalid-spec": (None, [], {"job": SpecError("spec.replicas", "is required")}),
         "refused": (pending, [], {"refused": "Pod is invalid"}),
+        "creation-refused": (pending, [pod(0, "Pending")], {"creation_refused": QUOTA_REFUSAL}),
         "suspended": (running, group(), {"job": spec(runPolicy={"suspend": True})}),
         "chief-succeeded": (running, [pod(0, "Succeeded", message=RUN), pod(1), pod(2)], {}),
         "deadline-exceeded": (
@@ -375,6 +441,7 @@ def _rule_cases():
         ),
         "worker-failures": (running, [pod(0), pod(1, "Failed", exit_code=2), pod(2)], {}),
         "old-pods-leaving": (dict(running, restarts=1, phase="Restarting"), group(), {}),
+        "template-invalid": (pending, [], {"template_error": TEMPLATE_ERROR}),
         "create-missing": (None, [], {}),
         "all-running": (pending, group(), {}),
         "startup-timeout": (pending, group(phase="Pending"), {"at": 10_000}),
@@ -382,14 +449,18 @@ def _rule_cases():
     }
 
 
-@pytest.mark.parametrize("name", [name for name, _ in RULES if name != "mark-created"])
+NEVER_DECIDE = {"mark-created", "mark-template"}
+
+
+@pytest.mark.parametrize("name", [name for name, _ in RULES if name not in NEVER_DECIDE])
 def test_each_rule_decides_its_case(name):
     previous, pods, options = _rule_cases()[name]
     at, job, refused = options.get("at", 5), options.get("job") or spec(), options.get("refused")
     d = decide(META, job, pods, service_exists=True, now=T0 + timedelta(seconds=at), previous=previous,
-               refused=refused)  # fmt: skip
+               refused=refused, creation_refused=options.get("creation_refused"),
+               template_error=options.get("template_error"))  # fmt: skip
     assert d.rule == name
 
 
 def test_every_rule_has_a_case():
-    assert {name for name, _ in RULES} - {"mark-created"} == set(_rule_cases())
+    assert {name for name, _ in RULES} - NEVER_DECIDE == set(_rule_cases())

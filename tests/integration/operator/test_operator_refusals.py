@@ -1,0 +1,255 @@
+"""Refusals on a shared cluster, each from the real API server: an invalid worker pod fails the job naming the
+field; a pod refused for now (a real ResourceQuota, a real LimitRange, a real validating webhook served by
+this test over HTTPS) is said in status and events, no part of the group is kept while waiting, and creation
+is tried again with a backoff, so the job runs once the cause is gone."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import ssl
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mwms_dev import pki
+
+pytestmark = pytest.mark.integration
+
+
+def get_job(kubectl: Any, namespace: str, name: str) -> dict[str, Any]:
+    return kubectl.json("get", "trainjob", name, "-n", namespace)
+
+
+def condition(job: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in job.get("status", {}).get("conditions", []) if c["type"] == type_), {})
+
+
+def pod_names(kubectl: Any, namespace: str, name: str) -> list[str]:
+    pods = kubectl.json("get", "pods", "-n", namespace, "-l", f"mwms.dev/job-name={name}")["items"]
+    return [p["metadata"]["name"] for p in pods]
+
+
+def warnings(kubectl: Any, namespace: str, name: str, reason: str) -> list[str]:
+    items = kubectl.json(
+        "get", "events", "-n", namespace,
+        "--field-selector", f"involvedObject.kind=TrainJob,involvedObject.name={name},reason={reason}",
+    )["items"]  # fmt: skip
+    return [e["message"] for e in items if e["type"] == "Warning"]
+
+
+def wait_refused(kubectl: Any, wait_for: Any, namespace: str, name: str, words: str) -> dict[str, Any]:
+    """The job says, in its Running condition and a Warning event, that creating its workers was refused
+    for `words`; it is not failed, and holds no worker pod while it waits."""
+
+    def refused() -> dict[str, Any] | None:
+        job = get_job(kubectl, namespace, name)
+        running = condition(job, "Running")
+        assert job["status"].get("phase") != "Failed", job["status"]
+        if running.get("reason") == "CreatePodsRefused" and words in running["message"]:
+            return job
+        return None
+
+    job = wait_for(refused, timeout=60, interval=0.3, what=f"Running=False CreatePodsRefused ({words})")
+    assert job["status"]["phase"] == "Pending" and job["status"].get("restarts", 0) == 0
+    assert any(words in m for m in wait_for(lambda: warnings(kubectl, namespace, name, "CreatePodsRefused")))
+    # Nothing is held while waiting: the pods a refused try created are removed (between tries, none exist).
+    wait_for(lambda: not pod_names(kubectl, namespace, name), timeout=30, what="no worker pod held")
+    return job
+
+
+def succeeded(kubectl: Any, namespace: str, name: str, timeout: int = 120) -> dict[str, Any]:
+    kubectl(
+        "wait", "--for=condition=Succeeded", f"trainjob/{name}", "-n", namespace, f"--timeout={timeout}s",
+        timeout=timeout + 10,
+    )  # fmt: skip
+    return get_job(kubectl, namespace, name)
+
+
+def test_a_pod_the_clients_schema_refuses_fails_the_job_naming_the_field(
+    operator, make_standin, kubectl, namespace, wait_for
+):
+    """`resourcez` passes the CRD (spec.template.spec is a PodSpec the API server checks) but not the client's
+    pod model: the job fails at once naming it, instead of a traceback every few seconds."""
+    kubectl.apply(make_standin("typo", 2, template={"container": {"resourcez": {"limits": {"cpu": "1"}}}}),
+                  "-n", namespace)  # fmt: skip
+    kubectl("wait", "--for=condition=Failed", "trainjob/typo", "-n", namespace, "--timeout=60s", timeout=70)
+    failed = condition(get_job(kubectl, namespace, "typo"), "Failed")
+    assert failed["reason"] == "InvalidSpec" and "spec.containers[0].resourcez" in failed["message"], failed
+    assert pod_names(kubectl, namespace, "typo") == []
+
+
+def test_a_resource_quota_refusal_is_shown_and_retried_and_the_job_runs_once_the_quota_is_raised(
+    operator, make_standin, kubectl, namespace, wait_for
+):
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "pods"},
+        "spec": {"hard": {"pods": "1"}},
+    }
+    kubectl.apply(quota, "-n", namespace)
+    # Enforced once the quota controller has counted what is there.
+    wait_for(
+        lambda: kubectl.json("get", "resourcequota", "pods", "-n", namespace).get("status", {}).get("hard"),
+        what="the quota's status",
+    )
+    kubectl.apply(make_standin("quota", 2), "-n", namespace)
+    wait_refused(kubectl, wait_for, namespace, "quota", "exceeded quota")
+
+    kubectl("patch", "resourcequota", "pods", "-n", namespace, "--type=merge", "-p",
+            '{"spec":{"hard":{"pods":"4"}}}')  # fmt: skip
+    job = succeeded(kubectl, namespace, "quota")
+    assert job["status"]["restarts"] == 0, "a refused try is not a restart"
+    assert "Traceback" not in operator.log(), "a refusal is no error of the operator"
+
+
+def test_a_limit_range_refusal_is_shown_and_retried(operator, make_standin, kubectl, namespace, wait_for):
+    limits = {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": {"name": "small"},
+        "spec": {"limits": [{"type": "Container", "max": {"cpu": "500m"}}]},
+    }
+    kubectl.apply(limits, "-n", namespace)
+    big = {"resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}
+    kubectl.apply(make_standin("big", 2, template={"container": big}), "-n", namespace)
+    wait_refused(kubectl, wait_for, namespace, "big", "maximum cpu usage per Container is 500m")
+
+    kubectl("delete", "limitrange", "small", "-n", namespace)
+    succeeded(kubectl, namespace, "big")
+
+
+class Webhook:
+    """A validating admission webhook over HTTPS that refuses every pod while `deny` is set."""
+
+    def __init__(self, directory: Path) -> None:
+        ca = pki.new_ca("mwms-test-webhook-ca")
+        serving = pki.serving_cert(ca, "test-webhook", ("localhost",), ("127.0.0.1",))
+        (directory / "tls.crt").write_bytes(serving.cert_pem)
+        (directory / "tls.key").write_bytes(serving.key_pem)
+        self.ca_bundle = base64.b64encode(ca.cert_pem).decode()
+        self.deny = True
+        self.reviewed = 0
+        webhook = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                webhook.reviewed += 1
+                response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": not webhook.deny}
+                if webhook.deny:
+                    response["status"] = {"code": 403, "message": "team policy: no training before noon"}
+                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                   "response": response}).encode()  # fmt: skip
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(directory / "tls.crt", directory / "tls.key")
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self.server.server_address[1]}/validate"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def webhook(kubectl: Any, namespace: str, tmp_path: Path) -> Iterator[Webhook]:
+    """Registered by URL for the creation of this namespace's operator-made pods only."""
+    served = Webhook(tmp_path)
+    name = f"deny-{namespace}"
+    kubectl.apply(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": name},
+            "webhooks": [
+                {
+                    "name": "deny-workers.mwms.dev",
+                    "clientConfig": {"url": served.url, "caBundle": served.ca_bundle},
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods"],
+                        }
+                    ],  # fmt: skip
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                    "objectSelector": {"matchLabels": {"app.kubernetes.io/managed-by": "mwms-operator"}},
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "failurePolicy": "Fail",
+                    "timeoutSeconds": 5,
+                }
+            ],
+        }
+    )
+    try:
+        yield served
+    finally:
+        kubectl("delete", "validatingwebhookconfiguration", name, "--ignore-not-found", check=False)
+        served.stop()
+
+
+def test_a_validating_webhook_refusal_is_shown_and_retried(
+    operator, make_standin, kubectl, namespace, wait_for, webhook
+):
+    kubectl.apply(make_standin("hooked", 2), "-n", namespace)
+    wait_refused(kubectl, wait_for, namespace, "hooked", "team policy: no training before noon")
+    assert (
+        'admission webhook "deny-workers.mwms.dev" denied the request'
+        in condition(get_job(kubectl, namespace, "hooked"), "Running")["message"]
+    )
+    tries = webhook.reviewed
+    webhook.deny = False
+    succeeded(kubectl, namespace, "hooked")
+    assert webhook.reviewed > tries
+
+
+def test_an_invalid_template_edit_leaves_the_running_group_alone_and_says_why(
+    operator, make_standin, kubectl, namespace, wait_for
+):
+    kubectl.apply(make_standin("edited", 2, env={"STANDIN_SLEEP_SECONDS": "20"}), "-n", namespace)
+    wait_for(lambda: get_job(kubectl, namespace, "edited").get("status", {}).get("phase") == "Running",
+             timeout=90, what="the job to run")  # fmt: skip
+    uids = {p["metadata"]["uid"] for p in kubectl.json("get", "pods", "-n", namespace)["items"]}
+    # What the CRD can say it says at once: the edit is refused (see also test_operator_crd.py).
+    reserved = {"op": "add", "path": "/spec/template/spec/containers/0/env/-",
+                "value": {"name": "TF_CONFIG", "value": "{}"}}  # fmt: skip
+    refused = kubectl("patch", "trainjob", "edited", "-n", namespace, "--type=json", "-p",
+                      json.dumps([reserved]), check=False)  # fmt: skip
+    assert refused.returncode != 0 and "spec.template.spec.containers[0].env" in refused.stderr
+    # What only the operator checks (the CRD leaves spec.template.spec open) is said in a condition.
+    volumes = {"op": "add", "path": "/spec/template/spec/volumes", "value": {"scratch": {"emptyDir": {}}}}
+    kubectl("patch", "trainjob", "edited", "-n", namespace, "--type=json", "-p", json.dumps([volumes]))
+
+    def rejected() -> dict[str, Any]:
+        return condition(get_job(kubectl, namespace, "edited"), "TemplateAccepted")
+
+    accepted = wait_for(lambda: rejected().get("status") == "False" and rejected(), timeout=30,
+                        what="TemplateAccepted=False")  # fmt: skip
+    assert accepted["reason"] == "InvalidSpec", accepted
+    assert "spec.template.spec.volumes" in accepted["message"], accepted
+    assert any("must be a list" in m for m in warnings(kubectl, namespace, "edited", "InvalidSpec"))
+    job = get_job(kubectl, namespace, "edited")
+    assert job["status"]["phase"] == "Running", job["status"]
+    alive = kubectl.json("get", "pods", "-n", namespace)["items"]
+    assert {p["metadata"]["uid"] for p in alive if not p["metadata"].get("deletionTimestamp")} == uids
+    # The group it left alone finishes its work.
+    assert succeeded(kubectl, namespace, "edited")["status"]["restarts"] == 0
