@@ -62,6 +62,7 @@ from mwms_dev.nodeagent_spec import (
     container_argv,
     container_env,
     container_mounts,
+    invalid_image_name,
     projected_items,
     run_as,
     termination_message_path,
@@ -230,6 +231,13 @@ class PodWorker(threading.Thread):
                 "by the local node agent",
             )
             return
+        for c in [*init_containers, spec["containers"][0]]:
+            problem = invalid_image_name(c.get("image") or "")
+            if problem:
+                # As the kubelet: the pod stays Pending with this waiting reason until it is deleted.
+                self._report("Pending", {"waiting": {"reason": "InvalidImageName", "message": problem}})
+                self.wake.wait()
+                return
         previous = self._previous_run()
         if previous is not None:
             # A container of this pod ran under an earlier agent and is gone with it: count it as an exit.
