@@ -15,6 +15,7 @@ What it does, as a kubelet would:
   (nodeagent_hosts), its ServiceAccount token and volumes bind-mounted in a private mount namespace;
 - writes pod status (phase, IPs, conditions, containerStatuses with termination messages, restartCount with
   back-off under restartPolicy Always/OnFailure); readiness and liveness probes (httpGet, tcpSocket, exec);
+  an image reference the kubelet could not parse leaves the pod Pending, waiting with InvalidImageName;
 - provisions a PersistentVolume pre-bound to each pending claim (so the scheduler can place its pods);
 - on deletion sends SIGTERM to the container's process group, SIGKILL after the grace period, tears the
   sandbox down and deletes the pod with grace period 0;
