@@ -120,3 +120,33 @@ def test_a_native_sidecar_is_allowed(node_operator, node_kubectl, node_namespace
     node_kubectl.apply(job, "-n", node_namespace)
     done = wait_succeeded(node_kubectl, node_namespace, "native")
     assert done["status"]["mlflow"]["runId"] == "sidecar-run"
+
+
+def failed_reason(kubectl, namespace: str, name: str) -> dict:
+    done = kubectl(
+        "wait", "--for=condition=Failed", f"trainjob/{name}", "-n", namespace, "--timeout=300s",
+        timeout=320, check=False,
+    )  # fmt: skip
+    job = kubectl.json("get", "trainjob", name, "-n", namespace)
+    assert done.returncode == 0, json.dumps(job.get("status"), indent=1)
+    return next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+
+
+def test_the_kubelets_image_errors_fail_the_job_with_its_message(
+    node_operator, node_kubectl, node_namespace, busybox
+):
+    """The real kubelet's reasons: a reference it cannot parse fails at once; an image no registry serves
+    (`.invalid` never resolves) fails once ErrImagePull/ImagePullBackOff has lasted 120 s."""
+    images = {"unparsable": "ghcr.io/MWMS/Trainer:1", "unpullable": "registry.invalid/mwms/x:1"}
+    for name, image in images.items():
+        job = trainjob(name, busybox)
+        job["spec"]["template"]["spec"]["containers"][0]["image"] = image
+        job["spec"]["runPolicy"] = {"startupTimeoutSeconds": 3600}
+        node_kubectl.apply(job, "-n", node_namespace)
+    unparsable = failed_reason(node_kubectl, node_namespace, "unparsable")
+    assert unparsable["reason"] == "ContainerError"
+    assert "container trainer: InvalidImageName" in unparsable["message"], unparsable
+    unpullable = failed_reason(node_kubectl, node_namespace, "unpullable")
+    assert unpullable["reason"] == "ContainerError"
+    assert "registry.invalid/mwms/x:1" in unpullable["message"], unpullable
+    assert "ErrImagePull" in unpullable["message"] or "ImagePullBackOff" in unpullable["message"], unpullable
