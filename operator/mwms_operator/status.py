@@ -34,6 +34,10 @@ RESTART_BACKOFF_SECONDS, RESTART_BACKOFF_MAX_SECONDS = 10, 300
 FATAL_WAITING_REASONS = ("InvalidImageName",)
 LASTING_WAITING_REASONS = ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError")
 CONTAINER_ERROR_GRACE_SECONDS = 120
+# Pod conditions that say "this pod is being stopped from outside": Kubernetes' DisruptionTarget (eviction,
+# preemption, taint manager, drain) and the TerminationTarget that Kueue's pod integration (v0.17) sets on the
+# pods of a workload it preempts or evicts before deleting them.
+DISRUPTION_CONDITIONS = ("DisruptionTarget", "TerminationTarget")
 # Conditions that follow the phase: the one of the current phase is True, the others False once set.
 PHASE_CONDITIONS = (RUNNING, RESTARTING, SUSPENDED, SUCCEEDED, FAILED)
 MAX_MESSAGE = 1024
@@ -72,7 +76,7 @@ class WorkerPod:
     reason: str = ""  # pod or container reason (Evicted, OOMKilled, Error…)
     waiting: str = ""  # why it is not running yet: the scheduler's reason or the container's waiting reason
     uid: str = ""
-    # The DisruptionTarget condition's "reason: message" (eviction, preemption, taint manager, drain).
+    # "reason: message" of a DISRUPTION_CONDITIONS condition (eviction, preemption, drain, Kueue).
     disruption: str = ""
     unschedulable: bool = False  # PodScheduled is False for a reason other than a scheduling gate
     # The first container (init, sidecar or main) waiting for one of the reasons above, as (reason, text).
@@ -123,8 +127,8 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
                 f"{condition.get('reason', 'Unschedulable')}: {condition.get('message', '')}"
             )
             unschedulable = condition.get("reason") != "SchedulingGated"
-        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
-            disruption = f"{condition.get('reason', 'DisruptionTarget')}: {condition.get('message', '')}"
+        if condition.get("type") in DISRUPTION_CONDITIONS and condition.get("status") == "True":
+            disruption = f"{condition.get('reason') or condition['type']}: {condition.get('message', '')}"
     if state.get("waiting"):
         waiting = state["waiting"]
         waiting_parts.append(f"{waiting.get('reason', 'Waiting')}: {waiting.get('message', '')}".rstrip(": "))

@@ -588,6 +588,15 @@ def test_worker_pod_reads_disruptions_gates_container_errors_and_sidecars():
     }
     parsed = worker_pod(api_pod)
     assert parsed.disruption == EVICTED and parsed.trainer_exit == 0 and not parsed.failed
+    kueue = {
+        "metadata": {"name": "k", "labels": {"mwms.dev/replica-index": "1"}},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvicted",
+                            "message": "Preempted to accommodate a workload"}],
+        },
+    }  # fmt: skip
+    assert worker_pod(kueue).disruption == "WorkloadEvicted: Preempted to accommodate a workload"
     gated = {
         "metadata": {"name": "g", "labels": {"mwms.dev/replica-index": "1"}},
         "status": {
