@@ -15,6 +15,7 @@ What it does, as a kubelet would:
   (nodeagent_hosts), its ServiceAccount token and volumes bind-mounted in a private mount namespace;
 - writes pod status (phase, IPs, conditions, containerStatuses with termination messages, restartCount with
   back-off under restartPolicy Always/OnFailure); readiness and liveness probes (httpGet, tcpSocket, exec);
+  an image reference the kubelet could not parse leaves the pod Pending, waiting with InvalidImageName;
 - provisions a PersistentVolume pre-bound to each pending claim (so the scheduler can place its pods);
 - on deletion sends SIGTERM to the container's process group, SIGKILL after the grace period, tears the
   sandbox down and deletes the pod with grace period 0;
@@ -62,6 +63,7 @@ from mwms_dev.nodeagent_spec import (
     container_argv,
     container_env,
     container_mounts,
+    invalid_image_name,
     projected_items,
     run_as,
     termination_message_path,
@@ -232,6 +234,13 @@ class PodWorker(threading.Thread):
                 "by the local node agent",
             )
             return
+        for c in [*init_containers, spec["containers"][0]]:
+            problem = invalid_image_name(c.get("image") or "")
+            if problem:
+                # As the kubelet: the pod stays Pending with this waiting reason until it is deleted.
+                self._report("Pending", {"waiting": {"reason": "InvalidImageName", "message": problem}})
+                self.wake.wait()
+                return
         previous = self._previous_run()
         if previous is not None:
             # A container of this pod ran under an earlier agent and is gone with it: count it as an exit.

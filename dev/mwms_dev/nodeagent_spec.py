@@ -55,6 +55,28 @@ def image_repository(image: str) -> str:
     return name[:colon] if colon > slash else name
 
 
+# The image reference grammar of github.com/distribution/reference (what the kubelet parses): a lowercase
+# path, an optional registry host[:port], an optional tag and an optional digest.
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*(?::[0-9]+)?"
+_IMAGE_REFERENCE = re.compile(
+    rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+    r"(?::[\w][\w.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
+)
+
+
+def invalid_image_name(image: str) -> str | None:
+    """The kubelet's InvalidImageName message for an image reference it cannot parse; None if it parses."""
+    if _IMAGE_REFERENCE.match(image) and len(image_repository(image)) <= 255:
+        return None
+    return (
+        f"Failed to apply default image tag {image!r}: couldn't parse image name {image!r}: "
+        "invalid reference format"
+    )
+
+
 def local_entrypoint(image: str, python: str) -> list[str] | None:
     repo = image_repository(image)
     for suffix, args in LOCAL_ENTRYPOINTS.items():

@@ -28,6 +28,20 @@ CREATE_PODS_REFUSED = "CreatePodsRefused"  # the Running condition's reason and 
 INVALID_SPEC = "InvalidSpec"
 # False while spec.template is invalid: the running group is left alone; the next one needs a valid template.
 TEMPLATE_ACCEPTED = "TemplateAccepted"
+RESTART_BACKOFF = "RestartBackoff"  # the Running condition's reason while a counted restart waits
+DISRUPTED = "Disrupted"  # a group restart caused by a DisruptionTarget pod: not counted against backoffLimit
+# A counted group restart waits 10 s, doubling with each counted restart up to 5 min (as Kubernetes Jobs do).
+RESTART_BACKOFF_SECONDS, RESTART_BACKOFF_MAX_SECONDS = 10, 300
+# Container waiting reasons that mean "this will not start by itself". InvalidImageName never heals; a failing
+# pull or a missing Secret/ConfigMap might (a registry hiccup, a Secret another controller creates a moment
+# later), so those fail the job only once they have lasted CONTAINER_ERROR_GRACE_SECONDS.
+FATAL_WAITING_REASONS = ("InvalidImageName",)
+LASTING_WAITING_REASONS = ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError")
+CONTAINER_ERROR_GRACE_SECONDS = 120
+# Pod conditions that say "this pod is being stopped from outside": Kubernetes' DisruptionTarget (eviction,
+# preemption, taint manager, drain) and the TerminationTarget that Kueue's pod integration (v0.17) sets on the
+# pods of a workload it preempts or evicts before deleting them.
+DISRUPTION_CONDITIONS = ("DisruptionTarget", "TerminationTarget")
 # Conditions that follow the phase: the one of the current phase is True, the others False once set.
 PHASE_CONDITIONS = (RUNNING, RESTARTING, SUSPENDED, SUCCEEDED, FAILED)
 MAX_MESSAGE = 1024
@@ -66,6 +80,25 @@ class WorkerPod:
     reason: str = ""  # pod or container reason (Evicted, OOMKilled, Error…)
     waiting: str = ""  # why it is not running yet: the scheduler's reason or the container's waiting reason
     uid: str = ""
+    # "reason: message" of a DISRUPTION_CONDITIONS condition (eviction, preemption, drain, Kueue).
+    disruption: str = ""
+    unschedulable: bool = False  # PodScheduled is False for a reason other than a scheduling gate
+    # The first container (init, sidecar or main) waiting for one of the reasons above, as (reason, text).
+    container_error: tuple[str, str] | None = None
+
+    @property
+    def trainer_exit(self) -> int | None:
+        """The `trainer` container's exit code; a Succeeded pod's containers all exited 0."""
+        if self.exit_code is None and self.phase == SUCCEEDED:
+            return 0
+        return self.exit_code
+
+    @property
+    def failed(self) -> bool:
+        """The trainer exited non-zero, or the pod failed before the trainer could exit (a sidecar that fails
+        after the trainer exited 0 does not count)."""
+        code = self.trainer_exit
+        return code != 0 if code is not None else self.phase == FAILED
 
     @property
     def active(self) -> bool:
@@ -91,12 +124,15 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
     )
     state = trainer.get("state") or {}
     terminated = state.get("terminated") or {}
-    waiting_parts = []
+    waiting_parts, disruption, unschedulable = [], "", False
     for condition in status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             waiting_parts.append(
                 f"{condition.get('reason', 'Unschedulable')}: {condition.get('message', '')}"
             )
+            unschedulable = condition.get("reason") != "SchedulingGated"
+        if condition.get("type") in DISRUPTION_CONDITIONS and condition.get("status") == "True":
+            disruption = f"{condition.get('reason') or condition['type']}: {condition.get('message', '')}"
     if state.get("waiting"):
         waiting = state["waiting"]
         waiting_parts.append(f"{waiting.get('reason', 'Waiting')}: {waiting.get('message', '')}".rstrip(": "))
@@ -114,7 +150,22 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
         reason=status.get("reason") or terminated.get("reason") or "",
         waiting="; ".join(part.strip() for part in waiting_parts),
         uid=meta.get("uid", ""),
+        disruption=disruption.strip().rstrip(":"),
+        unschedulable=unschedulable,
+        container_error=_container_error(status),
     )
+
+
+def _container_error(status: Mapping[str, Any]) -> tuple[str, str] | None:
+    """A container of the pod that waits for a reason that will not (or may not) heal by itself."""
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(key) or []:
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            reason = waiting.get("reason", "")
+            if reason in FATAL_WAITING_REASONS + LASTING_WAITING_REASONS:
+                text = f"container {container.get('name', '?')}: {reason}: {waiting.get('message', '')}"
+                return reason, text.strip().rstrip(":")
+    return None
 
 
 @dataclass(frozen=True)
@@ -186,9 +237,11 @@ def classify(pod: WorkerPod, *, missing: bool = False) -> Failure:
     """Exit 75 and >= 128 (signals), deleted and evicted pods are retryable; any other exit is permanent."""
     if missing:
         return Failure(pod, True, f"worker {pod.name} was deleted")
+    if pod.disruption:  # whatever it exited with: it was told to go
+        return Failure(pod, True, f"worker {pod.name} was disrupted ({pod.disruption})")
     if pod.deleting:
         return Failure(pod, True, f"worker {pod.name} is being deleted")
-    code = pod.exit_code
+    code = pod.trainer_exit
     if code is None:
         reason = pod.reason or "no exit code"
         return Failure(pod, True, f"worker {pod.name} failed ({reason})")
@@ -250,6 +303,10 @@ class _Builder:
         self.status: dict[str, Any] = {
             "phase": self.previous_phase or PENDING,
             "restarts": int(previous.get("restarts") or 0),
+            "disruptions": int(previous.get("disruptions") or 0),
+            "nextRestartTime": previous.get("nextRestartTime"),
+            "stalledSince": previous.get("stalledSince"),
+            "containerErrorSince": previous.get("containerErrorSince"),
             "startTime": previous.get("startTime"),
             "groupStartTime": previous.get("groupStartTime"),
             "completionTime": previous.get("completionTime"),
@@ -281,13 +338,19 @@ class _Builder:
 
 
 def _replica_statuses(pods: Sequence[WorkerPod]) -> dict[str, int]:
+    """By the trainer container: a worker whose trainer exited is done even while a sidecar keeps its pod."""
     live = [p for p in pods if not p.deleting]
     return {
-        "active": sum(p.active for p in live),
-        "ready": sum(p.phase == RUNNING and p.ready for p in live),
-        "succeeded": sum(p.phase == SUCCEEDED for p in live),
-        "failed": sum(p.phase == FAILED for p in live),
+        "active": sum(p.active and p.trainer_exit is None for p in live),
+        "ready": sum(p.phase == RUNNING and p.ready and p.trainer_exit is None for p in live),
+        "succeeded": sum(p.trainer_exit == 0 for p in live),
+        "failed": sum(p.failed for p in live),
     }
+
+
+def restart_backoff(counted: int) -> int:
+    """Seconds before the `counted`-th counted group restart (1-based): 10, 20, 40, … at most 300."""
+    return min(RESTART_BACKOFF_MAX_SECONDS, RESTART_BACKOFF_SECONDS * 2 ** max(0, counted - 1))
 
 
 def _cleanup(spec: TrainJobSpec | None, pods: Sequence[WorkerPod], *, remove_active: bool) -> tuple[str, ...]:
@@ -321,6 +384,11 @@ class _Facts:
         return int(self.b.status["restarts"])
 
     @property
+    def counted_restarts(self) -> int:
+        """Restarts that spend backoffLimit: all but those caused by disruptions."""
+        return self.restarts - int(self.b.status["disruptions"])
+
+    @property
     def parsed(self) -> TrainJobSpec | None:
         return self.spec if isinstance(self.spec, TrainJobSpec) else None
 
@@ -339,6 +407,7 @@ class _Facts:
     def terminal(self, phase: str, reason: str, message: str, *, remove_active: bool = False) -> Decision:
         self.b.phase(phase, reason, message)
         self.b.status["completionTime"] = self.b.status["completionTime"] or format_time(self.now)
+        self.b.status.update(nextRestartTime=None, stalledSince=None, containerErrorSince=None)
         names = _cleanup(self.parsed, self.pods, remove_active=remove_active)
         if names:
             self.b.actions.append(DeletePods(names))
@@ -381,7 +450,9 @@ def _rule_suspended(f: _Facts) -> Decision | None:
     names = tuple(p.name for p in f.pods if not p.deleting)
     if names:
         f.b.actions.append(DeletePods(names))
-    f.b.status.update(startTime=None, groupStartTime=None)
+    f.b.status.update(
+        startTime=None, groupStartTime=None, nextRestartTime=None, stalledSince=None, containerErrorSince=None
+    )
     f.b.phase(SUSPENDED, "Suspended", "spec.runPolicy.suspend is true: worker pods deleted")
     return f.finish()
 
@@ -414,9 +485,25 @@ def _rule_mark_template(f: _Facts) -> Decision | None:
     return None
 
 
+def _rule_stall_clocks(f: _Facts) -> Decision | None:
+    """Never decides: start or stop the clocks of the startup timeout and of container errors.
+
+    The startup timeout counts only while the group is partly stuck: some workers run and others cannot be
+    scheduled (they hold nodes while their peers wait). A group that is wholly pending (a queue, a scale-up,
+    image pulls) or gated costs nothing but time, so that is not counted."""
+    waiting = [p for p in f.current if not p.started and not p.deleting]
+    stalled = any(p.started for p in f.current) and any(p.unschedulable for p in waiting)
+    erring = any(p.container_error for p in waiting)
+    status, now = f.b.status, format_time(f.now)
+    status["stalledSince"] = (status["stalledSince"] or now) if stalled else None
+    status["containerErrorSince"] = (status["containerErrorSince"] or now) if erring else None
+    return None
+
+
 def _rule_chief_succeeded(f: _Facts) -> Decision | None:
+    """The chief's `trainer` container exited 0: the job is done, whatever its sidecars do."""
     chief = next((p for p in f.current if p.index == 0 and not p.deleting), None)
-    if chief is None or chief.phase != SUCCEEDED:
+    if chief is None or chief.trainer_exit != 0:
         return None
     f.b.status["mlflow"] = chief_mlflow(chief.message) or f.b.status["mlflow"]
     run = f.b.status["mlflow"]["runId"] if f.b.status["mlflow"] else "unknown (no termination message)"
@@ -460,7 +547,7 @@ def _rule_worker_failures(f: _Facts) -> Decision | None:
     """A pod of this group failed, or was deleted or lost while the group ran: MWMS cannot continue, so the
     job fails (permanent exit, backoff spent) or the whole group restarts."""
     assert f.parsed is not None
-    failures = [classify(p) for p in f.current if p.phase == FAILED and not p.deleting]
+    failures = [classify(p) for p in f.current if p.failed and not p.deleting]
     if f.expecting_pods:
         failures += [classify(p) for p in f.current if p.deleting]
         if f.b.previous_phase == RUNNING:
@@ -476,28 +563,41 @@ def _rule_worker_failures(f: _Facts) -> Decision | None:
     if permanent:
         first = min(permanent, key=lambda x: x.pod.index)
         return f.terminal(FAILED, "WorkerFailed", first.description)
-    first = min(failures, key=lambda x: x.pod.index)
-    restarts, limit = f.restarts, f.parsed.backoff_limit
-    if restarts >= limit:
+    # A disruption (eviction, preemption, drain) is not the job's fault, and the failures that follow it
+    # (peers losing the evicted worker) are its consequence: such a restart is free and immediate.
+    disrupted = [x for x in failures if x.pod.disruption]
+    first = min(disrupted or failures, key=lambda x: x.pod.index)
+    counted, limit = f.counted_restarts, f.parsed.backoff_limit
+    if not disrupted and counted >= limit:
         return f.terminal(
             FAILED,
             "BackoffLimitExceeded",
             _truncate(
-                f"the group was restarted {restarts} times "
+                f"the group was restarted {counted} times for failures "
                 f"(spec.runPolicy.backoffLimit={limit}); last failure: {first.description}"
             ),
         )
-    f.b.status.update(restarts=restarts + 1, groupStartTime=None)
+    f.b.status.update(
+        restarts=f.restarts + 1, groupStartTime=None, stalledSince=None, containerErrorSince=None
+    )
     names = tuple(p.name for p in f.pods if not p.deleting)
     if names:
         f.b.actions.append(DeletePods(names))
+    if disrupted:
+        f.b.status.update(disruptions=int(f.b.status["disruptions"]) + 1, nextRestartTime=None)
+        reason, plan = DISRUPTED, "now (a disruption: not counted against spec.runPolicy.backoffLimit)"
+    else:
+        delay = restart_backoff(counted + 1)
+        due = format_time(f.now + timedelta(seconds=delay))
+        f.b.status["nextRestartTime"] = due
+        reason, plan = (
+            "GroupRestarting",
+            f"at {due} after a {delay}s back-off (restart {counted + 1} of at most {limit})",
+        )
     f.b.phase(
         RESTARTING,
-        "GroupRestarting",
-        _truncate(
-            f"{first.description}; restarting all {f.parsed.replicas} workers "
-            f"(restart {restarts + 1} of at most {limit})"
-        ),
+        reason,
+        _truncate(f"{first.description}; restarting all {f.parsed.replicas} workers {plan}"),
     )
     return f.finish()
 
@@ -527,6 +627,19 @@ def _rule_template_invalid(f: _Facts) -> Decision | None:
     return f.terminal(
         FAILED, INVALID_SPEC, f"invalid TrainJob: {f.template_error}; no worker pods were created"
     )
+
+
+def _rule_restart_backoff(f: _Facts) -> Decision | None:
+    """A counted restart waits until status.nextRestartTime before it creates the new group."""
+    due = parse_time(f.b.status["nextRestartTime"])
+    if due is None:
+        return None
+    if f.current or f.now >= due:
+        f.b.status["nextRestartTime"] = None
+        return None
+    message = f"restarting the group at {format_time(due)} (exponential back-off after a failure)"
+    f.b.condition(RUNNING, False, RESTART_BACKOFF, message)
+    return f.finish()
 
 
 def _rule_create_missing(f: _Facts) -> Decision | None:
@@ -559,18 +672,33 @@ def _rule_all_running(f: _Facts) -> Decision | None:
     return f.finish()
 
 
+def _rule_container_error(f: _Facts) -> Decision | None:
+    """A container that cannot start by itself (a bad image name; a pull or a missing Secret that has been
+    failing for CONTAINER_ERROR_GRACE_SECONDS) fails the job at once, with the container's message."""
+    since = parse_time(f.b.status["containerErrorSince"])
+    lasting = since is not None and f.now >= since + timedelta(seconds=CONTAINER_ERROR_GRACE_SECONDS)
+    for pod in f.current:
+        if pod.container_error and not pod.started and not pod.deleting:
+            reason, text = pod.container_error
+            if reason in FATAL_WAITING_REASONS or lasting:
+                return f.terminal(
+                    FAILED, "ContainerError", _truncate(f"worker {pod.name} cannot start: {text}")
+                )
+    return None
+
+
 def _rule_startup_timeout(f: _Facts) -> Decision | None:
     assert f.parsed is not None
-    group_start = parse_time(f.b.status["groupStartTime"])
+    stalled = parse_time(f.b.status["stalledSince"])
     timeout = f.parsed.startup_timeout_seconds
-    if group_start is None or f.now < group_start + timedelta(seconds=timeout):
+    if stalled is None or f.now < stalled + timedelta(seconds=timeout):
         return None
     waiting = ", ".join(f"{p.name} ({p.waiting or p.phase})" for p in f.current if not p.started)
     return f.terminal(
         FAILED,
         "StartupTimeout",
         _truncate(
-            f"not all workers were running {timeout}s after the group started "
+            f"some workers ran while others could not be scheduled for {timeout}s "
             f"(spec.runPolicy.startupTimeoutSeconds); still pending: {waiting}"
         ),
     )
@@ -597,14 +725,17 @@ RULES: tuple[tuple[str, Callable[[_Facts], Decision | None]], ...] = (
     ("suspended", _rule_suspended),
     ("mark-created", _rule_mark_created),
     ("mark-template", _rule_mark_template),
+    ("stall-clocks", _rule_stall_clocks),
     ("chief-succeeded", _rule_chief_succeeded),
     ("deadline-exceeded", _rule_deadline_exceeded),
     ("creation-refused", _rule_creation_refused),
     ("worker-failures", _rule_worker_failures),
     ("old-pods-leaving", _rule_old_pods_leaving),
     ("template-invalid", _rule_template_invalid),
+    ("restart-backoff", _rule_restart_backoff),
     ("create-missing", _rule_create_missing),
     ("all-running", _rule_all_running),
+    ("container-error", _rule_container_error),
     ("startup-timeout", _rule_startup_timeout),
     ("workers-pending", _rule_workers_pending),
 )
@@ -641,8 +772,9 @@ def decide(
 
 
 def next_due(spec: TrainJobSpec | SpecError, status: Mapping[str, Any]) -> datetime | None:
-    """When a deadline of this status falls due (active deadline, startup timeout, TTL): the moment to look
-    again though nothing changed. None: only a change can move the job on."""
+    """When a deadline of this status falls due (active deadline, startup timeout, container-error grace,
+    restart back-off, TTL): the moment to look again though nothing changed. None: only a change can move
+    the job on."""
     if isinstance(spec, SpecError):
         return None
     candidates: list[datetime] = []
@@ -657,6 +789,7 @@ def next_due(spec: TrainJobSpec | SpecError, status: Mapping[str, Any]) -> datet
         after("completionTime", spec.ttl_seconds_after_finished)
     elif phase != SUSPENDED:
         after("startTime", spec.active_deadline_seconds)
-        if phase != RUNNING:
-            after("groupStartTime", spec.startup_timeout_seconds)
+        after("stalledSince", spec.startup_timeout_seconds)
+        after("containerErrorSince", CONTAINER_ERROR_GRACE_SECONDS)
+        after("nextRestartTime", 0)
     return min(candidates, default=None)

@@ -11,6 +11,7 @@ Behaviour for tests, from the environment (set through spec.template):
   STANDIN_SLEEP_SECONDS    keep running this long after the peer check (long jobs: deadline, suspend...)
   STANDIN_LINGER_SECONDS   workers other than the chief keep running this much longer (a slow worker, a
                            sidecar): the chief succeeds first and cleanPodPolicy deletes them while they run
+  STANDIN_SLEEP_IN_RESTART sleep only in this (re)start of the group (MWMS_RESTART_COUNT), e.g. "0"
   STANDIN_PEER_TIMEOUT     seconds to reach every peer (default 180: a loaded CI box starts pods slowly)
   STANDIN_MLFLOW           "1": the chief writes a real MLflow run via the REST API at MLFLOW_TRACKING_URI
                            (tagged with the job's uid, a loss metric per epoch of MWMS_TRAINER_CONFIG.epochs)
@@ -199,7 +200,9 @@ def main() -> None:
                     marker.write("failed once\n")
             finish(int(os.environ.get("STANDIN_EXIT_CODE", "1")), f"standin worker {index} told to fail")
     reach_peers(hosts, index, float(os.environ.get("STANDIN_PEER_TIMEOUT", "180")))
-    time.sleep(float(os.environ.get("STANDIN_SLEEP_SECONDS", "0")))
+    sleep_in = os.environ.get("STANDIN_SLEEP_IN_RESTART")
+    if sleep_in is None or sleep_in == os.environ["MWMS_RESTART_COUNT"]:
+        time.sleep(float(os.environ.get("STANDIN_SLEEP_SECONDS", "0")))
     if index != 0:
         time.sleep(float(os.environ.get("STANDIN_LINGER_SECONDS", "0")))
     if index == 0:

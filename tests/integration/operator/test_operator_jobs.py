@@ -229,22 +229,6 @@ def test_ttl_deletes_the_finished_job(operator, make_standin, kubectl, namespace
     )
 
 
-def test_startup_timeout_names_the_pending_worker_and_the_schedulers_reason(
-    operator, make_standin, kubectl, namespace
-):
-    job = make_standin(
-        "greedy",
-        2,
-        runPolicy={"startupTimeoutSeconds": 5},
-        template={"container": {"resources": {"requests": {"cpu": "64"}}}},
-    )
-    kubectl.apply(job, "-n", namespace)
-    done = wait_condition(kubectl, namespace, "greedy", "Failed")
-    failed = condition(done, "Failed")
-    assert failed["reason"] == "StartupTimeout"
-    assert "greedy-worker-0 (Unschedulable" in failed["message"] and "Insufficient cpu" in failed["message"]
-
-
 def test_a_template_of_the_wrong_shape_is_refused_with_a_status_message_and_a_warning(
     operator, make_standin, kubectl, namespace
 ):

@@ -11,6 +11,7 @@ from mwms_dev.nodeagent_spec import (
     container_mounts,
     expand,
     image_repository,
+    invalid_image_name,
     projected_items,
     run_as,
     termination_message_path,
@@ -237,3 +238,16 @@ def test_run_as_container_overrides_pod():
 def test_termination_message_path_default_and_custom():
     assert termination_message_path({}, "c") == "/dev/termination-log"
     assert termination_message_path({"terminationMessagePath": "/tmp/msg"}, "c") == "/tmp/msg"
+
+
+@pytest.mark.parametrize(
+    "image",
+    ["busybox", "ghcr.io/mwms-dev/mwms-trainer:0.1.0", "localhost:5000/a/b:v1", "x/y@sha256:" + "a" * 64],
+)
+def test_image_references_the_kubelet_parses(image):
+    assert invalid_image_name(image) is None
+
+
+@pytest.mark.parametrize("image", ["ghcr.io/MWMS/Trainer:1", "a b", "name:", "-lead"])
+def test_image_references_the_kubelet_calls_invalid(image):
+    assert "invalid reference format" in invalid_image_name(image)

@@ -7,6 +7,7 @@ import pytest
 from mwms_operator.config import OperatorConfig
 from mwms_operator.spec import SpecError, parse_trainjob
 from mwms_operator.status import (
+    CONTAINER_ERROR_GRACE_SECONDS,
     RULES,
     CreatePods,
     CreateService,
@@ -168,12 +169,17 @@ def test_a_restart_waits_for_the_old_group_then_recreates_it_with_the_next_count
     running_condition = next(c for c in waiting.status["conditions"] if c["type"] == "Running")
     assert running_condition["reason"] == "WaitingForOldPods"
     assert all(f"mnist-worker-{i}" in running_condition["message"] for i in range(3))
-    recreate = step(waiting.status, [], at=62)
+    # A counted restart backs off 10 s (from the failure at 60 s) before the new group is created.
+    assert restarting["nextRestartTime"] == format_time(T0 + timedelta(seconds=70))
+    backing_off = step(waiting.status, [], at=62)
+    assert backing_off.actions == () and conditions(backing_off)["Running"] == ("False", "RestartBackoff")
+    recreate = step(backing_off.status, [], at=70)
     assert recreate.actions == (CreatePods((0, 1, 2), 1),)
-    assert recreate.status["groupStartTime"] == format_time(T0 + timedelta(seconds=62))
-    pending = step(recreate.status, group(phase="Pending", restart=1), at=63)
+    assert recreate.status["groupStartTime"] == format_time(T0 + timedelta(seconds=70))
+    assert recreate.status["nextRestartTime"] is None
+    pending = step(recreate.status, group(phase="Pending", restart=1), at=71)
     assert pending.status["phase"] == "Restarting" and pending.actions == ()
-    running = step(pending.status, group(restart=1), at=64)
+    running = step(pending.status, group(restart=1), at=72)
     assert running.status["phase"] == "Running" and running.status["restarts"] == 1
     assert conditions(running)["Restarting"][0] == "False"
     assert conditions(running)["Running"][0] == "True"
@@ -255,21 +261,87 @@ def test_deadline_fails_and_removes_pods_whatever_the_clean_policy():
     assert d.actions == (DeletePods(("mnist-worker-0", "mnist-worker-1", "mnist-worker-2")),)
 
 
-def test_startup_timeout_names_pending_workers_and_the_schedulers_reason():
+UNSCHEDULABLE = "Unschedulable: 0/1 nodes are available: 1 Insufficient cpu."
+
+
+def test_startup_timeout_counts_while_some_workers_run_and_others_cannot_be_scheduled():
     job = spec(runPolicy={"startupTimeoutSeconds": 30})
     first = step(None, [], job=job, service=False)
-    waiting = "Unschedulable: 0/1 nodes are available: 1 Insufficient cpu."
-    pods = [pod(0), pod(1), pod(2, "Pending", waiting=waiting)]
-    waiting_status = step(first.status, pods, at=29, job=job)
-    assert waiting_status.status["phase"] == "Pending"
+    pods = [pod(0), pod(1), pod(2, "Pending", waiting=UNSCHEDULABLE, unschedulable=True)]
+    stuck = step(first.status, pods, at=100, job=job)
+    assert stuck.status["phase"] == "Pending" and stuck.status["stalledSince"] == format_time(
+        T0 + timedelta(seconds=100)
+    )
     # Already while waiting, the condition names the worker and the scheduler's reason.
-    assert conditions(waiting_status)["Running"] == ("False", "WorkersPending")
-    running = next(c for c in waiting_status.status["conditions"] if c["type"] == "Running")
-    assert running["message"] == f"waiting for 1 of 3 workers to run (mnist-worker-2: {waiting})"
-    d = step(first.status, pods, at=30, job=job)
+    assert conditions(stuck)["Running"] == ("False", "WorkersPending")
+    running = next(c for c in stuck.status["conditions"] if c["type"] == "Running")
+    assert running["message"] == f"waiting for 1 of 3 workers to run (mnist-worker-2: {UNSCHEDULABLE})"
+    assert step(stuck.status, pods, at=129, job=job).status["phase"] == "Pending"
+    assert next_due(job, stuck.status) == T0 + timedelta(seconds=130)
+    d = step(stuck.status, pods, at=130, job=job)
     assert conditions(d)["Failed"] == ("True", "StartupTimeout")
-    assert f"mnist-worker-2 ({waiting})" in d.events[-1].message
+    assert f"mnist-worker-2 ({UNSCHEDULABLE})" in d.events[-1].message
     assert d.actions == (DeletePods(("mnist-worker-0", "mnist-worker-1", "mnist-worker-2")),)
+    assert d.status["stalledSince"] is None
+
+
+@pytest.mark.parametrize(
+    "pods",
+    [
+        # The whole group waits for the scheduler (a scale-up): nobody holds a node yet.
+        [pod(i, "Pending", waiting=UNSCHEDULABLE, unschedulable=True) for i in range(3)],
+        # Kueue (or any scheduling gate) holds the group.
+        [pod(i, "Pending", waiting="SchedulingGated: gated") for i in range(3)],
+        # Scheduled, pulling a large image.
+        [pod(0), pod(1), pod(2, "Pending", waiting="ContainerCreating")],
+    ],
+    ids=["all-unschedulable", "gated", "pulling"],
+)
+def test_waiting_that_is_not_a_stuck_partial_group_never_times_out(pods):
+    job = spec(runPolicy={"startupTimeoutSeconds": 30})
+    first = step(None, [], job=job, service=False)
+    d = step(first.status, pods, at=10_000, job=job)
+    assert d.status["phase"] == "Pending" and d.status["stalledSince"] is None
+    assert conditions(d)["Running"] == ("False", "WorkersPending")
+    assert next_due(job, d.status) is None
+
+
+def test_the_startup_clock_stops_when_the_group_is_no_longer_partly_stuck():
+    job = spec(runPolicy={"startupTimeoutSeconds": 30})
+    first = step(None, [], job=job, service=False)
+    stuck = [pod(0), pod(1, "Pending", waiting=UNSCHEDULABLE, unschedulable=True)]
+    d = step(first.status, stuck, at=10, job=job)
+    assert d.status["stalledSince"] == format_time(T0 + timedelta(seconds=10))
+    d = step(d.status, [pod(0), pod(1, "Pending", waiting="ContainerCreating")], at=20, job=job)
+    assert d.status["stalledSince"] is None
+    d = step(d.status, stuck, at=35, job=job)
+    assert d.status["phase"] == "Pending", "the clock starts again, it does not add up earlier stalls"
+    assert d.status["stalledSince"] == format_time(T0 + timedelta(seconds=35))
+
+
+def test_an_invalid_image_name_fails_at_once_with_the_containers_message():
+    first = step(None, [], service=False)
+    bad = ("InvalidImageName", 'container trainer: InvalidImageName: Failed to apply default image tag "Bad"')
+    d = step(first.status, [pod(0, "Pending", container_error=bad), pod(1, "Pending"), pod(2)], at=3)
+    assert conditions(d)["Failed"] == ("True", "ContainerError")
+    assert d.events[0].message == f"worker mnist-worker-0 cannot start: {bad[1]}"
+
+
+@pytest.mark.parametrize("reason", ["ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError"])
+def test_errors_that_may_heal_fail_only_once_they_last(reason):
+    first = step(None, [], service=False)
+    error = (reason, f"container trainer: {reason}: it failed")
+    pods = [pod(0, "Pending", container_error=error), pod(1, "Pending"), pod(2, "Pending")]
+    d = step(first.status, pods, at=5)
+    assert d.status["phase"] == "Pending" and d.status["containerErrorSince"] == format_time(
+        T0 + timedelta(seconds=5)
+    )
+    assert next_due(spec(), d.status) == T0 + timedelta(seconds=5 + CONTAINER_ERROR_GRACE_SECONDS)
+    healed = step(d.status, group(), at=6)
+    assert healed.status["phase"] == "Running" and healed.status["containerErrorSince"] is None
+    late = step(d.status, pods, at=5 + CONTAINER_ERROR_GRACE_SECONDS)
+    assert conditions(late)["Failed"] == ("True", "ContainerError")
+    assert "worker mnist-worker-0 cannot start: container trainer: " + reason in late.events[0].message
 
 
 def test_an_invalid_spec_fails_with_a_warning_and_creates_nothing():
@@ -414,9 +486,11 @@ def test_next_due_is_the_earliest_deadline_of_the_status():
     job = spec(
         runPolicy={"activeDeadlineSeconds": 100, "startupTimeoutSeconds": 30, "ttlSecondsAfterFinished": 5}
     )
-    started = {"phase": "Pending", "startTime": format_time(T0), "groupStartTime": format_time(T0)}
+    started = {"phase": "Pending", "startTime": format_time(T0), "stalledSince": format_time(T0)}
     assert next_due(job, started) == T0 + timedelta(seconds=30)
-    assert next_due(job, dict(started, phase="Running")) == T0 + timedelta(seconds=100)
+    assert next_due(job, dict(started, stalledSince=None)) == T0 + timedelta(seconds=100)
+    backoff = dict(started, phase="Restarting", nextRestartTime=format_time(T0 + timedelta(seconds=20)))
+    assert next_due(job, backoff) == T0 + timedelta(seconds=20)
     done = {"phase": "Succeeded", "startTime": format_time(T0), "completionTime": format_time(T0)}
     assert next_due(job, done) == T0 + timedelta(seconds=5)
     assert next_due(spec(), done) is None, "a finished job without a TTL waits for nothing"
@@ -444,12 +518,28 @@ def _rule_cases():
         "template-invalid": (pending, [], {"template_error": TEMPLATE_ERROR}),
         "create-missing": (None, [], {}),
         "all-running": (pending, group(), {}),
-        "startup-timeout": (pending, group(phase="Pending"), {"at": 10_000}),
+        "restart-backoff": (
+            dict(
+                running,
+                restarts=1,
+                phase="Restarting",
+                nextRestartTime=format_time(T0 + timedelta(seconds=60)),
+            ),
+            [],
+            {},
+        ),
+        "container-error": (pending, [pod(0), pod(1), pod(2, "Pending", container_error=BAD_IMAGE)], {}),
+        "startup-timeout": (
+            dict(pending, stalledSince=format_time(T0)),
+            [pod(0), pod(1), pod(2, "Pending", unschedulable=True)],
+            {"at": 10_000},
+        ),
         "workers-pending": (pending, group(phase="Pending"), {}),
     }
 
 
-NEVER_DECIDE = {"mark-created", "mark-template"}
+NEVER_DECIDE = {"mark-created", "mark-template", "stall-clocks"}
+BAD_IMAGE = ("InvalidImageName", "container trainer: InvalidImageName: bad")
 
 
 @pytest.mark.parametrize("name", [name for name, _ in RULES if name not in NEVER_DECIDE])
@@ -464,3 +554,136 @@ def test_each_rule_decides_its_case(name):
 
 def test_every_rule_has_a_case():
     assert {name for name, _ in RULES} - NEVER_DECIDE == set(_rule_cases())
+
+
+EVICTED = "EvictionByEvictionAPI: Eviction API: evicting"
+
+
+def test_a_disruption_restarts_the_group_at_once_without_spending_the_backoff_limit():
+    job = spec(runPolicy={"backoffLimit": 0})
+    status = running_status()
+    for n in range(1, 4):  # evicted again and again: never fails the job
+        pods = [pod(i, restart=n - 1) for i in range(3)]
+        pods[1] = pod(1, restart=n - 1, deleting=True, disruption=EVICTED)
+        d = step(status, pods, at=60 * n, job=job)
+        assert d.status["phase"] == "Restarting"
+        assert d.status["restarts"] == d.status["disruptions"] == n
+        assert d.status["nextRestartTime"] is None, "a disruption restarts without back-off"
+        assert conditions(d)["Restarting"] == ("True", "Disrupted")
+        assert f"mnist-worker-1 was disrupted ({EVICTED})" in d.events[0].message
+        recreate = step(d.status, [], at=60 * n + 1, job=job)
+        assert recreate.actions == (CreatePods((0, 1, 2), n),)
+        status = step(recreate.status, [pod(i, restart=n) for i in range(3)], at=60 * n + 2, job=job).status
+    # A real failure still fails a job with backoffLimit 0.
+    failed = [pod(0, restart=3), pod(1, "Failed", restart=3, exit_code=75), pod(2, restart=3)]
+    d = step(status, failed, at=999, job=job)
+    assert conditions(d)["Failed"] == ("True", "BackoffLimitExceeded")
+    assert "restarted 0 times for failures" in d.events[0].message
+
+
+def test_peers_failing_after_a_disruption_do_not_make_it_a_counted_restart():
+    job = spec(runPolicy={"backoffLimit": 0})
+    pods = [
+        pod(0, "Failed", exit_code=75, message="peer lost"),
+        pod(1, "Failed", exit_code=143, disruption="PreemptionByScheduler: preempted"),
+        pod(2),
+    ]
+    d = step(running_status(), pods, at=60, job=job)
+    assert d.status["phase"] == "Restarting" and d.status["disruptions"] == 1
+    # Even a permanent-looking exit of the disrupted worker itself: it was told to go.
+    disrupted_with_exit_1 = [pod(0), pod(1, "Failed", exit_code=1, disruption=EVICTED), pod(2)]
+    assert step(running_status(), disrupted_with_exit_1, at=60, job=job).status["phase"] == "Restarting"
+
+
+@pytest.mark.parametrize(("counted", "seconds"), [(1, 10), (2, 20), (3, 40), (5, 160), (6, 300), (30, 300)])
+def test_counted_restarts_back_off_exponentially_up_to_5_minutes(counted, seconds):
+    job = spec(runPolicy={"backoffLimit": 100})
+    # Two earlier restarts were disruptions: they do not make the back-off longer.
+    status = dict(running_status(), restarts=counted - 1 + 2, disruptions=2)
+    r = counted + 1
+    d = step(
+        status,
+        [pod(0, restart=r), pod(1, "Failed", restart=r, exit_code=75), pod(2, restart=r)],
+        at=5,
+        job=job,
+    )
+    assert d.status["nextRestartTime"] == format_time(T0 + timedelta(seconds=5 + seconds))
+    assert f"after a {seconds}s back-off" in d.events[0].message
+
+
+def test_the_chiefs_trainer_exit_0_succeeds_while_a_sidecar_keeps_the_pod_running():
+    pods = [pod(0, "Running", exit_code=0, message=RUN), pod(1, "Running", exit_code=0), pod(2, "Running")]
+    d = step(running_status(), pods, at=60)
+    assert d.status["phase"] == "Succeeded" and d.status["mlflow"]["runId"] == "r123"
+    # cleanPodPolicy Running: every pod still running (the sidecars) is removed.
+    assert d.actions == (DeletePods(("mnist-worker-0", "mnist-worker-1", "mnist-worker-2")),)
+    assert d.status["replicaStatuses"] == {"active": 1, "ready": 0, "succeeded": 2, "failed": 0}
+
+
+def test_a_sidecar_failing_after_the_trainer_succeeded_does_not_fail_the_job():
+    # The pod is Failed (a sidecar exited 1 after the trainer exited 0): the trainer's exit decides.
+    chief = pod(0, "Failed", exit_code=0, message=RUN)
+    d = step(running_status(), [chief, pod(1, "Failed", exit_code=0), pod(2, "Succeeded")], at=60)
+    assert d.status["phase"] == "Succeeded"
+    # A worker whose sidecar failed after its trainer exited 0 is not a failed worker either.
+    d = step(running_status(), [pod(0), pod(1, "Failed", exit_code=0), pod(2)], at=60)
+    assert d.status["phase"] == "Running" and d.actions == ()
+
+
+def test_a_trainer_that_failed_while_a_sidecar_keeps_the_pod_running_is_a_failure():
+    d = step(running_status(), [pod(0), pod(1, "Running", exit_code=2, message="bad"), pod(2)], at=60)
+    assert conditions(d)["Failed"] == ("True", "WorkerFailed")
+
+
+def test_worker_pod_reads_disruptions_gates_container_errors_and_sidecars():
+    api_pod = {
+        "metadata": {"name": "mnist-worker-0", "labels": {"mwms.dev/replica-index": "0"}},
+        "status": {
+            "phase": "Running",
+            "conditions": [
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "EvictionByEvictionAPI",
+                    "message": "Eviction API: evicting",
+                },
+            ],  # fmt: skip
+            "initContainerStatuses": [
+                {"name": "proxy", "restartPolicy": "Always", "state": {"running": {}}},
+            ],
+            "containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": 0}}}],
+        },
+    }
+    parsed = worker_pod(api_pod)
+    assert parsed.disruption == EVICTED and parsed.trainer_exit == 0 and not parsed.failed
+    kueue = {
+        "metadata": {"name": "k", "labels": {"mwms.dev/replica-index": "1"}},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvicted",
+                            "message": "Preempted to accommodate a workload"}],
+        },
+    }  # fmt: skip
+    assert worker_pod(kueue).disruption == "WorkloadEvicted: Preempted to accommodate a workload"
+    gated = {
+        "metadata": {"name": "g", "labels": {"mwms.dev/replica-index": "1"}},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}],
+        },
+    }
+    assert not worker_pod(gated).unschedulable
+    pulling = {
+        "metadata": {"name": "p", "labels": {"mwms.dev/replica-index": "1"}},
+        "status": {
+            "phase": "Pending",
+            "initContainerStatuses": [
+                {"name": "proxy", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "no such"}}}
+            ],
+            "containerStatuses": [{"name": "trainer", "state": {"waiting": {"reason": "PodInitializing"}}}],
+        },
+    }
+    assert worker_pod(pulling).container_error == (
+        "ImagePullBackOff",
+        "container proxy: ImagePullBackOff: no such",
+    )
