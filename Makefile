@@ -43,16 +43,16 @@ node:
 demo: setup
 	$(VENV)/bin/mwms demo
 
-test: setup images
-	$(VENV)/bin/python -m pytest -m "not node and not kueue" tests
+test: setup images node
+	$(VENV)/bin/python -m pytest -m "not kueue" tests
 
 # The Kueue tier: real Kueue beside the local control plane (not yet reliable enough for `make test`).
 test-kueue: setup kueue
 	$(VENV)/bin/python -m pytest -m kueue tests
 
-# The real-node tier: a kubelet with containerd (Debian packages: containerd runc nftables buildah
-# busybox-static), the project's images from build/images/ when `make images` has run.
-test-node: setup node
+# The real-node tier alone (also part of `make test`): a kubelet with containerd (Debian packages: containerd
+# runc nftables buildah busybox-static gcc), the project's images from build/images/.
+test-node: setup images node
 	$(VENV)/bin/python -m pytest -m node tests
 
 test-unit: venv
