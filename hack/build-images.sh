@@ -9,7 +9,9 @@
 # the wheels of requirements/*.lock.txt are downloaded on the host (pip, PyPI) and mounted into the build, where
 # pip still checks every hash. Nothing else differs from a release build.
 # Cache (outside the repo), $MWMS_IMAGES_CACHE (default ~/.cache/mwms/images):
-#   storage/            buildah's images and layers (the base, and every Dockerfile step: a warm rerun is fast)
+#   storage/            buildah's images and layers: the base, each Dockerfile's dependency stage (tagged
+#                       localhost/mwms-<name>-deps, so it survives pruning) and the two images; everything else
+#                       is pruned after each build, so the cache stays at ~7 GB however often the code changes
 #   wheels/<lock>-<sha>/ the wheels of one lock file, keyed by its content
 # Needs root, buildah and mmdebstrap (Debian packages; .ci/run installs them).
 set -euo pipefail
@@ -30,6 +32,19 @@ mkdir -p "$CACHE" "$OUT"
 # One build at a time per cache (helpers and CI may share the machine).
 exec 9>"$CACHE/lock"
 flock 9
+# Working containers left by an interrupted build hold their layers mounted; under the lock none is ours.
+"${BUILDAH[@]}" rm --all >/dev/null
+# The trainer's dependency layer is ~2.8 GB, written twice (stage and image) plus its compressed archive; with
+# that stage cached, a rebuild writes our small layer and a new ~1 GB archive. Say so up front instead of
+# failing deep inside a commit with ENOSPC.
+need_gib=3
+"${BUILDAH[@]}" inspect --type image localhost/mwms-trainer-deps:latest >/dev/null 2>&1 || need_gib=10
+free_gib=$(( $(df --output=avail -k "$CACHE" | tail -1) / 1024 / 1024 ))
+if [ "$free_gib" -lt "$need_gib" ]; then
+  echo "make images needs ~${need_gib} GiB free under $CACHE (its filesystem has ${free_gib} GiB); free some," \
+    "or point MWMS_IMAGES_CACHE elsewhere" >&2
+  exit 1
+fi
 
 log() { echo "images: $*" >&2; }
 sha() { sha256sum | cut -c1-16; }
@@ -108,11 +123,15 @@ build_image() {
   # Our own wheel is built with setuptools from build.lock.txt.
   build_wheels=$(wheels_for requirements/build.lock.txt)
   log "building $image"
-  "${BUILDAH[@]}" build --quiet --layers --network none --pull=never --runtime runc \
-    --file "$dir/Dockerfile" --tag "$image" \
-    --build-arg "BASE_IMAGE=$BASE" --build-arg "VERSION=$VERSION" \
-    --build-arg "PIP_INSTALL_OPTIONS=--no-index --find-links=/wheels --find-links=/build-wheels" \
-    --volume "$wheels:/wheels:ro" --volume "$build_wheels:/build-wheels:ro" . >/dev/null
+  local build=("${BUILDAH[@]}" build --quiet --layers --network none --pull=never --runtime runc
+    --file "$dir/Dockerfile"
+    --build-arg "BASE_IMAGE=$BASE" --build-arg "VERSION=$VERSION"
+    --build-arg "PIP_INSTALL_OPTIONS=--no-index --find-links=/wheels --find-links=/build-wheels"
+    --volume "$wheels:/wheels:ro" --volume "$build_wheels:/build-wheels:ro")
+  # The dependency stage under a name of its own keeps it through the prune below (a cache hit when only
+  # our code changed); the second build reuses its layers.
+  "${build[@]}" --target deps --tag "localhost/$name-deps:latest" . >/dev/null
+  "${build[@]}" --tag "$image" . >/dev/null
   # Unchanged image (same ID, i.e. config digest, as the archive's): keep the archive, skip a slow recompress.
   if [ -f "$OUT/$name.oci.tar" ] && [ "$(archived_id "$OUT/$name.oci.tar")" = \
     "$("${BUILDAH[@]}" images --noheading --no-trunc --format '{{.ID}}' "$image")" ]; then
@@ -133,3 +152,7 @@ build_image() {
 build_base
 build_image operator
 build_image trainer
+# Drop what no named image needs: earlier builds' images and stages (each trainer code change used to leave
+# ~3 GB behind).
+"${BUILDAH[@]}" rmi --prune >/dev/null
+log "cache $CACHE: $(du -sh "$CACHE/storage" | cut -f1)"

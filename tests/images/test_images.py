@@ -149,6 +149,48 @@ def test_trainer_is_much_bigger_than_operator(images):
     assert size["mwms-operator"] * 5 < size["mwms-trainer"], size
 
 
+def top_layer(image: OciImage) -> tuple[int, list[str]]:
+    """The last layer's compressed size and the paths it holds."""
+    layer = image.manifest["layers"][-1]
+    algorithm, digest = layer["digest"].split(":")
+    with tarfile.open(image.archive) as tar:
+        blob = tar.extractfile(f"blobs/{algorithm}/{digest}")
+        with tarfile.open(fileobj=blob, mode="r|*") as layer_tar:
+            return layer["size"], [member.name for member in layer_tar]
+
+
+CODE_LAYER_LIMIT = 2 * 1024 * 1024
+SITE_PACKAGES = "opt/venv/lib/python3.11/site-packages/"
+OURS = re.compile(re.escape(SITE_PACKAGES) + r"mwms_[a-z_]+(-[^/]+\.dist-info)?(/|$)")
+
+
+def code_layer_problems(size: int, names: list[str]) -> list[str]:
+    """Our own package must be the top layer, small and alone, over the dependencies: a new version of our
+    code is then a download of kilobytes, not of TensorFlow again (and a rebuild stores only that layer)."""
+    problems = []
+    if not any(OURS.match(n) for n in names):
+        problems.append("our package is not in the top layer")
+    if size > CODE_LAYER_LIMIT:
+        problems.append(f"the top layer is {size} bytes, over {CODE_LAYER_LIMIT}")
+    strangers = [n for n in names if n.startswith(SITE_PACKAGES) and n != SITE_PACKAGES and not OURS.match(n)]
+    if strangers:
+        problems.append(f"the top layer also holds {strangers[:3]}")
+    return problems
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_our_code_is_a_small_layer_of_its_own(images, name):
+    assert code_layer_problems(*top_layer(images[name])) == []
+
+
+def test_code_layer_check_fails_on_one_venv_layer():
+    """The check can fail: the old layout, our package installed into the same layer as the dependencies."""
+    venv = [SITE_PACKAGES + "tensorflow/__init__.py", SITE_PACKAGES + "mwms_trainer/__init__.py"]
+    problems = code_layer_problems(900_000_000, venv)
+    assert any("over" in p for p in problems) and any("also holds" in p for p in problems), problems
+    assert code_layer_problems(12, ["etc/motd"]) == ["our package is not in the top layer"]
+
+
 # --- running the root filesystems ------------------------------------------------------------------
 
 
