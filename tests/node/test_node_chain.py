@@ -94,9 +94,11 @@ def test_seed_job_in_a_restricted_namespace_gives_one_run_and_one_model(
         result = check_mlflow(url, job)
         assert result["params"].get("replicas") == "4", result["params"]
         assert score_model(url, result["modelUri"], job["spec"].get("trainer", {})) >= 0.95
-        # Every worker ran as a container of our trainer image on the real node.
+        # The workers ran as containers of our trainer image on the real node. cleanPodPolicy Running (the
+        # default) deletes workers still finishing when the chief has succeeded, so the chief's pod is kept,
+        # the others only if they were done first.
         pods = job_pods(node_kubectl, node_namespace, name)
-        assert len(pods) == 4, "cleanPodPolicy Running (the default) keeps finished workers"
+        assert f"{name}-worker-0" in {pod["metadata"]["name"] for pod in pods}
         for pod in pods:
             (status,) = pod["status"]["containerStatuses"]
             assert status["containerID"].startswith("containerd://") and "/mwms-trainer:" in status["image"]
