@@ -122,8 +122,11 @@ def image_id(archive: Path) -> str:
 def bench_real_node(args: argparse.Namespace, bins: Path) -> dict:
     images = project_images()
     result: dict = {"images": [p.name for p in images]}
-    state = Path(tempfile.mkdtemp(prefix="mwms-node-bench-"))
-    with LocalCluster(name="bench-node", state_dir=state, subnet_index=args.subnet_index) as cluster:
+    # The state dir goes afterwards (the cluster stops first): a real node's dir holds its pods' files.
+    with (
+        tempfile.TemporaryDirectory(prefix="mwms-node-bench-") as state,
+        LocalCluster(name="bench-node", state_dir=state, subnet_index=args.subnet_index) as cluster,
+    ):
         started = time.monotonic()
         node = cluster.start_kubelet_node(images=images)
         result["control_plane_ready_seconds"] = round(cluster.timings["ready"], 2)
@@ -175,8 +178,10 @@ def bench_real_node(args: argparse.Namespace, bins: Path) -> dict:
 
 
 def bench_node_agent(args: argparse.Namespace, bins: Path) -> dict:
-    state = Path(tempfile.mkdtemp(prefix="mwms-agent-bench-"))
-    with LocalCluster(name="bench-agent", state_dir=state, subnet_index=args.subnet_index) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="mwms-agent-bench-") as state,
+        LocalCluster(name="bench-agent", state_dir=state, subnet_index=args.subnet_index) as cluster,
+    ):
         started = time.monotonic()
         cluster.start_node_agent()
         result: dict = {"node_ready_seconds": round(time.monotonic() - started, 2)}
