@@ -43,16 +43,16 @@ node:
 demo: setup
 	$(VENV)/bin/mwms demo
 
-test: setup images kueue
-	$(VENV)/bin/python -m pytest -m "not node" tests
+test: setup images node kueue
+	$(VENV)/bin/python -m pytest tests
 
 # The Kueue test alone: real Kueue beside the local control plane (`make test` runs it too).
 test-kueue: setup kueue
 	$(VENV)/bin/python -m pytest -m kueue tests
 
-# The real-node tier: a kubelet with containerd (Debian packages: containerd runc nftables buildah
-# busybox-static), the project's images from build/images/ when `make images` has run.
-test-node: setup node
+# The real-node tier alone (also part of `make test`): a kubelet with containerd (Debian packages: containerd
+# runc nftables buildah busybox-static gcc), the project's images from build/images/.
+test-node: setup images node
 	$(VENV)/bin/python -m pytest -m node tests
 
 test-unit: venv

@@ -1,6 +1,7 @@
 """The real kubelet node against the node agent: start, pod start, pod delete, the seed TrainJob.
 
     .venv/bin/python bench/node_bench.py [--subnet-index 30] [--pods 5] [--no-chain] [--no-nodeagent]
+    .venv/bin/python bench/node_bench.py --only-delete  # node start, worker delete: into the results
 
 Starts its own clusters (needs root, hack/build-node.sh's parts, `make images` for the chain parts) and stops
 them afterwards. Measured on the real node: control plane + node start to Node Ready and to CoreDNS ready
@@ -121,8 +122,11 @@ def image_id(archive: Path) -> str:
 def bench_real_node(args: argparse.Namespace, bins: Path) -> dict:
     images = project_images()
     result: dict = {"images": [p.name for p in images]}
-    state = Path(tempfile.mkdtemp(prefix="mwms-node-bench-"))
-    with LocalCluster(name="bench-node", state_dir=state, subnet_index=args.subnet_index) as cluster:
+    # The state dir goes afterwards (the cluster stops first): a real node's dir holds its pods' files.
+    with (
+        tempfile.TemporaryDirectory(prefix="mwms-node-bench-") as state,
+        LocalCluster(name="bench-node", state_dir=state, subnet_index=args.subnet_index) as cluster,
+    ):
         started = time.monotonic()
         node = cluster.start_kubelet_node(images=images)
         result["control_plane_ready_seconds"] = round(cluster.timings["ready"], 2)
@@ -132,13 +136,15 @@ def bench_real_node(args: argparse.Namespace, bins: Path) -> dict:
         kubectl("create", "namespace", "bench")
         time.sleep(2)  # the ServiceAccount controller makes `default`
         busybox = node.parts.image_names["busybox"]
-        runs = [
-            timed_pod_start(kubectl, "bench", f"bb-{i}", busybox, ["sleep", "3600"]) for i in range(args.pods)
-        ]
-        result["pod_start_busybox_seconds"] = {"median": statistics.median(runs), "runs": runs}
+        if not args.only_delete:
+            runs = [
+                timed_pod_start(kubectl, "bench", f"bb-{i}", busybox, ["sleep", "3600"])
+                for i in range(args.pods)
+            ]
+            result["pod_start_busybox_seconds"] = {"median": statistics.median(runs), "runs": runs}
         loaded = node.images()
         trainer = next((n for n in loaded if "/mwms-trainer:" in n), None)
-        if trainer:
+        if trainer and not args.only_delete:
             runs = [
                 timed_pod_start(
                     kubectl, "bench", f"tr-{i}", trainer, ["python", "-c", "import time; time.sleep(3600)"]
@@ -162,13 +168,20 @@ def bench_real_node(args: argparse.Namespace, bins: Path) -> dict:
             result["delete_running_worker"] = running_worker_delete_seconds(
                 chain, kubectl, settle=args.settle
             )
-            result["seed_apply_to_succeeded_seconds"] = seed_job_seconds(chain)
+            if trainer:
+                result["delete_running_worker"]["trainer_manifest"] = image_id(
+                    REPO / "build/images/mwms-trainer.oci.tar"
+                )
+            if not args.only_delete:
+                result["seed_apply_to_succeeded_seconds"] = seed_job_seconds(chain)
     return result
 
 
 def bench_node_agent(args: argparse.Namespace, bins: Path) -> dict:
-    state = Path(tempfile.mkdtemp(prefix="mwms-agent-bench-"))
-    with LocalCluster(name="bench-agent", state_dir=state, subnet_index=args.subnet_index) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="mwms-agent-bench-") as state,
+        LocalCluster(name="bench-agent", state_dir=state, subnet_index=args.subnet_index) as cluster,
+    ):
         started = time.monotonic()
         cluster.start_node_agent()
         result: dict = {"node_ready_seconds": round(time.monotonic() - started, 2)}
@@ -193,6 +206,11 @@ def main() -> int:
     parser.add_argument(
         "--only-nodeagent", action="store_true", help="the node agent alone, into the existing results"
     )
+    parser.add_argument(
+        "--only-delete",
+        action="store_true",
+        help="real node start and the worker delete alone, into the existing results",
+    )
     args = parser.parse_args()
     bins = tools_bin()
     results: dict = {
@@ -204,6 +222,18 @@ def main() -> int:
         load_before = list(os.getloadavg())
         results = json.loads(RESULTS.read_text())
         results["node_agent"] = {"load_average_before": load_before, **bench_node_agent(args, bins)}
+    elif args.only_delete:
+        load_before = list(os.getloadavg())
+        partial = bench_real_node(args, bins)
+        now = results["date"]
+        results = json.loads(RESULTS.read_text())
+        results["real_node"].update(
+            {
+                "delete_running_worker": {"date": now, **partial["delete_running_worker"]},
+                "node_image_store_kept": {"date": now, **partial["node"]},
+            }
+        )
+        results["real_node"]["delete_running_worker"]["load_average_before"] = load_before
     else:
         results["real_node"] = bench_real_node(args, bins)
         if args.chain and args.nodeagent:

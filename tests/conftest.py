@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,34 @@ class Kubectl:
             manifest = {"apiVersion": "v1", "kind": "List", "items": manifest}
         return self("apply", "-f", "-", *extra, input=json.dumps(manifest), check=check)
 
+    @contextmanager
+    def fresh_namespace(self, prefix: str = "t") -> Iterator[str]:
+        """A new namespace, ready for pods; deleted (without waiting) afterwards."""
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        self("create", "namespace", name)
+        # Pods are refused until the service-account controller has made the namespace's `default` account.
+        wait_for(
+            lambda: self("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
+            timeout=30,
+            interval=0.2,
+            what=f"serviceaccount default in {name}",
+        )
+        try:
+            yield name
+        finally:
+            self("delete", "namespace", name, "--wait=false", check=False)
+
+    def restrict(self, namespace: str) -> None:
+        """Make the namespace enforce Pod Security `restricted`, as a hardened cluster does."""
+        self(
+            "label",
+            "namespace",
+            namespace,
+            "--overwrite",
+            "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/enforce-version=latest",
+        )
+
 
 def wait_for(predicate: Callable[[], object], timeout: float = 60, interval: float = 0.5, what: str = ""):
     """Poll until `predicate()` returns something truthy and return it; fail with `what` after `timeout`."""
@@ -119,12 +148,18 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 @pytest.fixture(scope="session")
-def cluster(cluster_platform: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+def teardown_on_sigterm() -> None:
+    """A CI timeout sends SIGTERM: end the session as Ctrl-C would, so cluster teardowns still run."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+@pytest.fixture(scope="session")
+def cluster(
+    cluster_platform: None, teardown_on_sigterm: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator:
     from mwms_dev.cluster import LocalCluster
 
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        # A CI timeout sends SIGTERM: end the session as Ctrl-C would, so the teardown below still runs.
-        signal.signal(signal.SIGTERM, _interrupt)
     state_dir = os.environ.get("MWMS_TEST_STATE_DIR") or tmp_path_factory.mktemp("cluster")
     local = LocalCluster(name="test", state_dir=state_dir, subnet_index=cluster_subnet_index())
     local.start()
@@ -148,14 +183,5 @@ def make_kubectl() -> type[Kubectl]:
 
 @pytest.fixture
 def namespace(kubectl: Kubectl) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    kubectl("create", "namespace", name)
-    # Pods are refused until the service-account controller has made the namespace's `default` account.
-    wait_for(
-        lambda: kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
-        timeout=30,
-        interval=0.2,
-        what=f"serviceaccount default in {name}",
-    )
-    yield name
-    kubectl("delete", "namespace", name, "--wait=false", check=False)
+    with kubectl.fresh_namespace("t") as name:
+        yield name

@@ -4,13 +4,16 @@ kube-proxy (nftables) and CoreDNS, all built by hack/build-node.sh (containerd a
     cluster = LocalCluster(...).start()
     node = cluster.start_kubelet_node(images=[Path("build/images/mwms-trainer.oci.tar")])
 
-Everything lives under `<state_dir>/nodes/<name>/` (containerd's root, state, socket and the pods' network
-namespaces, kubelet's root dir, CNI config and IP reservations), so nothing clashes with a system
-containerd or kubelet. Pods join the cluster's bridge `mwbr<N>` (CNI bridge + host-local in the upper half
-of its /16; the node agent's pods use the lower half) and their cgroups live under one cgroup root of
-their own. Pods resolve names only through the CoreDNS add-on, which serves cluster.local and forwards
-nothing, and an nftables table of ours drops anything a pod sends off the bridge: no pod packet leaves
-the machine.
+Everything lives under `<state_dir>/nodes/<name>/` (containerd's state, socket and the pods' network
+namespaces, kubelet's root dir, CNI config and IP reservations), so nothing clashes with a system containerd
+or kubelet; containerd's root (its image store: content and unpacked snapshots) is kept between runs beside
+the node's parts (`image_store`): unpacking the ~1 GB trainer image takes minutes, and an image loaded before,
+or one that shares its layers, is not unpacked again. One real node runs per machine (kube-proxy's lock), so
+one store serves them in turn; its containers are removed at stop. Pods join the cluster's bridge `mwbr<N>`
+(CNI bridge + host-local in the upper half of its /16; the node agent's pods use the lower half) and their
+cgroups live under one cgroup root of their own. Pods resolve names only through the CoreDNS add-on, which
+serves cluster.local and forwards nothing, and an nftables table of ours drops anything a pod sends off the
+bridge: no pod packet leaves the machine.
 
 Two limits of this machine, handled here: root lacks CAP_SYS_RESOURCE, so runc cannot set the negative
 `oom_score_adj` the kubelet asks for (containerd's CRI `restrict_oom_score_adj`); cgroups are v1, which
@@ -26,6 +29,7 @@ import json
 import os
 import signal
 import subprocess
+import tarfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -50,6 +54,7 @@ KUBE_PROXY_TABLES = (("ip", "kube-proxy"), ("ip6", "kube-proxy"))
 # containerd 1.6 puts its shims' sockets here whatever its config says; a SIGKILLed shim leaves its file.
 SHIM_SOCKET_DIR = Path("/run/containerd/s")
 NODE_READY_TIMEOUT = 120.0
+IMAGE_STORE_LAYOUT = 1  # bump when the store's configuration changes, so an old store is not reused
 PODS_CPU_SHARES = 16384  # as much CPU weight as 16 busy host processes (see make_cgroup_root)
 # The kubelet sets these once at start (it has no "leave them" mode, only "set" or "refuse to start"): we put
 # the host's values back as soon as the node is Ready, and again at cleanup, so the machine keeps its own.
@@ -95,6 +100,11 @@ class NodeParts:
     @property
     def image_names(self) -> dict[str, str]:
         return json.loads((self.root / "images" / "names.json").read_text())
+
+    @property
+    def image_store(self) -> Path:
+        """containerd's root, kept across runs and nodes (one node at a time: kube-proxy's lock)."""
+        return self.root.parent / f"containerd-root-r{IMAGE_STORE_LAYOUT}"
 
 
 def find_node_parts() -> NodeParts:
@@ -171,11 +181,12 @@ def cni_config(net: network.PodNetwork, ipam_dir: Path) -> dict[str, Any]:
     }
 
 
-def containerd_config(node_dir: Path, cni_bin_dir: Path, pause_image: str) -> str:
-    """containerd 1.6 config (version 2): every path under node_dir, the CRI plugin set for this machine."""
+def containerd_config(node_dir: Path, image_store: Path, cni_bin_dir: Path, pause_image: str) -> str:
+    """containerd 1.6 config (version 2): its root (images) in image_store, every other path under node_dir,
+    the CRI plugin set for this machine."""
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
-root = "{node_dir / "containerd/root"}"
+root = "{image_store}"
 state = "{node_dir / "containerd/state"}"
 # Plugins that only look for hardware or filesystems this node does not use.
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
@@ -455,6 +466,18 @@ def real_node_chart_values(loaded_images: Iterable[str]) -> list[str]:
     ]
 
 
+def archive_images(archive: Path) -> dict[str, str]:
+    """{image name: manifest digest} an OCI archive holds (the names `ctr images import` gives them)."""
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("index.json")
+        index = json.load(member) if member else {}
+    return {
+        (m.get("annotations") or {}).get("io.containerd.image.name", ""): m["digest"]
+        for m in index.get("manifests", [])
+        if (m.get("annotations") or {}).get("io.containerd.image.name")
+    }
+
+
 def own_cgroup_parent() -> str:
     """The memory cgroup this process is in: pods go below it, so the machine's accounting still sees them."""
     for line in Path("/proc/self/cgroup").read_text().splitlines():
@@ -727,6 +750,9 @@ class KubeletNode:
         supervisor.stop(self._key("kubelet"))
         kill_cgroup_tree(self.cgroup_root)
         supervisor.stop(self._key("kube-proxy"))
+        containerd = supervisor.processes.get(self._key("containerd"))
+        if containerd is not None and containerd.poll() is None:
+            self.remove_containers()
         supervisor.stop(self._key("containerd"))
         self._clean()
         self._release_kube_proxy_lock()
@@ -747,23 +773,48 @@ class KubeletNode:
             self._kube_proxy_lock = None
 
     # --- images ------------------------------------------------------------------------------------
+    def _ctr_argv(self) -> list[str]:
+        return ["ctr", "--address", str(self.containerd_socket), "--namespace", "k8s.io"]
+
     def ctr(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        argv = ["ctr", "--address", str(self.containerd_socket), "--namespace", "k8s.io", *args]
+        argv = [*self._ctr_argv(), *args]
         result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         if result.returncode != 0:
             raise NodeError(f"`{' '.join(argv)}` failed: {result.stderr.strip() or result.stdout.strip()}")
         return result
 
     def load_images(self, archives: Iterable[Path]) -> list[str]:
-        """Import OCI archives into containerd's k8s.io namespace, as `kind load image-archive` does."""
+        """Import OCI archives into containerd's k8s.io namespace, as `kind load image-archive` does; an
+        archive whose image the store already holds (same name, same manifest) is skipped."""
         names = []
+        held = self.image_digests()
         for archive in archives:
             if not Path(archive).is_file():
                 raise NodeError(f"image archive {archive} not found")
+            wanted = archive_images(Path(archive))
+            if wanted and all(held.get(name) == digest for name, digest in wanted.items()):
+                names += list(wanted)
+                continue
             out = self.ctr("images", "import", "--no-unpack=false", str(archive)).stdout
             # "unpacking localhost/mwms/pause:3.10.2 (sha256:...)...done"
             names += [line.split()[1] for line in out.splitlines() if line.startswith("unpacking ")]
         return names
+
+    def image_digests(self) -> dict[str, str]:
+        """{image name: manifest digest} of what the store holds."""
+        rows = self.ctr("images", "list").stdout.splitlines()[1:]  # REF TYPE DIGEST SIZE ...
+        return {row.split()[0]: row.split()[2] for row in rows if len(row.split()) > 2}
+
+    def remove_containers(self) -> None:
+        """Delete every container (and its writable snapshot) from the kept store: the next run starts
+        with images only. Best effort: a run that crashed leaves some, which the kubelet's container
+        garbage collection removes later (their pods are gone)."""
+        listed = subprocess.run(
+            [*self._ctr_argv(), "containers", "list", "--quiet"], capture_output=True, text=True, timeout=60
+        )
+        for container in listed.stdout.split():
+            for args in (("tasks", "delete", "--force", container), ("containers", "delete", container)):
+                subprocess.run([*self._ctr_argv(), *args], capture_output=True, timeout=60)
 
     def images(self) -> list[str]:
         return self.ctr("images", "list", "--quiet").stdout.split()
@@ -793,7 +844,9 @@ class KubeletNode:
     def _start_containerd(self) -> None:
         config = self.dir / "containerd.toml"
         config.write_text(
-            containerd_config(self.dir, self.parts.cni_bin_dir, self.parts.image_names["pause"])
+            containerd_config(
+                self.dir, self.parts.image_store, self.parts.cni_bin_dir, self.parts.image_names["pause"]
+            )
         )
         (self.dir / "cni/net.d/10-mwms.conflist").write_text(
             json.dumps(cni_config(self.cluster.net, self.dir / "cni/ipam"), indent=2)

@@ -41,23 +41,12 @@ def make_chain(cluster, tools_bin: Path, operator_namespace: str, job_namespace:
     )
 
 
-def restrict(kubectl, namespace: str) -> None:
-    kubectl(
-        "label",
-        "namespace",
-        namespace,
-        "--overwrite",
-        "pod-security.kubernetes.io/enforce=restricted",
-        "pod-security.kubernetes.io/enforce-version=latest",
-    )
-
-
 @pytest.fixture(scope="module")
 def chain(cluster, kubectl, tools_bin):
     """The chart installed once, into a namespace that enforces Pod Security `restricted`."""
     operator_ns = "mwms-e2e"
     kubectl("create", "namespace", operator_ns)
-    restrict(kubectl, operator_ns)
+    kubectl.restrict(operator_ns)
     chain = make_chain(cluster, tools_bin, operator_ns, job_namespace="default")
     try:
         chain.install_chart()
@@ -94,7 +83,7 @@ def test_seed_job_gives_one_run_and_one_good_model(cluster, kubectl, namespace, 
 
 
 def test_workers_are_admitted_under_restricted_pod_security(cluster, kubectl, namespace, chain):
-    restrict(kubectl, namespace)
+    kubectl.restrict(namespace)
     chain.job_namespace, chain.sample = namespace, MINIMAL_SAMPLE
     try:
         name = chain.apply_sample()

@@ -3,26 +3,25 @@
 
 `real_cluster` (session): the cluster, on subnet index MWMS_TEST_SUBNET_INDEX + 20 so it can run next to the
 node-agent `cluster` of the same session; the project's images from build/images/ (`make images`) are loaded
-when they exist. `node_kubectl`, `node_namespace`: as `kubectl` and `namespace`, for this cluster.
+when they exist. One node serves the whole tier: loading the ~1 GB trainer image into containerd is most of
+its start. Its containerd root (several GB) is removed at the end unless MWMS_TEST_NODE_STATE_DIR keeps it.
+`node_kubectl`, `node_namespace`: as `kubectl` and `namespace`, for this cluster.
 `busybox`: the name of the small test image hack/build-node.sh builds (sh, nslookup, wget, httpd).
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import uuid
+import shutil
 from collections.abc import Iterator
 
 import pytest
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 @pytest.fixture(scope="session")
-def real_cluster(cluster_platform: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+def real_cluster(
+    cluster_platform: None, teardown_on_sigterm: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator:
     from mwms_dev.cluster import LocalCluster
     from mwms_dev.devcluster import project_images
     from mwms_dev.kubelet_node import host_tools_problem
@@ -30,9 +29,8 @@ def real_cluster(cluster_platform: None, tmp_path_factory: pytest.TempPathFactor
     problem = host_tools_problem()
     if problem:
         pytest.skip(problem)
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _interrupt)  # a CI timeout: still run the teardown below
-    state_dir = os.environ.get("MWMS_TEST_NODE_STATE_DIR") or tmp_path_factory.mktemp("real-node")
+    keep = os.environ.get("MWMS_TEST_NODE_STATE_DIR")
+    state_dir = keep or tmp_path_factory.mktemp("real-node")
     local = LocalCluster(
         name="node", state_dir=state_dir, subnet_index=int(os.environ.get("MWMS_TEST_SUBNET_INDEX", "0")) + 20
     )
@@ -42,6 +40,8 @@ def real_cluster(cluster_platform: None, tmp_path_factory: pytest.TempPathFactor
         yield local
     finally:
         local.stop()
+        if not keep:  # the logs stay; containerd's unpacked images and the pods' files go
+            shutil.rmtree(local.state_dir / "nodes", ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -60,14 +60,6 @@ def node_kubectl(real_cluster, make_kubectl):
 
 
 @pytest.fixture
-def node_namespace(node_kubectl, wait_for) -> Iterator[str]:
-    name = f"n-{uuid.uuid4().hex[:10]}"
-    node_kubectl("create", "namespace", name)
-    wait_for(
-        lambda: node_kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
-        timeout=30,
-        interval=0.2,
-        what=f"serviceaccount default in {name}",
-    )
-    yield name
-    node_kubectl("delete", "namespace", name, "--wait=false", check=False)
+def node_namespace(node_kubectl) -> Iterator[str]:
+    with node_kubectl.fresh_namespace("n") as name:
+        yield name

@@ -1,12 +1,15 @@
 """What users run, on the real node, with the images `make images` built from our Dockerfiles: the Helm chart
 (operator image, bundled MLflow from the trainer image) in a namespace enforcing Pod Security `restricted`;
-the seed TrainJob's 4 trainer containers find each other through CoreDNS and MLflow through its Service, and
-give exactly one run and one model; a worker and then the chief SIGKILLed inside containerd each restart the
-whole group once, which resumes from its checkpoint into the same single run; suspend removes the workers
-and resume brings them back to finish. The chain steps are mwms_dev.chain's, as in tests/e2e."""
+the seed TrainJob's 4 trainer containers, in a `restricted` namespace too, find each other through CoreDNS and
+MLflow through its Service, and give exactly one run and one model; a worker and then the chief SIGKILLed
+inside containerd mid-fit each restart the whole group once, which resumes from its checkpoint into the same
+single run; suspend removes the workers and resume brings them back to finish. The chart is installed once
+for the module. The chain steps are mwms_dev.chain's, as in tests/e2e."""
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from pathlib import Path
 
@@ -14,6 +17,7 @@ import pytest
 
 from mwms_dev.chain import Chain, check_mlflow, runs_of_job, score_model
 from mwms_dev.kubelet_node import NodeError, real_node_chart_values
+from mwms_trainer.tracking import TAG_RESUMED_FROM_EPOCH
 
 # Loading the trainer image (~1 GB) and the chart come first, on 2 shared cores: more than the default 600 s.
 pytestmark = [
@@ -27,17 +31,6 @@ pytestmark = [
 REPO = Path(__file__).resolve().parents[2]
 MINIMAL_SAMPLE = REPO / "manifests" / "samples" / "minimal.yaml"
 JOB_LABEL = "mwms.dev/job-name"
-
-
-def restrict(kubectl, namespace: str) -> None:
-    kubectl(
-        "label",
-        "namespace",
-        namespace,
-        "--overwrite",
-        "pod-security.kubernetes.io/enforce=restricted",
-        "pod-security.kubernetes.io/enforce-version=latest",
-    )
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +47,7 @@ def node_chain(real_cluster, real_node, node_kubectl):
     bins = tools_bin()
     operator_ns = "mwms-e2e"
     node_kubectl("create", "namespace", operator_ns)
-    restrict(node_kubectl, operator_ns)
+    node_kubectl.restrict(operator_ns)
     chain = Chain(
         kubeconfig=real_cluster.kubeconfig,
         helm=str(bins / "helm"),
@@ -85,7 +78,10 @@ def job_pods(kubectl, namespace: str, name: str) -> list[dict]:
     return kubectl.json("get", "pods", "-n", namespace, "-l", f"{JOB_LABEL}={name}")["items"]
 
 
-def test_seed_job_on_the_real_node_gives_one_run_and_one_model(node_kubectl, node_namespace, node_chain):
+def test_seed_job_in_a_restricted_namespace_gives_one_run_and_one_model(
+    node_kubectl, node_namespace, node_chain
+):
+    node_kubectl.restrict(node_namespace)  # every worker pod must pass Pod Security `restricted`
     chain = node_chain
     chain.job_namespace, chain.sample = (
         node_namespace,
@@ -98,9 +94,11 @@ def test_seed_job_on_the_real_node_gives_one_run_and_one_model(node_kubectl, nod
         result = check_mlflow(url, job)
         assert result["params"].get("replicas") == "4", result["params"]
         assert score_model(url, result["modelUri"], job["spec"].get("trainer", {})) >= 0.95
-        # Every worker ran as a container of our trainer image on the real node.
+        # The workers ran as containers of our trainer image on the real node. cleanPodPolicy Running (the
+        # default) deletes workers still finishing when the chief has succeeded, so the chief's pod is kept,
+        # the others only if they were done first.
         pods = job_pods(node_kubectl, node_namespace, name)
-        assert len(pods) == 4, "cleanPodPolicy Running (the default) keeps finished workers"
+        assert f"{name}-worker-0" in {pod["metadata"]["name"] for pod in pods}
         for pod in pods:
             (status,) = pod["status"]["containerStatuses"]
             assert status["containerID"].startswith("containerd://") and "/mwms-trainer:" in status["image"]
@@ -110,17 +108,12 @@ def test_seed_job_on_the_real_node_gives_one_run_and_one_model(node_kubectl, nod
         raise
 
 
-def test_workers_run_under_restricted_pod_security(node_kubectl, node_namespace, node_chain):
-    restrict(node_kubectl, node_namespace)
-    chain = node_chain
-    chain.job_namespace, chain.sample = node_namespace, MINIMAL_SAMPLE
-    try:
-        name = chain.apply_sample()
-        job = chain.wait_succeeded(name)
-        assert len(runs_of_job(chain.mlflow_pod_url(), job["metadata"]["uid"])) == 1
-    except Exception:
-        print(operator_log(node_kubectl, chain.operator_namespace))
-        raise
+def status_of(job: dict) -> dict:
+    return job.get("status") or {}
+
+
+def phase_is(phase: str):
+    return lambda job: status_of(job).get("phase") == phase
 
 
 def wait_for_job(kubectl, namespace: str, name: str, predicate, timeout: float, what: str) -> dict:
@@ -129,10 +122,20 @@ def wait_for_job(kubectl, namespace: str, name: str, predicate, timeout: float, 
         job = kubectl.json("get", "trainjob", name, "-n", namespace)
         if predicate(job):
             return job
-        status = job.get("status") or {}
-        if status.get("phase") == "Failed" or time.monotonic() > deadline:
-            raise AssertionError(f"trainjob/{name}: {what} not reached: {status}")
+        if status_of(job).get("phase") == "Failed" or time.monotonic() > deadline:
+            raise AssertionError(f"trainjob/{name}: {what} not reached: {status_of(job)}")
         time.sleep(1)
+
+
+def wait_for_log(kubectl, namespace: str, pod: str, predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        log = kubectl("logs", pod, "-n", namespace, check=False).stdout
+        if predicate(log):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"pod/{pod}: {what} not logged after {timeout}s:\n{log[-2000:]}")
+        time.sleep(0.5)
 
 
 def kill_worker_in_containerd(kubectl, real_node, namespace: str, pod_name: str) -> None:
@@ -142,14 +145,20 @@ def kill_worker_in_containerd(kubectl, real_node, namespace: str, pod_name: str)
     real_node.ctr("tasks", "kill", "--signal", "SIGKILL", status["containerID"].removeprefix("containerd://"))
 
 
-def training_job(name: str, checkpoint_dir: Path, epochs: int) -> dict:
+EPOCHS = 5
+RESUMED = "resumes from the checkpoint"
+EPOCH_DONE = re.compile(rf"^worker \d+ epoch \d+/{EPOCHS} ", re.MULTILINE)
+
+
+def training_job(name: str, checkpoint_dir: Path) -> dict:
+    # 10000 synthetic rows: epochs of a few seconds each, so a kill seen after one epoch lands mid-fit.
     return {
         "apiVersion": "mwms.dev/v1alpha1",
         "kind": "TrainJob",
         "metadata": {"name": name},
         "spec": {
             "replicas": 2,
-            "trainer": {"dataset": "breast_cancer", "seed": 42, "epochs": epochs},
+            "trainer": {"dataset": "synthetic", "syntheticSamples": 10000, "seed": 42, "epochs": EPOCHS},
             "mlflow": {"experiment": name},
             "checkpoint": {"hostPath": {"path": str(checkpoint_dir), "type": "Directory"}},
             "runPolicy": {"backoffLimit": 3},
@@ -158,51 +167,45 @@ def training_job(name: str, checkpoint_dir: Path, epochs: int) -> dict:
 
 
 def test_killed_worker_then_killed_chief_restart_the_group_which_resumes_into_one_run(
-    real_cluster, real_node, node_kubectl, node_namespace, node_chain
+    real_node, node_kubectl, node_namespace, node_chain, tmp_path
 ):
-    checkpoint = real_cluster.state_dir / "checkpoints" / node_namespace
-    checkpoint.mkdir(parents=True)
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
     checkpoint.chmod(0o777)  # the trainer runs as 65532; a hostPath is the host's directory as it is
     name = "kills"
-    node_kubectl.apply(training_job(name, checkpoint, epochs=40), "-n", node_namespace)
+    node_kubectl.apply(training_job(name, checkpoint), "-n", node_namespace)
     try:
-        for restarts, victim in ((1, f"{name}-worker-1"), (2, f"{name}-worker-0")):
-            # Kill once training has started and a checkpoint exists, so the restart has something to resume.
-            wait_for_job(
-                node_kubectl,
-                node_namespace,
-                name,
-                lambda j, r=restarts: (
-                    (j.get("status") or {}).get("restarts", 0) == r - 1
-                    and (j.get("status") or {}).get("phase") == "Running"
-                    and any(checkpoint.rglob("*"))
-                ),
-                600,
-                "Running with a checkpoint",
-            )
+        # Worker 1 once epoch 1 is checkpointed; then the chief (worker 0) once the restarted group has
+        # resumed and finished another epoch. The resumed attempt's log is told apart by its resume line.
+        kills = (
+            (f"{name}-worker-1", lambda log: f"worker 1 epoch 1/{EPOCHS} " in log),
+            (f"{name}-worker-0", lambda log: EPOCH_DONE.search(log.partition(RESUMED)[2])),
+        )
+        for restarts, (victim, mid_fit) in enumerate(kills, start=1):
+            wait_for_log(node_kubectl, node_namespace, victim, mid_fit, 600, f"attempt {restarts}: an epoch")
             kill_worker_in_containerd(node_kubectl, real_node, node_namespace, victim)
             wait_for_job(
                 node_kubectl,
                 node_namespace,
                 name,
-                lambda j, r=restarts: (j.get("status") or {}).get("restarts", 0) >= r,
+                lambda j, r=restarts: status_of(j).get("restarts", 0) >= r,
                 180,
                 f"group restart {restarts}",
             )
-        job = wait_for_job(
-            node_kubectl,
-            node_namespace,
-            name,
-            lambda j: (j.get("status") or {}).get("phase") == "Succeeded",
-            900,
-            "Succeeded",
-        )
+        job = wait_for_job(node_kubectl, node_namespace, name, phase_is("Succeeded"), 600, "Succeeded")
         assert job["status"]["restarts"] == 2
-        runs = runs_of_job(node_chain.mlflow_pod_url(), job["metadata"]["uid"])
-        assert len(runs) == 1, [r["info"]["run_id"] for r in runs]
+        (run,) = runs_of_job(node_chain.mlflow_pod_url(), job["metadata"]["uid"])
+        tags = {tag["key"]: tag["value"] for tag in run["data"].get("tags", [])}
+        # The last attempt went on from the checkpoint of the second, not from the start.
+        assert 2 <= int(tags[TAG_RESUMED_FROM_EPOCH]) < EPOCHS, tags.get(TAG_RESUMED_FROM_EPOCH)
     except Exception:
         print(operator_log(node_kubectl, node_chain.operator_namespace))
         raise
+
+
+def set_suspend(kubectl, namespace: str, name: str, suspend: bool) -> None:
+    patch = json.dumps({"spec": {"runPolicy": {"suspend": suspend}}})
+    kubectl("patch", "trainjob", name, "-n", namespace, "--type=merge", "-p", patch)
 
 
 def test_suspend_removes_the_workers_and_resume_finishes_the_job(node_kubectl, node_namespace, node_chain):
@@ -210,45 +213,17 @@ def test_suspend_removes_the_workers_and_resume_finishes_the_job(node_kubectl, n
     chain.job_namespace, chain.sample = node_namespace, MINIMAL_SAMPLE
     name = chain.apply_sample()
     try:
+        wait_for_job(node_kubectl, node_namespace, name, phase_is("Running"), 300, "Running")
+        set_suspend(node_kubectl, node_namespace, name, True)
         wait_for_job(
             node_kubectl,
             node_namespace,
             name,
-            lambda j: (j.get("status") or {}).get("phase") == "Running",
-            300,
-            "Running",
-        )
-        node_kubectl(
-            "patch",
-            "trainjob",
-            name,
-            "-n",
-            node_namespace,
-            "--type=merge",
-            "-p",
-            '{"spec": {"runPolicy": {"suspend": true}}}',
-        )
-        wait_for_job(
-            node_kubectl,
-            node_namespace,
-            name,
-            lambda j: (
-                (j.get("status") or {}).get("phase") == "Suspended"
-                and not job_pods(node_kubectl, node_namespace, name)
-            ),
+            lambda j: phase_is("Suspended")(j) and not job_pods(node_kubectl, node_namespace, name),
             180,
             "Suspended, no pods",
         )
-        node_kubectl(
-            "patch",
-            "trainjob",
-            name,
-            "-n",
-            node_namespace,
-            "--type=merge",
-            "-p",
-            '{"spec": {"runPolicy": {"suspend": false}}}',
-        )
+        set_suspend(node_kubectl, node_namespace, name, False)
         job = chain.wait_succeeded(name)
         assert len(runs_of_job(chain.mlflow_pod_url(), job["metadata"]["uid"])) == 1
     except Exception:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
+import json
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -50,11 +52,12 @@ def test_dns_serves_the_cluster_domain_and_forwards_nothing():
     assert kubelet["resolvConf"] == "/n/resolv.conf"  # pods with dnsPolicy Default: no upstream either
 
 
-def test_containerd_keeps_everything_under_the_node_dir():
+def test_containerd_keeps_everything_under_the_node_dir_but_its_image_store():
     text = kubelet_node.containerd_config(
-        Path("/state/nodes/n1"), Path("/cache/cni"), "localhost/mwms/pause:1"
+        Path("/state/nodes/n1"), Path("/cache/store"), Path("/cache/cni"), "localhost/mwms/pause:1"
     )
-    assert 'root = "/state/nodes/n1/containerd/root"' in text
+    assert 'root = "/cache/store"' in text
+    assert 'state = "/state/nodes/n1/containerd/state"' in text
     assert 'address = "/state/nodes/n1/containerd.sock"' in text
     assert "restrict_oom_score_adj = true" in text
     assert "netns_mounts_under_state_dir = true" in text
@@ -73,3 +76,21 @@ def test_chart_values_run_mlflow_from_the_loaded_trainer_image():
     assert "mlflow.image.tag=0.2.0" in values
     with pytest.raises(kubelet_node.NodeError, match="mwms-trainer"):
         kubelet_node.real_node_chart_values(["ghcr.io/mwms-dev/mwms-operator:0.2.0"])
+
+
+def test_archive_images_names_what_ctr_import_will_name(tmp_path):
+    """The skip-if-held check of load_images compares these with the store's names and digests."""
+    index = {
+        "manifests": [
+            {
+                "digest": "sha256:abc",
+                "annotations": {"io.containerd.image.name": "ghcr.io/mwms-dev/mwms-trainer:0.2.0"},
+            },
+            {"digest": "sha256:def"},  # no name: ctr would not name it either
+        ]
+    }
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    archive = tmp_path / "image.oci.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(tmp_path / "index.json", arcname="index.json")
+    assert kubelet_node.archive_images(archive) == {"ghcr.io/mwms-dev/mwms-trainer:0.2.0": "sha256:abc"}
