@@ -53,7 +53,9 @@ def log_model(model: Any, name: str = "model", **kwargs: Any) -> Any:
     from mwms_trainer.tracking import serving_requirements
 
     kwargs.setdefault("pip_requirements", serving_requirements())
-    return mlflow.tensorflow.log_model(plain_copy(model), name=name, **kwargs)
+    info = mlflow.tensorflow.log_model(plain_copy(model), name=name, **kwargs)
+    _state["model_uri"] = info.model_uri  # for the chief's termination message
+    return info
 
 
 def mlflow_callback() -> Any:
@@ -83,8 +85,28 @@ def _open_tracker(environ: Mapping[str, str], cluster: cluster_mod.Cluster, num_
     )
 
 
-def run_here(train_fn: Callable[..., Any], kwargs: Mapping[str, Any], use_custom_strategy: bool) -> Any:
-    """Run train_fn on this worker of the cluster TF_CONFIG describes; its result on the chief, else None."""
+def run_here(
+    train_fn: Callable[..., Any],
+    kwargs: Mapping[str, Any],
+    use_custom_strategy: bool,
+    summary: dict[str, Any] | None = None,
+) -> Any:
+    """Run train_fn on this worker of the cluster TF_CONFIG describes; its result on the chief, else None.
+
+    `summary` (when given) receives the chief's runId, experimentId and modelUri. Called again from inside
+    train_fn (a spec.code script that calls MirroredStrategyRunner.run itself), it runs the inner function in
+    the run already open: the peers are there and the job has its one MLflow run.
+    """
+    if "tracker" in _state:
+        if use_custom_strategy:
+            result = train_fn(**kwargs)
+        else:  # the outer run's backstop covers this constructor too
+            from mwms_trainer.tfenv import tensorflow
+
+            with tensorflow().distribute.MultiWorkerMirroredStrategy().scope():
+                result = train_fn(**kwargs)
+        _state["result"] = result if _cluster().is_chief else None
+        return _state["result"]
     from mwms_trainer import startup
     from mwms_trainer.cpus import thread_count
     from mwms_trainer.tfenv import size_thread_pools, tensorflow
@@ -120,10 +142,19 @@ def run_here(train_fn: Callable[..., Any], kwargs: Mapping[str, Any], use_custom
             with strategy.scope(), startup.peer_loss_is_retryable("in train_fn"):
                 result = train_fn(**kwargs)
         ok = True
+        if summary is not None:
+            summary["chief"] = cluster.is_chief
+            fields = {
+                "runId": tracker.run_id,
+                "experimentId": tracker.experiment_id,
+                "modelUri": _state.get("model_uri"),
+            }
+            summary.update({k: v for k, v in fields.items() if v is not None})
         return result if cluster.is_chief else None
     finally:
         tracker.close(ok)
-        _state.pop("tracker", None)
+        for key in ("tracker", "model_uri", "result"):
+            _state.pop(key, None)
 
 
 class MirroredStrategyRunner:
