@@ -26,6 +26,7 @@ from typing import Any
 from mwms_operator import constants
 from mwms_trainer import cluster as cluster_mod
 from mwms_trainer.errors import TrainerError
+from mwms_trainer.jobclient import Cluster
 
 _state: dict[str, Any] = {}  # this worker's tracker while run() is inside train_fn
 
@@ -158,7 +159,8 @@ def run_here(
 
 
 class MirroredStrategyRunner:
-    """spark-tensorflow-distributor's signature; Spark-only arguments are accepted and ignored."""
+    """spark-tensorflow-distributor's signature (Spark-only arguments are accepted and ignored), plus
+    `cluster`: run on Kubernetes instead of local processes."""
 
     def __init__(
         self,
@@ -167,15 +169,29 @@ class MirroredStrategyRunner:
         use_gpu: bool = False,
         gpu_resource_name: str = "gpu",
         use_custom_strategy: bool = False,
+        cluster: Cluster | None = None,
     ) -> None:
         if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
             raise ValueError(f"num_slots must be a positive integer, got {num_slots!r}")
         self.num_slots = num_slots
         self.use_custom_strategy = use_custom_strategy
+        self.cluster = cluster
 
     def run(self, train_fn: Callable[..., Any], **kwargs: Any) -> Any:
+        """The chief's return value. In a worker pod: train_fn on this worker. With `cluster`: a TrainJob of
+        num_slots workers there (see mwms_trainer.submit). Otherwise: num_slots local processes."""
         if os.environ.get(constants.ENV_TF_CONFIG):
             return run_here(train_fn, kwargs, self.use_custom_strategy)
+        if self.cluster is not None:
+            from mwms_trainer import submit
+
+            return submit.run_function(
+                self.cluster,
+                train_fn,
+                kwargs,
+                num_slots=self.num_slots,
+                use_custom_strategy=self.use_custom_strategy,
+            )
         return self._run_local(train_fn, kwargs)
 
     def _run_local(self, train_fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:

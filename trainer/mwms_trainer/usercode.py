@@ -84,6 +84,12 @@ def install_requirements(code_dir: Path, requirements: str, environ: Mapping[str
     path = code_dir / requirements
     if not path.is_file():
         raise ConfigError("spec.code.requirements", f"no file {requirements!r} in the code directory")
+    if importlib.util.find_spec("pip") is None:
+        raise ConfigError(
+            "spec.code.requirements",
+            "this image has no pip (the trainer image ships none): build an image FROM the trainer image "
+            "with your packages instead (docs/submit.md)",
+        )
     target = Path(tempfile.gettempdir()) / "mwms-packages"
     argv = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     argv += ["--target", str(target), "-r", str(path)]
@@ -144,3 +150,18 @@ def run(environ: Mapping[str, str]) -> dict[str, Any]:
         summary["result"] = _jsonable(result)
     summary.pop("chief", None)
     return summary
+
+
+def run_pickled() -> Any:
+    """The entrypoint of `MirroredStrategyRunner(cluster=...).run(train)`: the function it pickled, run by
+    the same runner (so `use_custom_strategy=False` gets its strategy scope there too)."""
+    import base64
+
+    import cloudpickle
+
+    from mwms_trainer.runner import MirroredStrategyRunner
+
+    code_dir = Path(os.environ.get(constants.ENV_CODE_DIR) or constants.CODE_MOUNT_PATH)
+    payload = base64.b64decode((code_dir / "function.pkl.b64").read_text())
+    function, kwargs, custom = cloudpickle.loads(payload)
+    return MirroredStrategyRunner(use_custom_strategy=custom).run(function, **kwargs)
