@@ -34,8 +34,9 @@ class JobClient:
         api = kubernetes.config.new_client_from_config(
             config_file=cluster.kubeconfig, context=cluster.context
         )
-        self._core = kubernetes.client.CoreV1Api(api)
-        self._custom = kubernetes.client.CustomObjectsApi(api)
+        # Any: plain dicts go in and out (the client's models are only to_dict()-ed).
+        self._core: Any = kubernetes.client.CoreV1Api(api)
+        self._custom: Any = kubernetes.client.CustomObjectsApi(api)
         self._errors = kubernetes.client.exceptions.ApiException
         if cluster.namespace:
             self.namespace = cluster.namespace
@@ -60,7 +61,7 @@ class JobClient:
 
     def create_trainjob(self, body: Mapping[str, Any]) -> dict[str, Any]:
         try:
-            return self._custom.create_namespaced_custom_object(  # type: ignore[no-any-return]
+            return self._custom.create_namespaced_custom_object(
                 constants.GROUP, constants.VERSION, self.namespace, constants.PLURAL, dict(body)
             )
         except self._errors as e:
@@ -80,7 +81,7 @@ class JobClient:
 
     def get_trainjob(self, name: str) -> dict[str, Any] | None:
         try:
-            return self._custom.get_namespaced_custom_object(  # type: ignore[no-any-return]
+            return self._custom.get_namespaced_custom_object(
                 constants.GROUP, constants.VERSION, self.namespace, constants.PLURAL, name
             )
         except self._errors as e:

@@ -96,9 +96,9 @@ def pack(
         except ValueError:
             raise SubmitError(f"{script} is not inside the working directory {working_dir}") from None
         for path in sorted(root.rglob("*")):
-            rel = path.relative_to(root)
-            if path.is_file() and not set(rel.parts[:-1]) & SKIPPED_DIRS and path.suffix != ".pyc":
-                paths[rel.as_posix()] = path
+            relative = path.relative_to(root)
+            if path.is_file() and not set(relative.parts[:-1]) & SKIPPED_DIRS and path.suffix != ".pyc":
+                paths[relative.as_posix()] = path
     required = None
     if requirements is not None:
         if not requirements.is_file():
@@ -226,7 +226,9 @@ def chief_summary(pod: Mapping[str, Any] | None) -> dict[str, Any]:
 def outcome(job: Mapping[str, Any], chief: Mapping[str, Any] | None) -> Outcome:
     status = job.get("status") or {}
     phase = status.get("phase") or "Pending"
-    failed = next((c for c in status.get("conditions") or [] if c.get("type") == phase), {})
+    failed: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == phase), {}
+    )
     mlflow = status.get("mlflow") or {}
     summary = chief_summary(chief) if phase == "Succeeded" else {}
     return Outcome(
