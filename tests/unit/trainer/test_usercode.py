@@ -50,3 +50,45 @@ def test_a_syntax_error_names_file_and_line(tmp_path):
         compile(script.read_text(), str(script), "exec")
     assert usercode.last_traceback_line(error.value, tmp_path).endswith("(train.py, line 1)")
     assert usercode.last_traceback_line(error.value, tmp_path).startswith("SyntaxError: ")
+
+
+def write_wheel(directory, name="mwms_demo_extra", version="1.0"):
+    """A pure-Python wheel made by hand (a zip with the dist-info pip needs): no index, no build backend."""
+    import zipfile
+
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}.py": "ANSWER = 42\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    with zipfile.ZipFile(path, "w") as wheel:
+        for member, text in files.items():
+            wheel.writestr(member, text)
+        wheel.writestr(f"{info}/RECORD", "".join(f"{m},,\n" for m in files) + f"{info}/RECORD,,\n")
+    return path
+
+
+def test_requirements_are_installed_and_importable(tmp_path, monkeypatch):
+    code, checkpoint = tmp_path / "code", tmp_path / "checkpoint"
+    code.mkdir()
+    checkpoint.mkdir()
+    wheel = write_wheel(code)
+    (code / "requirements.txt").write_text(f"--no-index\n./{wheel.name}\n")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr("tempfile.tempdir", None)
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))
+    usercode.install_requirements(code, "requirements.txt", {"MWMS_CHECKPOINT_DIR": str(checkpoint)})
+    import importlib
+
+    assert importlib.import_module("mwms_demo_extra").ANSWER == 42
+    assert (tmp_path / "tmp" / "mwms-packages" / "mwms_demo_extra.py").is_file()  # not into the image's venv
+
+
+def test_failed_requirements_name_the_field(tmp_path, monkeypatch):
+    (tmp_path / "requirements.txt").write_text("--no-index\n./not-there-1.0-py3-none-any.whl\n")
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))
+    with pytest.raises(ConfigError, match="spec.code.requirements: pip install -r requirements.txt failed"):
+        usercode.install_requirements(tmp_path, "requirements.txt", {})
