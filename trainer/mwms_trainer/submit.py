@@ -387,13 +387,17 @@ def run_function(
     return result.result
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Everything after `--` goes to the script (argparse alone would take it for unknown options)."""
+    argv = list(argv)
+    script_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(
         prog="mwms submit",
+        usage="mwms submit SCRIPT [options] [-- SCRIPT_ARGS...]",
         description="Run your training script as a TrainJob: packs it into a ConfigMap the job owns.",
     )
     parser.add_argument("script", type=Path, help="the script to run on every worker (as __main__)")
-    parser.add_argument("args", nargs="*", help="arguments for the script (after --)")
     parser.add_argument("--replicas", type=int, default=1, help="number of workers (default 1)")
     parser.add_argument("--namespace", "-n", help="default: the kubeconfig context's")
     parser.add_argument("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config")
@@ -407,6 +411,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.replicas < 1:
         parser.error("--replicas must be at least 1")
+    args.args = script_args
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         code = pack(args.script, args.working_dir, args.requirements)
         client = JobClient(Cluster(namespace=args.namespace, kubeconfig=args.kubeconfig))

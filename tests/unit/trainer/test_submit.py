@@ -109,3 +109,9 @@ def test_progress_is_a_bar_on_a_terminal_and_a_line_otherwise():
     progress = {"epoch": 3, "epochs": 6, "metrics": {"loss": 0.25}}
     assert submit.progress_line(progress, tty=True) == "epoch 3/6 [##########..........] loss=0.2500"
     assert submit.progress_line(progress, tty=False) == "epoch 3/6 loss=0.2500"
+
+
+def test_arguments_after_double_dash_go_to_the_script():
+    args = submit.parse_args(["train.py", "--replicas", "2", "--follow", "--", "--epochs", "3", "--follow"])
+    assert (args.replicas, args.follow, args.args) == (2, True, ["--epochs", "3", "--follow"])
+    assert submit.parse_args(["train.py"]).args == []
