@@ -115,3 +115,64 @@ def test_arguments_after_double_dash_go_to_the_script():
     args = submit.parse_args(["train.py", "--replicas", "2", "--follow", "--", "--epochs", "3", "--follow"])
     assert (args.replicas, args.follow, args.args) == (2, True, ["--epochs", "3", "--follow"])
     assert submit.parse_args(["train.py"]).args == []
+
+
+class ScriptedClient:
+    """Stands in for the API server only: the job's states in order, the chief's log and pod."""
+
+    namespace = "team-a"
+
+    def __init__(self, states, log_lines, chief=None):
+        self.states, self.log_lines, self.chief, self.deleted = list(states), log_lines, chief, []
+
+    def get_trainjob(self, name):
+        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+    def get_pod(self, name):
+        return self.chief
+
+    def stream_log(self, pod, on_line, stop):
+        for line in self.log_lines:
+            on_line(line)
+
+    def delete_trainjob(self, name):
+        self.deleted.append(name)
+
+
+def states():
+    running = {"status": {"phase": "Running", "restarts": 0}}
+    epoch = {"status": {"phase": "Running", "restarts": 0, "progress": {"epoch": 1, "epochs": 2}}}
+    done = {
+        "status": {
+            "phase": "Succeeded",
+            "restarts": 0,
+            "progress": {"epoch": 2, "epochs": 2},
+            "mlflow": {"runId": "r1", "modelUri": "models:/m-1"},
+        }
+    }
+    return [{"status": {"phase": "Pending"}}, running, epoch, done]
+
+
+def test_follow_prints_phases_progress_lines_and_the_chiefs_log_off_a_terminal():
+    out = io.StringIO()
+    client = ScriptedClient(states(), ["hello from the chief"], chief_pod('{"result": 7}'))
+    result = submit.Follower(client, "j", out, tty=False, poll=0).follow()
+    assert (result.phase, result.run_id, result.result) == ("Succeeded", "r1", 7)
+    lines = out.getvalue().splitlines()
+    assert lines[:2] == ["j: Pending", "j: Running"]
+    assert "[worker-0] hello from the chief" in lines
+    assert "epoch 1/2" in lines and "epoch 2/2" in lines and "j: Succeeded" in lines
+    assert "\r" not in out.getvalue()
+
+
+def test_follow_draws_a_bar_on_a_terminal():
+    out = io.StringIO()
+    submit.Follower(ScriptedClient(states(), []), "j", out, tty=True, poll=0).follow()
+    assert "\r\033[Kepoch 1/2 [##########..........]" in out.getvalue()
+    assert "\r\033[Kepoch 2/2 [####################]" in out.getvalue()
+
+
+def test_ctrl_c_with_detach_never_deletes_the_job(capsys):
+    client = ScriptedClient(states(), [])
+    assert submit.interrupted(client, "j", detach=True) == 130
+    assert client.deleted == [] and "trainjob/j keeps running" in capsys.readouterr().out
