@@ -133,6 +133,7 @@ def test_a_missing_configmap_fails_naming_the_field(operator, kubectl, namespace
     )
     job = kubectl.json("get", "trainjob", "nocode", "-n", namespace)
     failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidSpec"
     assert "exited with code 2" in failed["message"] and "spec.code.configMap" in failed["message"]
     assert job["status"]["restarts"] == 0
 

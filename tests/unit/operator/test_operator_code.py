@@ -113,3 +113,30 @@ def test_user_env_may_not_set_the_code_variables(make_trainjob, config):
     }
     with pytest.raises(SpecError, match="MWMS_CODE_ENTRYPOINT is set by the operator"):
         parse_trainjob(make_trainjob(code=CODE, template=template), config)
+
+
+def test_a_worker_that_finds_no_code_fails_the_job_as_invalid_spec():
+    # The trainer's exit 2 for spec.code (no ConfigMap, no entrypoint in it) is a spec error; other exit-2
+    # messages (the built-in fit's settings) stay WorkerFailed.
+    from datetime import UTC, datetime
+
+    from mwms_operator.config import OperatorConfig
+    from mwms_operator.status import JobMeta, WorkerPod, decide
+
+    spec = parse_trainjob(
+        {"metadata": {"name": "j"}, "spec": {"replicas": 1, "code": CODE}}, OperatorConfig()
+    )
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    first = decide(JobMeta("j", "ns", "u"), spec, [], service_exists=False, now=now)
+
+    def reason(message):
+        pods = [WorkerPod("j-worker-0", 0, 0, "Failed", exit_code=2, message=message)]
+        done = decide(
+            JobMeta("j", "ns", "u"), spec, pods, service_exists=True, now=now, previous=first.status
+        )
+        (failed,) = [c for c in done.status["conditions"] if c["type"] == "Failed"]
+        return failed["reason"], failed["message"]
+
+    missing = "invalid configuration: spec.code.configMap: the code directory /mwms/code is empty"
+    assert reason(missing) == ("InvalidSpec", f"worker j-worker-0 exited with code 2: {missing}")
+    assert reason("invalid configuration: epochs: must be >= 1")[0] == "WorkerFailed"
