@@ -1,4 +1,4 @@
-"""The `mwms` command: local mode, the local control plane, and the demo.
+"""The `mwms` command: local mode, submitting your script, the local control plane, and the demo.
 
 Each subcommand imports its implementation lazily, so `mwms local` never loads the control-plane code and
 `mwms dev-cluster` never loads TensorFlow.
@@ -16,6 +16,12 @@ def _local(argv: list[str]) -> int:
     return local_main(argv)
 
 
+def _submit(argv: list[str]) -> int:
+    from mwms_trainer.submit import main as submit_main
+
+    return submit_main(argv)
+
+
 def _dev_cluster(argv: list[str]) -> int:
     from mwms_dev.devcluster import main as dev_cluster_main
 
@@ -30,6 +36,7 @@ def _demo(argv: list[str]) -> int:
 
 COMMANDS = {
     "local": (_local, "run a TrainJob manifest as local worker processes (no Kubernetes)"),
+    "submit": (_submit, "run your training script as a TrainJob (packs it into a ConfigMap the job owns)"),
     "dev-cluster": (_dev_cluster, "start or stop the local Kubernetes control plane and node agent"),
     "demo": (_demo, "local control plane + Helm chart + the seed TrainJob with 4 workers, end to end"),
 }

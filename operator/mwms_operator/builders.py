@@ -7,10 +7,11 @@ import json
 from typing import Any
 
 from mwms_operator import constants
-from mwms_operator.spec import TrainJobSpec
+from mwms_operator.spec import CodeSpec, TrainJobSpec
 from mwms_operator.tf_config import tf_config
 
 CHECKPOINT_VOLUME = "mwms-checkpoint"
+CODE_VOLUME = "mwms-code"
 # For a `trainer` container without a securityContext of its own: what Pod Security `restricted` asks for.
 # (The trainer image runs as a non-root user.) A template that sets one keeps exactly its own.
 RESTRICTED_SECURITY_CONTEXT = {
@@ -59,7 +60,22 @@ def trainer_env(
         env[constants.ENV_REGISTERED_MODEL_NAME] = spec.registered_model_name
     if spec.checkpoint is not None:
         env[constants.ENV_CHECKPOINT_DIR] = constants.CHECKPOINT_MOUNT_PATH
+    if spec.code is not None:
+        env[constants.ENV_CODE_DIR] = constants.CODE_MOUNT_PATH
+        env[constants.ENV_CODE_ENTRYPOINT] = spec.code.entrypoint
+        env[constants.ENV_CODE_ARGS] = _compact(list(spec.code.args))
+        if spec.code.requirements:
+            env[constants.ENV_CODE_REQUIREMENTS] = spec.code.requirements
     return env
+
+
+def code_volume(code: CodeSpec) -> dict[str, Any]:
+    """spec.code's ConfigMap as a volume. Optional, so a missing ConfigMap does not leave the pod waiting
+    forever: the trainer then exits 2 naming spec.code.configMap (a permanent failure)."""
+    source: dict[str, Any] = {"name": code.config_map, "optional": True}
+    if code.items:
+        source["items"] = [{"key": key, "path": path} for key, path in code.items]
+    return {"name": CODE_VOLUME, "configMap": source}
 
 
 def job_labels(job_name: str) -> dict[str, str]:
@@ -182,6 +198,11 @@ def build_worker_pod(
         volumes.append({"name": CHECKPOINT_VOLUME, **copy.deepcopy(dict(spec.checkpoint))})
         mounts = list(container.get("volumeMounts") or [])
         mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": constants.CHECKPOINT_MOUNT_PATH})
+        container["volumeMounts"] = mounts
+    if spec.code is not None:
+        volumes.append(code_volume(spec.code))
+        mounts = list(container.get("volumeMounts") or [])
+        mounts.append({"name": CODE_VOLUME, "mountPath": constants.CODE_MOUNT_PATH, "readOnly": True})
         container["volumeMounts"] = mounts
 
     pod_spec = {

@@ -25,6 +25,7 @@ CONTAINER_NAME = "trainer"  # TF_CONFIG goes into this container only
 DEFAULT_PORT = 2222
 PORT_NAME = "mwms"
 CHECKPOINT_MOUNT_PATH = "/mwms/checkpoint"
+CODE_MOUNT_PATH = "/mwms/code"  # spec.code's ConfigMap, read-only
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
 # Environment the operator injects into the trainer container; user env may not set these.
@@ -37,6 +38,11 @@ ENV_TRAINER_CONFIG = "MWMS_TRAINER_CONFIG"
 ENV_CHECKPOINT_DIR = "MWMS_CHECKPOINT_DIR"
 ENV_STARTUP_TIMEOUT = "MWMS_STARTUP_TIMEOUT_SECONDS"
 ENV_REGISTERED_MODEL_NAME = "MWMS_REGISTERED_MODEL_NAME"
+# spec.code: the user's files, what to run in them, and the pip requirements file to install first.
+ENV_CODE_DIR = "MWMS_CODE_DIR"
+ENV_CODE_ENTRYPOINT = "MWMS_CODE_ENTRYPOINT"
+ENV_CODE_ARGS = "MWMS_CODE_ARGS"  # a JSON list of strings
+ENV_CODE_REQUIREMENTS = "MWMS_CODE_REQUIREMENTS"
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 ENV_EXPERIMENT_NAME = "MLFLOW_EXPERIMENT_NAME"
 # Not injected by the operator (pods use terminationMessagePath); local mode and tests point it elsewhere.
@@ -54,6 +60,10 @@ RESERVED_ENV = frozenset(
         ENV_REGISTERED_MODEL_NAME,
         ENV_TRACKING_URI,
         ENV_EXPERIMENT_NAME,
+        ENV_CODE_DIR,
+        ENV_CODE_ENTRYPOINT,
+        ENV_CODE_ARGS,
+        ENV_CODE_REQUIREMENTS,
     }
 )
 

@@ -7,6 +7,7 @@ that never went through the API server (local mode, tests) fails with the same c
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,9 @@ DEFAULT_BACKOFF_LIMIT = 3
 DEFAULT_CLEAN_POD_POLICY = "Running"
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 300
 CHECKPOINT_SOURCES = ("persistentVolumeClaim", "hostPath", "nfs")
+# spec.code.entrypoint: `package.module:function`, or a relative path to a script.
+ENTRYPOINT_FUNCTION = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
+CONFIGMAP_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 
 class SpecError(ValueError):
@@ -31,6 +35,17 @@ class SpecError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+@dataclass(frozen=True)
+class CodeSpec:
+    """spec.code: run the user's files (a ConfigMap) instead of the built-in fit."""
+
+    config_map: str
+    entrypoint: str  # "module:function" or "path/to/script.py"
+    args: tuple[str, ...] = ()
+    items: tuple[tuple[str, str], ...] = ()  # (ConfigMap key, relative path); empty: every key as is
+    requirements: str | None = None  # a pip requirements file in the code directory
 
 
 @dataclass(frozen=True)
@@ -52,6 +67,7 @@ class TrainJobSpec:
     startup_timeout_seconds: int = DEFAULT_STARTUP_TIMEOUT_SECONDS
     # The TrainJob's kueue.x-k8s.io/queue-name label: its workers become one Kueue pod group in that queue.
     queue_name: str | None = None
+    code: CodeSpec | None = None
 
 
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:
@@ -136,6 +152,45 @@ def _checkpoint(value: Any) -> Mapping[str, Any] | None:
     return copy.deepcopy(dict(source))
 
 
+def _relative_path(value: Any, path: str) -> str:
+    text = _str(value, path)
+    if text.startswith("/") or ".." in text.split("/"):
+        raise SpecError(path, f"must be a relative path without '..', got {text!r}")
+    return text
+
+
+def _code(value: Any) -> CodeSpec | None:
+    if value is None:
+        return None
+    code = _mapping(value, "spec.code")
+    config_map = _str(code.get("configMap"), "spec.code.configMap")
+    if len(config_map) > 253 or not CONFIGMAP_NAME.fullmatch(config_map):
+        raise SpecError("spec.code.configMap", f"must be the name of a ConfigMap, got {config_map!r}")
+    entrypoint = _str(code.get("entrypoint"), "spec.code.entrypoint")
+    if not ENTRYPOINT_FUNCTION.fullmatch(entrypoint):
+        if not entrypoint.endswith(".py"):
+            raise SpecError(
+                "spec.code.entrypoint",
+                f"must be module:function or a path to a .py script, got {entrypoint!r}",
+            )
+        _relative_path(entrypoint, "spec.code.entrypoint")
+    args = code.get("args") or []
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise SpecError("spec.code.args", f"must be a list of strings, got {args!r}")
+    items = []
+    for i, item in enumerate(_list_of_objects(code.get("items"), "spec.code.items")):
+        key = _str(item.get("key"), f"spec.code.items[{i}].key")
+        items.append((key, _relative_path(item.get("path"), f"spec.code.items[{i}].path")))
+    requirements = code.get("requirements")
+    return CodeSpec(
+        config_map=config_map,
+        entrypoint=entrypoint,
+        args=tuple(args),
+        items=tuple(items),
+        requirements=None if requirements is None else _relative_path(requirements, "spec.code.requirements"),
+    )
+
+
 def parse_trainjob(body: Mapping[str, Any], config: OperatorConfig) -> TrainJobSpec:
     """Parse a TrainJob (the whole object, or at least its `spec`) and apply every default once."""
     spec = _mapping(body.get("spec"), "spec")
@@ -153,6 +208,14 @@ def parse_trainjob(body: Mapping[str, Any], config: OperatorConfig) -> TrainJobS
         raise SpecError(
             "spec.trainer.globalBatchSize",
             f"must be a multiple of spec.replicas ({replicas}) (equal slices per worker), got {batch}",
+        )
+
+    code = _code(spec.get("code"))
+    if code is not None and "trainer" in spec:
+        raise SpecError(
+            "spec.code",
+            "spec.code and spec.trainer are exclusive: spec.trainer configures the built-in fit, "
+            "spec.code runs your own",
         )
 
     mlflow = _mapping(spec.get("mlflow"), "spec.mlflow")
@@ -204,6 +267,7 @@ def parse_trainjob(body: Mapping[str, Any], config: OperatorConfig) -> TrainJobS
         ),
         clean_pod_policy=clean,
         suspend=suspend,
+        code=code,
         queue_name=None if queue is None else _str(queue, f"metadata.labels.{constants.LABEL_KUEUE_QUEUE}"),
         startup_timeout_seconds=_int(
             run_policy.get("startupTimeoutSeconds", DEFAULT_STARTUP_TIMEOUT_SECONDS),

@@ -543,6 +543,18 @@ def _rule_creation_refused(f: _Facts) -> Decision | None:
     return f.finish()
 
 
+def _permanent_reason(failure: Failure) -> str:
+    """spec.code names what only a worker can check (the ConfigMap exists, holds the entrypoint): the
+    trainer says so with exit 2 naming the field, and that is a spec error like those the parser finds."""
+    pod = failure.pod
+    if pod.exit_code == constants.EXIT_INVALID_CONFIG and pod.message.startswith(CODE_SPEC_ERROR):
+        return "InvalidSpec"
+    return "WorkerFailed"
+
+
+CODE_SPEC_ERROR = "invalid configuration: spec.code."  # how the trainer's exit-2 message starts for spec.code
+
+
 def _rule_worker_failures(f: _Facts) -> Decision | None:
     """A pod of this group failed, or was deleted or lost while the group ran: MWMS cannot continue, so the
     job fails (permanent exit, backoff spent) or the whole group restarts."""
@@ -562,7 +574,7 @@ def _rule_worker_failures(f: _Facts) -> Decision | None:
     permanent = [x for x in failures if not x.retryable]
     if permanent:
         first = min(permanent, key=lambda x: x.pod.index)
-        return f.terminal(FAILED, "WorkerFailed", first.description)
+        return f.terminal(FAILED, _permanent_reason(first), first.description)
     # A disruption (eviction, preemption, drain) is not the job's fault, and the failures that follow it
     # (peers losing the evicted worker) are its consequence: such a restart is free and immediate.
     disrupted = [x for x in failures if x.pod.disruption]

@@ -9,7 +9,12 @@ from static_support import REPO, run, venv_tool
 
 pytestmark = pytest.mark.static
 
-DOCKERFILES = {"operator": REPO / "operator" / "Dockerfile", "trainer": REPO / "trainer" / "Dockerfile"}
+DOCKERFILES = {
+    "operator": REPO / "operator" / "Dockerfile",
+    "trainer": REPO / "trainer" / "Dockerfile",
+    # docs/submit.md's example of an image FROM the trainer image with a user's packages.
+    "custom-trainer-example": REPO / "docs" / "examples" / "custom-trainer.Dockerfile",
+}
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 SHELL_SCRIPTS = sorted((REPO / "hack").glob("*.sh")) + [REPO / ".ci" / "run"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["MirroredStrategyRunner", "is_chief", "log_model", "mlflow_callback"]
-_EXPORTS = {name: "mwms_trainer.runner" for name in __all__}
+__all__ = ["Cluster", "MirroredStrategyRunner", "is_chief", "log_model", "mlflow_callback"]
+_EXPORTS = {name: "mwms_trainer.runner" for name in __all__} | {"Cluster": "mwms_trainer.jobclient"}
 
 
 def __getattr__(name: str) -> Any:

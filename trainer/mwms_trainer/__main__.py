@@ -47,6 +47,8 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     from mwms_trainer import config
     from mwms_trainer.errors import TrainerError
 
+    if environ.get(constants.ENV_CODE_ENTRYPOINT, "").strip():
+        return run_user_code(environ, path)
     try:
         settings = config.load(environ)
         log.info(
@@ -71,6 +73,40 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     except Exception as e:
         traceback.print_exc()
         write_termination(path, " ".join(f"failed: {type(e).__name__}: {e}".split()))
+        return constants.EXIT_FAILURE
+    write_termination(path, summary)
+    print(json.dumps(summary), flush=True)
+    return constants.EXIT_SUCCESS
+
+
+def run_user_code(environ: Mapping[str, str], path: str) -> int:
+    """spec.code: the user's entrypoint through the runner. A user error is permanent (exit 1, not
+    retried) and its last traceback line is the termination message, so it reaches the Failed condition."""
+    from pathlib import Path
+
+    from mwms_trainer import usercode
+    from mwms_trainer.errors import TrainerError
+
+    log = logging.getLogger("mwms_trainer")
+    code_dir = Path(environ.get(constants.ENV_CODE_DIR) or constants.CODE_MOUNT_PATH)
+    try:
+        summary = usercode.run(environ)
+    except TrainerError as e:
+        kind = {constants.EXIT_INVALID_CONFIG: "invalid configuration", constants.EXIT_RETRYABLE: "retryable"}
+        message = " ".join(f"{kind.get(e.exit_code, 'failed')}: {e}".split())
+        log.error("%s", message)
+        write_termination(path, message)
+        return e.exit_code
+    except SystemExit as e:  # a script's sys.exit(n): n is its verdict (0 or None: success)
+        if e.code in (None, 0):
+            write_termination(path, {})
+            return constants.EXIT_SUCCESS
+        code = e.code if isinstance(e.code, int) and 0 < e.code < 128 else constants.EXIT_FAILURE
+        write_termination(path, f"failed: the entrypoint exited with {e.code!r}")
+        return code
+    except Exception as e:  # the user's code: syntax errors and exceptions alike
+        traceback.print_exc()
+        write_termination(path, " ".join(f"failed: {usercode.last_traceback_line(e, code_dir)}".split()))
         return constants.EXIT_FAILURE
     write_termination(path, summary)
     print(json.dumps(summary), flush=True)

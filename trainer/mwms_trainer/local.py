@@ -203,6 +203,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as e:
         print(f"mwms local: invalid TrainJob: {e}", file=sys.stderr)
         return constants.EXIT_INVALID_CONFIG
+    if spec.code is not None:
+        print(
+            "mwms local: spec.code names a ConfigMap, which exists only in a cluster; run your script here "
+            "as it is (MirroredStrategyRunner(num_slots=N).run(train) starts N local workers)",
+            file=sys.stderr,
+        )
+        return constants.EXIT_INVALID_CONFIG
     name = body["metadata"]["name"]
     namespace = body["metadata"].get("namespace") or "default"
     uid = str(uuid.uuid4())

@@ -26,6 +26,7 @@ from typing import Any
 from mwms_operator import constants
 from mwms_trainer import cluster as cluster_mod
 from mwms_trainer.errors import TrainerError
+from mwms_trainer.jobclient import Cluster
 
 _state: dict[str, Any] = {}  # this worker's tracker while run() is inside train_fn
 
@@ -53,7 +54,9 @@ def log_model(model: Any, name: str = "model", **kwargs: Any) -> Any:
     from mwms_trainer.tracking import serving_requirements
 
     kwargs.setdefault("pip_requirements", serving_requirements())
-    return mlflow.tensorflow.log_model(plain_copy(model), name=name, **kwargs)
+    info = mlflow.tensorflow.log_model(plain_copy(model), name=name, **kwargs)
+    _state["model_uri"] = info.model_uri  # for the chief's termination message
+    return info
 
 
 def mlflow_callback() -> Any:
@@ -83,8 +86,28 @@ def _open_tracker(environ: Mapping[str, str], cluster: cluster_mod.Cluster, num_
     )
 
 
-def run_here(train_fn: Callable[..., Any], kwargs: Mapping[str, Any], use_custom_strategy: bool) -> Any:
-    """Run train_fn on this worker of the cluster TF_CONFIG describes; its result on the chief, else None."""
+def run_here(
+    train_fn: Callable[..., Any],
+    kwargs: Mapping[str, Any],
+    use_custom_strategy: bool,
+    summary: dict[str, Any] | None = None,
+) -> Any:
+    """Run train_fn on this worker of the cluster TF_CONFIG describes; its result on the chief, else None.
+
+    `summary` (when given) receives the chief's runId, experimentId and modelUri. Called again from inside
+    train_fn (a spec.code script that calls MirroredStrategyRunner.run itself), it runs the inner function in
+    the run already open: the peers are there and the job has its one MLflow run.
+    """
+    if "tracker" in _state:
+        if use_custom_strategy:
+            result = train_fn(**kwargs)
+        else:  # the outer run's backstop covers this constructor too
+            from mwms_trainer.tfenv import tensorflow
+
+            with tensorflow().distribute.MultiWorkerMirroredStrategy().scope():
+                result = train_fn(**kwargs)
+        _state["result"] = result if _cluster().is_chief else None
+        return _state["result"]
     from mwms_trainer import startup
     from mwms_trainer.cpus import thread_count
     from mwms_trainer.tfenv import size_thread_pools, tensorflow
@@ -120,14 +143,24 @@ def run_here(train_fn: Callable[..., Any], kwargs: Mapping[str, Any], use_custom
             with strategy.scope(), startup.peer_loss_is_retryable("in train_fn"):
                 result = train_fn(**kwargs)
         ok = True
+        if summary is not None:
+            summary["chief"] = cluster.is_chief
+            fields = {
+                "runId": tracker.run_id,
+                "experimentId": tracker.experiment_id,
+                "modelUri": _state.get("model_uri"),
+            }
+            summary.update({k: v for k, v in fields.items() if v is not None})
         return result if cluster.is_chief else None
     finally:
         tracker.close(ok)
-        _state.pop("tracker", None)
+        for key in ("tracker", "model_uri", "result"):
+            _state.pop(key, None)
 
 
 class MirroredStrategyRunner:
-    """spark-tensorflow-distributor's signature; Spark-only arguments are accepted and ignored."""
+    """spark-tensorflow-distributor's signature (Spark-only arguments are accepted and ignored), plus
+    `cluster`: run on Kubernetes instead of local processes."""
 
     def __init__(
         self,
@@ -136,15 +169,29 @@ class MirroredStrategyRunner:
         use_gpu: bool = False,
         gpu_resource_name: str = "gpu",
         use_custom_strategy: bool = False,
+        cluster: Cluster | None = None,
     ) -> None:
         if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
             raise ValueError(f"num_slots must be a positive integer, got {num_slots!r}")
         self.num_slots = num_slots
         self.use_custom_strategy = use_custom_strategy
+        self.cluster = cluster
 
     def run(self, train_fn: Callable[..., Any], **kwargs: Any) -> Any:
+        """The chief's return value. In a worker pod: train_fn on this worker. With `cluster`: a TrainJob of
+        num_slots workers there (see mwms_trainer.submit). Otherwise: num_slots local processes."""
         if os.environ.get(constants.ENV_TF_CONFIG):
             return run_here(train_fn, kwargs, self.use_custom_strategy)
+        if self.cluster is not None:
+            from mwms_trainer import submit
+
+            return submit.run_function(
+                self.cluster,
+                train_fn,
+                kwargs,
+                num_slots=self.num_slots,
+                use_custom_strategy=self.use_custom_strategy,
+            )
         return self._run_local(train_fn, kwargs)
 
     def _run_local(self, train_fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:

@@ -211,7 +211,7 @@ def mlflow_uri(
             return False
 
     try:
-        wait_for(healthy, timeout=120, interval=0.5, what="mlflow server /health")
+        wait_for(healthy, timeout=300, interval=0.5, what="mlflow server /health")  # a loaded 2-core box
         yield uri
     finally:
         os.killpg(server.pid, signal.SIGTERM)

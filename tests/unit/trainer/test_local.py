@@ -75,3 +75,11 @@ def test_worker_envs_are_the_operators_pointed_at_local_files(tmp_path):
         assert env[constants.ENV_JOB_UID] == "u" and env[constants.ENV_RESTART_COUNT] == "0"
         assert env[constants.ENV_CHECKPOINT_DIR] == str(tmp_path / "checkpoint")
         assert env["MWMS_TERMINATION_LOG"] == str(tmp_path / f"worker-{i}.termination")
+
+
+def test_spec_code_is_refused_with_what_to_do_instead(tmp_path, capsys):
+    body = {**GOOD, "spec": {"replicas": 2, "code": {"configMap": "c", "entrypoint": "train.py"}}}
+    code = local.main([str(_write(tmp_path, body)), "--workdir", str(tmp_path / "w")])
+    assert code == constants.EXIT_INVALID_CONFIG
+    assert "spec.code names a ConfigMap" in capsys.readouterr().err
+    assert not (tmp_path / "w" / "jobs").exists()

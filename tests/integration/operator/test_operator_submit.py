@@ -1,0 +1,193 @@
+"""Bring your own code: `mwms submit` and `MirroredStrategyRunner(cluster=...)` on the real control plane,
+with the operator as its ServiceAccount, real TensorFlow workers run by the node agent and a real MLflow
+server. One multi-worker job at a time (2 workers), the others with 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "submit"
+
+
+@pytest.fixture(scope="module")
+def operator_env(mlflow_uri: str) -> dict[str, str]:
+    return {"MWMS_TRACKING_URI": mlflow_uri}
+
+
+@pytest.fixture
+def mwms(cluster: Any, namespace: str) -> Iterator[Any]:
+    """`mwms(*args)`: the installed CLI against the cluster, in the test's namespace."""
+
+    def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+        return subprocess.run(
+            [sys.executable, "-m", "mwms_dev.cli", *args[:1], "--namespace", namespace, *args[1:]],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    yield run
+
+
+def mlflow_runs(mlflow_uri: str, experiment: str) -> tuple[list[Any], list[Any]]:
+    import mlflow
+
+    client = mlflow.MlflowClient(mlflow_uri)
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None, f"no experiment {experiment}"
+    runs = client.search_runs([found.experiment_id])
+    mlflow.set_tracking_uri(mlflow_uri)
+    models = mlflow.search_logged_models(experiment_ids=[found.experiment_id], output_format="list")
+    return runs, models
+
+
+def jobs_in(kubectl: Any, namespace: str) -> list[dict[str, Any]]:
+    return kubectl.json("get", "trainjobs", "-n", namespace)["items"]
+
+
+def test_submitted_seed_script_gives_one_run_one_model_and_the_chiefs_value(
+    operator, mlflow_uri, mwms, kubectl, namespace, wait_for
+):
+    done = mwms(
+        "submit", str(DATA / "seed_train.py"), "--replicas", "2", "--experiment", "submitted-seed",
+        "--follow", "--", "--epochs", "3",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    out = done.stdout
+    (job,) = jobs_in(kubectl, namespace)
+    name = job["metadata"]["name"]
+    assert job["spec"]["code"]["entrypoint"] == "seed_train.py"
+    run_id = job["status"]["mlflow"]["runId"]
+    assert f"MLflow run ID: {run_id}" in out
+    assert f"Model URI: {job['status']['mlflow']['modelUri']}" in out
+    # Progress (plain lines: not a terminal), the phases, and the chief's own log lines.
+    assert f"{name}: Running" in out and f"{name}: Succeeded" in out
+    assert "[worker-0]" in out and "worker 0 epoch 3" in out
+    result = json.loads(out.split("Result: ", 1)[1].splitlines()[0])
+    assert set(result) >= {"loss", "accuracy", "val_loss", "val_accuracy"}  # the chief's return value
+
+    runs, models = mlflow_runs(mlflow_uri, "submitted-seed")
+    assert [r.info.run_id for r in runs] == [run_id]
+    assert runs[0].data.tags["mwms.dev/job-uid"] == job["metadata"]["uid"]
+    assert [m.name for m in models] == ["mymodel"]
+
+    # The ConfigMap is the job's: deleting the job deletes it.
+    configmap = kubectl.json("get", "configmap", f"{name}-code", "-n", namespace)
+    assert configmap["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    kubectl("delete", "trainjob", name, "-n", namespace)
+    wait_for(
+        lambda: kubectl("get", "configmap", f"{name}-code", "-n", namespace, check=False).returncode != 0,
+        timeout=120,
+        what="the code ConfigMap to be garbage-collected with its job",
+    )
+
+
+def test_a_failing_script_fails_at_once_with_its_traceback_line(operator, mwms, kubectl, namespace):
+    done = mwms("submit", str(DATA / "failing.py"), "--replicas", "1", "--follow")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    (job,) = jobs_in(kubectl, namespace)
+    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "WorkerFailed"
+    assert "exited with code 1" in failed["message"]
+    assert """KeyError: "label column 'diagnosis' not found" (failing.py, line 5)""" in failed["message"]
+    assert job["status"]["restarts"] == 0  # a user error is not retried
+    assert f"Failed: {failed['message']}" in done.stdout
+
+
+def test_a_syntax_error_names_file_and_line(operator, mwms, kubectl, namespace, tmp_path):
+    script = tmp_path / "broken.py"
+    script.write_text("import os\ndef train(:\n    pass\n")
+    done = mwms("submit", str(script), "--follow")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    (job,) = jobs_in(kubectl, namespace)
+    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    assert "SyntaxError" in failed["message"] and "(broken.py, line 2)" in failed["message"]
+    assert job["status"]["restarts"] == 0
+
+
+def test_a_missing_configmap_fails_naming_the_field(operator, kubectl, namespace):
+    kubectl.apply(
+        {
+            "apiVersion": "mwms.dev/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": "nocode"},
+            "spec": {"replicas": 1, "code": {"configMap": "not-there", "entrypoint": "train:main"}},
+        },
+        "-n",
+        namespace,
+    )
+    kubectl(
+        "wait", "--for=condition=Failed", "trainjob/nocode", "-n", namespace, "--timeout=300s", timeout=310
+    )
+    job = kubectl.json("get", "trainjob", "nocode", "-n", namespace)
+    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidSpec"
+    assert "exited with code 2" in failed["message"] and "spec.code.configMap" in failed["message"]
+    assert job["status"]["restarts"] == 0
+
+
+@pytest.mark.parametrize(
+    ("code", "field", "words"),
+    [
+        ({"configMap": "c"}, "spec.code.entrypoint", "Required value"),
+        ({"configMap": "c", "entrypoint": "../up.py"}, "spec.code.entrypoint", "module:function"),
+        ({"configMap": "Not_A_Name", "entrypoint": "m:f"}, "spec.code.configMap", "should match"),
+    ],
+)
+def test_the_api_server_refuses_bad_code_naming_the_field(crd, kubectl, namespace, code, field, words):
+    body = {
+        "apiVersion": "mwms.dev/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "bad"},
+        "spec": {"replicas": 1, "code": code},
+    }
+    refused = kubectl.apply(body, "-n", namespace, "--dry-run=server", check=False)
+    assert refused.returncode != 0
+    assert field in refused.stderr and words in refused.stderr, refused.stderr
+
+
+def test_code_and_trainer_together_are_refused(crd, kubectl, namespace):
+    body = {
+        "apiVersion": "mwms.dev/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "both"},
+        "spec": {"replicas": 1, "trainer": {"epochs": 1}, "code": {"configMap": "c", "entrypoint": "m:f"}},
+    }
+    refused = kubectl.apply(body, "-n", namespace, "--dry-run=server", check=False)
+    assert refused.returncode != 0 and "spec.code and spec.trainer are exclusive" in refused.stderr
+
+
+def test_a_function_from_python_returns_the_chiefs_value(
+    operator, mlflow_uri, cluster, namespace, kubectl, monkeypatch
+):
+    sys.path.insert(0, str(DATA))
+    try:
+        import seed_function
+    finally:
+        sys.path.remove(str(DATA))
+    from mwms_trainer import Cluster, MirroredStrategyRunner
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    runner = MirroredStrategyRunner(
+        num_slots=2,
+        use_custom_strategy=True,
+        cluster=Cluster(namespace=namespace, kubeconfig=str(cluster.kubeconfig)),
+    )
+    result = runner.run(seed_function.train, epochs=2)
+    assert set(result) >= {"loss", "accuracy", "val_loss", "val_accuracy"}
+    (job,) = jobs_in(kubectl, namespace)
+    assert job["spec"]["code"]["entrypoint"] == "mwms_trainer.usercode:run_pickled"
+    runs, models = mlflow_runs(mlflow_uri, job["metadata"]["name"])
+    assert len(runs) == 1 and [m.name for m in models] == ["mymodel"]

@@ -1,0 +1,178 @@
+"""mwms submit's pure parts: packing (size limit, nested files, text only), the objects it creates, the
+Python version check, and what --follow shows and how it ends."""
+
+import io
+import json
+
+import pytest
+
+from mwms_trainer import submit
+from mwms_trainer.jobclient import SubmitError
+
+
+def test_a_script_alone_is_one_key_named_like_it(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    code = submit.pack(script)
+    assert code.files == {"train.py": "print('hi')\n"} and code.items == [] and code.entrypoint == "train.py"
+
+
+def test_a_working_dir_keeps_its_layout_through_items(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "model.py").write_text("X = 1\n")
+    (tmp_path / "train.py").write_text("import pkg.model\n")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "junk.pyc").write_bytes(b"\0\1")
+    (tmp_path / "req.txt").write_text("tqdm\n")
+    code = submit.pack(tmp_path / "train.py", tmp_path, requirements=tmp_path / "req.txt")
+    assert dict((path, code.files[key]) for key, path in code.items) == {
+        "pkg/model.py": "X = 1\n",
+        "req.txt": "tqdm\n",
+        "train.py": "import pkg.model\n",
+        "requirements.txt": "tqdm\n",
+    }
+    assert code.requirements == "requirements.txt"
+    assert all(
+        set(key) <= set("-._abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+        for key in code.files
+    )
+
+
+def test_above_the_configmap_limit_it_refuses_naming_the_biggest_file(tmp_path):
+    (tmp_path / "train.py").write_text("pass\n")
+    (tmp_path / "data.csv").write_text("1,2\n" * 300_000)
+    with pytest.raises(SubmitError, match=r"above the 1\.0 MB a ConfigMap can hold \(largest: data\.csv"):
+        submit.pack(tmp_path / "train.py", tmp_path)
+
+
+def test_binary_files_are_refused_by_name(tmp_path):
+    (tmp_path / "train.py").write_text("pass\n")
+    (tmp_path / "weights.bin").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(SubmitError, match="weights.bin is not a UTF-8 text file"):
+        submit.pack(tmp_path / "train.py", tmp_path)
+
+
+def test_the_script_must_be_inside_the_working_dir(tmp_path):
+    (tmp_path / "a").mkdir()
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    with pytest.raises(SubmitError, match="not inside the working directory"):
+        submit.pack(script, tmp_path / "a")
+
+
+def test_the_trainjob_names_its_configmap_and_entrypoint(tmp_path):
+    (tmp_path / "train.py").write_text("pass\n")
+    code = submit.pack(tmp_path / "train.py")
+    job = submit.trainjob("train-abcde", code, replicas=2, args=["--epochs", "3"], experiment="e")
+    assert job["spec"] == {
+        "replicas": 2,
+        "code": {"configMap": "train-abcde-code", "entrypoint": "train.py", "args": ["--epochs", "3"]},
+        "mlflow": {"experiment": "e"},
+    }
+    assert submit.code_configmap("train-abcde", code)["metadata"]["name"] == "train-abcde-code"
+
+
+def test_job_names_are_valid_and_fresh():
+    names = {submit.job_name("My_Train Script.py") for _ in range(20)}
+    assert len(names) == 20
+    for name in names:
+        assert name.startswith("my-train-script-") and len(name) <= 46
+
+
+def test_a_different_python_minor_version_is_refused():
+    with pytest.raises(SubmitError, match=r"trainer image runs 3\.99"):
+        submit.check_python((3, 99))
+
+
+def chief_pod(message):
+    return {
+        "status": {"container_statuses": [{"name": "trainer", "state": {"terminated": {"message": message}}}]}
+    }
+
+
+def test_the_outcome_carries_the_run_and_the_chiefs_result():
+    job = {"status": {"phase": "Succeeded", "mlflow": {"runId": "r1", "modelUri": "models:/m-1"}}}
+    result = submit.outcome(job, chief_pod(json.dumps({"runId": "r1", "result": {"loss": 0.5}})))
+    out = io.StringIO()
+    assert submit.report(result, out) == 0
+    assert out.getvalue() == 'Succeeded. MLflow run ID: r1\nModel URI: models:/m-1\nResult: {"loss": 0.5}\n'
+
+
+def test_a_failed_job_exits_1_with_its_condition_message():
+    job = {"status": {"phase": "Failed", "conditions": [{"type": "Failed", "message": "worker x exited 1"}]}}
+    out = io.StringIO()
+    assert submit.report(submit.outcome(job, None), out) == 1
+    assert out.getvalue() == "Failed: worker x exited 1\n"
+
+
+def test_progress_is_a_bar_on_a_terminal_and_a_line_otherwise():
+    progress = {"epoch": 3, "epochs": 6, "metrics": {"loss": 0.25}}
+    assert submit.progress_line(progress, tty=True) == "epoch 3/6 [##########..........] loss=0.2500"
+    assert submit.progress_line(progress, tty=False) == "epoch 3/6 loss=0.2500"
+
+
+def test_arguments_after_double_dash_go_to_the_script():
+    args = submit.parse_args(["train.py", "--replicas", "2", "--follow", "--", "--epochs", "3", "--follow"])
+    assert (args.replicas, args.follow, args.args) == (2, True, ["--epochs", "3", "--follow"])
+    assert submit.parse_args(["train.py"]).args == []
+
+
+class ScriptedClient:
+    """Stands in for the API server only: the job's states in order, the chief's log and pod."""
+
+    namespace = "team-a"
+
+    def __init__(self, states, log_lines, chief=None):
+        self.states, self.log_lines, self.chief, self.deleted = list(states), log_lines, chief, []
+
+    def get_trainjob(self, name):
+        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+    def get_pod(self, name):
+        return self.chief
+
+    def stream_log(self, pod, on_line, stop):
+        for line in self.log_lines:
+            on_line(line)
+
+    def delete_trainjob(self, name):
+        self.deleted.append(name)
+
+
+def states():
+    running = {"status": {"phase": "Running", "restarts": 0}}
+    epoch = {"status": {"phase": "Running", "restarts": 0, "progress": {"epoch": 1, "epochs": 2}}}
+    done = {
+        "status": {
+            "phase": "Succeeded",
+            "restarts": 0,
+            "progress": {"epoch": 2, "epochs": 2},
+            "mlflow": {"runId": "r1", "modelUri": "models:/m-1"},
+        }
+    }
+    return [{"status": {"phase": "Pending"}}, running, epoch, done]
+
+
+def test_follow_prints_phases_progress_lines_and_the_chiefs_log_off_a_terminal():
+    out = io.StringIO()
+    client = ScriptedClient(states(), ["hello from the chief"], chief_pod('{"result": 7}'))
+    result = submit.Follower(client, "j", out, tty=False, poll=0).follow()
+    assert (result.phase, result.run_id, result.result) == ("Succeeded", "r1", 7)
+    lines = out.getvalue().splitlines()
+    assert lines[:2] == ["j: Pending", "j: Running"]
+    assert "[worker-0] hello from the chief" in lines
+    assert "epoch 1/2" in lines and "epoch 2/2" in lines and "j: Succeeded" in lines
+    assert "\r" not in out.getvalue()
+
+
+def test_follow_draws_a_bar_on_a_terminal():
+    out = io.StringIO()
+    submit.Follower(ScriptedClient(states(), []), "j", out, tty=True, poll=0).follow()
+    assert "\r\033[Kepoch 1/2 [##########..........]" in out.getvalue()
+    assert "\r\033[Kepoch 2/2 [####################]" in out.getvalue()
+
+
+def test_ctrl_c_with_detach_never_deletes_the_job(capsys):
+    client = ScriptedClient(states(), [])
+    assert submit.interrupted(client, "j", detach=True) == 130
+    assert client.deleted == [] and "trainjob/j keeps running" in capsys.readouterr().out
