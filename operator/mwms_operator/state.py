@@ -42,6 +42,28 @@ def owner_key(body: Mapping[str, Any]) -> JobKey | None:
     return None
 
 
+# What a reconcile reads of a TrainJob's metadata. The rest (managedFields, kubectl's last-applied annotation,
+# which repeats the whole spec) is left out of the state: memory grows with the number of TrainJobs.
+KEPT_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "generation",
+    "resourceVersion",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "labels",
+)
+
+
+def slim(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a TrainJob the operator reads: kept metadata, spec and status (shared, not copied)."""
+    meta = body.get("metadata") or {}
+    kept: dict[str, Any] = {k: body[k] for k in ("spec", "status") if k in body}
+    kept["metadata"] = {k: meta[k] for k in KEPT_METADATA if k in meta}
+    return kept
+
+
 @dataclass
 class _Refusal:
     message: str
@@ -85,7 +107,7 @@ class State:
             for mark in [m for m in self._leaving_since if m[0] == key]:
                 del self._leaving_since[mark]
         else:
-            self.jobs[key] = body
+            self.jobs[key] = slim(body)
         return key
 
     def forget_pod(self, key: JobKey, pod: WorkerPod) -> None:

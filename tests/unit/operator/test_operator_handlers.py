@@ -231,3 +231,18 @@ def test_a_deleted_job_is_forgotten(reconciler):
     reconciler.job_event("DELETED", job_body())
     asyncio.run(reconciler.reconcile(KEY))
     assert reconciler.kube.calls == [] and KEY not in reconciler.state.jobs
+
+
+def test_the_state_keeps_what_a_reconcile_reads_not_managed_fields_or_the_last_applied_copy(reconciler):
+    body = job_body()
+    body["metadata"]["labels"] = {"team": "a"}
+    body["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    body["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "{...}"}
+    body["status"] = {"phase": "Pending"}
+    reconciler.job_event("ADDED", body)
+    kept = reconciler.state.jobs[KEY]
+    assert "managedFields" not in kept["metadata"] and "annotations" not in kept["metadata"]
+    assert kept["metadata"]["labels"] == body["metadata"]["labels"]
+    assert kept["spec"] == body["spec"] and kept["status"] == body["status"]
+    asyncio.run(reconciler.reconcile(KEY))  # and a reconcile still finds all it reads
+    assert reconciler.kube.named("create_pod") == ["mnist-worker-0", "mnist-worker-1"]
