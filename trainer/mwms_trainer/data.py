@@ -177,4 +177,6 @@ def train_dataset(split: Split, cfg: TrainerConfig, first_epoch: int = 0) -> Any
     options = tf.data.Options()
     # DATA: every worker reads the same batches and keeps its slice (no input files to shard by).
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    return dataset.with_options(options)
+    # Infinite, so tf.distribute does not all-reduce a "does any worker still have data" flag every step; fit
+    # takes exactly steps_per_epoch batches per epoch, so the repeat is never read.
+    return dataset.repeat().with_options(options)
