@@ -192,7 +192,8 @@ class MlflowTracker:
         versions = [
             v
             for v in self._client.search_model_versions(f"name = '{name}' and run_id = '{self.run_id}'")
-            if v.model_id == model_id
+            # The REST search leaves model_id empty; the source (the model's artifact location) names it.
+            if v.model_id == model_id or model_id in (v.source or "")
         ]
         keep = next((v for v in versions if str(v.status) == "READY"), None)
         for v in versions:
