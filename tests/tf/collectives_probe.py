@@ -14,12 +14,15 @@ from mwms_trainer.config import TrainerConfig
 from mwms_trainer.tfenv import tensorflow
 
 
-def collective_ops(tf_function) -> list[str]:
-    """Every collective op in the traced function and the functions it calls (a loop body is one step)."""
-    (concrete,) = tf_function._list_all_concrete_functions()
-    graph = concrete.graph.as_graph_def()
-    nodes = [*graph.node, *(node for f in graph.library.function for node in f.node_def)]
-    return sorted(node.op for node in nodes if node.op.startswith("Collective"))
+def collective_ops(tf_function) -> list[list[str]]:
+    """Per traced variant of the function: its collective ops and those of the functions it calls (its loop
+    body is one step)."""
+    found = []
+    for concrete in tf_function._list_all_concrete_functions():
+        graph = concrete.graph.as_graph_def()
+        nodes = [*graph.node, *(node for f in graph.library.function for node in f.node_def)]
+        found.append(sorted(node.op for node in nodes if node.op.startswith("Collective")))
+    return found
 
 
 def main() -> None:
