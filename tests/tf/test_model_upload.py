@@ -80,5 +80,4 @@ def test_killed_then_failed_upload_then_the_kept_model_is_uploaded(mlflow_server
     (version,) = mlflow_client.search_model_versions(f"name = '{name}'")
     assert str(version.status) == "READY"
     assert model.model_id in (version.model_id or version.source)  # the search may leave model_id empty
-    assert summary["metrics"]["val_accuracy"] > 0.9
     assert set(summary["metrics"]) >= {"loss", "accuracy", "val_loss", "val_accuracy"}
