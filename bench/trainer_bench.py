@@ -1,9 +1,12 @@
 """Trainer cost on this machine, for 1, 2 and 4 local workers (real `python -m mwms_trainer` processes).
 
-For each group size: seconds from process start to the end of the first training step (imports, rendezvous,
-strategy, data, model, first tf.function trace), steady samples/s of the whole group on the synthetic set
-(epochs after the first), and peak RSS (VmHWM) of each worker. Writes bench/results/trainer.json.
-Usage: .venv/bin/python bench/trainer_bench.py [--workers 1 2 4] [--epochs 8] [--samples 50000]
+For each model and group size: seconds from process start to the end of the first training step (imports,
+rendezvous, strategy, data, model, first tf.function trace), steady samples/s of the whole group on the
+synthetic set (epochs after the first), and peak RSS (VmHWM) of each worker; per model, N-worker samples/s
+over 1-worker samples/s at the same global batch. Results go under `--label` in bench/results/trainer.json
+(other labels are kept), so a `before` run of older code (`--code DIR`: a checkout whose trainer/ and
+operator/ the workers import instead) and an `after` run sit side by side.
+Usage: nice -n 10 .venv/bin/python bench/trainer_bench.py [--label after] [--models bench 1m] [--workers 1 2]
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from mwms_operator.config import OperatorConfig
 from mwms_operator.spec import parse_trainjob
 from mwms_trainer import local
 
 RESULTS = Path(__file__).resolve().parent / "results" / "trainer.json"
+MODELS = {"bench": [64, 32], "1m": [1024, 1024]}  # hidden units; "1m": 1.07M weights with 20 features
 
 
 def peak_rss_mib(pid: int) -> float | None:
@@ -37,12 +42,14 @@ def peak_rss_mib(pid: int) -> float | None:
     return None
 
 
-def measure(workers: int, epochs: int, samples: int, batch: int, root: Path) -> dict[str, object]:
+def measure(
+    workers: int, hidden: list[int], epochs: int, samples: int, batch: int, root: Path, code: Path | None
+) -> dict[str, object]:
     trainer = {
         "dataset": "synthetic", "syntheticSamples": samples, "syntheticFeatures": 20,
-        "epochs": epochs, "globalBatchSize": batch, "hiddenUnits": [64, 32],
+        "epochs": epochs, "globalBatchSize": batch, "hiddenUnits": hidden,
     }  # fmt: skip
-    name = f"bench-{workers}"
+    name = f"bench-{workers}-{'-'.join(map(str, hidden))}"
     spec = parse_trainjob(
         {"metadata": {"name": name}, "spec": {"replicas": workers, "trainer": trainer}}, OperatorConfig()
     )
@@ -51,6 +58,9 @@ def measure(workers: int, epochs: int, samples: int, batch: int, root: Path) -> 
     envs = local.worker_envs(
         spec, job_name=name, namespace="bench", uid=str(uuid.uuid4()), tracking_uri=uri, job_dir=job_dir
     )
+    if code is not None:
+        for env in envs:
+            env["PYTHONPATH"] = f"{code / 'trainer'}:{code / 'operator'}"
     started = time.time()
     procs = local.start_workers(envs, job_dir)
     codes: list[int] = []
@@ -74,6 +84,7 @@ def measure(workers: int, epochs: int, samples: int, batch: int, root: Path) -> 
     steady = statistics.median(epoch_seconds[1:]) if len(epoch_seconds) > 1 else epoch_seconds[0]
     return {
         "workers": workers,
+        "hiddenUnits": hidden,
         "seconds_to_first_step": round(first_step - started, 2),
         "steady_samples_per_second": round(rows_per_epoch / steady, 1),
         "steady_step_ms": round(1000 * steady / (rows_per_epoch // batch), 2),
@@ -82,8 +93,21 @@ def measure(workers: int, epochs: int, samples: int, batch: int, root: Path) -> 
     }
 
 
+def ratios(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per model: N-worker samples/s over 1-worker samples/s (1.0 would be free distribution)."""
+    out: dict[str, dict[str, float]] = {}
+    for name, hidden in MODELS.items():
+        rates = {r["workers"]: r["steady_samples_per_second"] for r in results if r["hiddenUnits"] == hidden}
+        if 1 in rates:
+            out[name] = {f"{n}w/1w": round(rate / rates[1], 3) for n, rate in rates.items() if n != 1}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--label", default="after")
+    parser.add_argument("--code", type=Path, help="a checkout whose trainer/operator code the workers run")
+    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=sorted(MODELS))
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--samples", type=int, default=50000)
@@ -92,31 +116,32 @@ def main() -> None:
     load_at_start = os.getloadavg()
     results = []
     with tempfile.TemporaryDirectory(prefix="mwms-trainer-bench-") as tmp:
-        for n in args.workers:
-            result = measure(n, args.epochs, args.samples, args.batch, Path(tmp))
-            print(json.dumps(result), flush=True)
-            results.append(result)
-    load = os.getloadavg()
+        for model in args.models:
+            for n in args.workers:
+                hidden = MODELS[model]
+                result = measure(n, hidden, args.epochs, args.samples, args.batch, Path(tmp), args.code)
+                print(json.dumps(result), flush=True)
+                results.append(result)
+    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    runs = previous.get("runs", {})
+    runs[args.label] = {
+        "settings": {**vars(args), "code": str(args.code) if args.code else "this checkout"},
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "loadavg_at_start": load_at_start,
+        "loadavg_at_end": os.getloadavg(),
+        "ratios": ratios(results),
+        "results": results,
+    }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "what": "python -m mwms_trainer on one machine: synthetic set, MLP [64, 32], sqlite MLflow",
-                "settings": vars(args),
-                "machine": {
-                    "cpus": os.cpu_count(),
-                    "python": platform.python_version(),
-                    "loadavg_at_start": load_at_start,
-                    "loadavg_at_end": load,
-                },
-                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "note": "every worker runs on this one machine; the load averages show what else shared it",
-                "results": results,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    document = {
+        "what": "python -m mwms_trainer on one machine: synthetic set (20 features), sqlite MLflow",
+        "models": {name: {"hiddenUnits": hidden} for name, hidden in MODELS.items()},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "note": "every worker runs on this one machine; the load averages show what else shared it",
+        "runs": runs,
+    }
+    RESULTS.write_text(json.dumps(document, indent=2) + "\n")
+    print(json.dumps(runs[args.label]["ratios"]))
     print(f"wrote {RESULTS}")
 
 

@@ -131,12 +131,13 @@ def models_of(experiment_id: str, run_id: str, tracking_uri: str) -> list[Any]:
 
 
 class StallingProxy:
-    """An HTTP proxy to a real MLflow server that holds the requests `stall(method, path)` picks, unanswered.
+    """An HTTP proxy to a real MLflow server that holds the requests `stall(method, path)` picks, unanswered,
+    and answers those `unavailable(method, path)` picks with 503 (an outage on MLflow's side).
 
-    `stalled` is set when the first one arrives: the caller then knows the trainer is inside that call.
+    `stalled` is set when the first held one arrives: the caller then knows the trainer is inside that call.
     """
 
-    def __init__(self, target: str, stall: Any) -> None:
+    def __init__(self, target: str, stall: Any, unavailable: Any = lambda method, path: False) -> None:
         import http.client
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -156,6 +157,11 @@ class StallingProxy:
                     proxy.stalled.set()
                     proxy._release.wait(120)
                     self.close_connection = True
+                    return
+                if unavailable(self.command, self.path):
+                    self.send_response(503)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
                     return
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
                 conn = http.client.HTTPConnection(netloc, timeout=60)

@@ -9,6 +9,7 @@ gradient of one worker (a partial last batch would split unevenly, and each work
 
 from __future__ import annotations
 
+import glob
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,22 +46,41 @@ def _column_type(dtype: Any) -> str:
     return {"b": "boolean", "i": "long", "u": "long"}.get(np.dtype(dtype).kind, "double")
 
 
+def table_files(data_path: str, dataset: str) -> list[Path]:
+    """The files a csv/parquet dataPath names: a file; a directory's `*.<dataset>` files (Spark's output
+    layout: its `_SUCCESS` and `.crc` markers are skipped); or a glob. Sorted by name, so every worker reads
+    the rows in the same order."""
+    path = Path(data_path)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = [f for f in path.glob(f"*.{dataset}") if f.is_file() and not f.name.startswith(("_", "."))]
+        where = f"directory {data_path!r} holds no *.{dataset} files"
+    else:
+        files = [Path(f) for f in glob.glob(data_path) if Path(f).is_file()]
+        where = f"{data_path!r} is not a readable file, directory or glob of files"
+    if not files:
+        raise ConfigError(f"{_SETTING}.dataPath", where)
+    return sorted(files)
+
+
 def _read_table(cfg: TrainerConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], tuple[str, ...]]:
     import pandas as pd
 
-    path = Path(cfg.dataPath or "")
-    if not path.is_file():
-        raise ConfigError(f"{_SETTING}.dataPath", f"{str(path)!r} is not a readable file")
-    try:
-        frame = pd.read_csv(path) if cfg.dataset == "csv" else pd.read_parquet(path)
-    except Exception as e:  # the parsers raise many types; all mean "not a usable file"
-        raise ConfigError(
-            f"{_SETTING}.dataPath", f"cannot read {str(path)!r} as {cfg.dataset}: {e}"
-        ) from None
+    path = cfg.dataPath or ""
+    frames = []
+    for file in table_files(path, cfg.dataset):
+        try:
+            frames.append(pd.read_csv(file) if cfg.dataset == "csv" else pd.read_parquet(file))
+        except Exception as e:  # the parsers raise many types; all mean "not a usable file"
+            raise ConfigError(
+                f"{_SETTING}.dataPath", f"cannot read {str(file)!r} as {cfg.dataset}: {e}"
+            ) from None
+    frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     if cfg.labelColumn not in frame.columns:
         raise ConfigError(
             f"{_SETTING}.labelColumn",
-            f"{cfg.labelColumn!r} is not a column of {str(path)!r}: {list(frame.columns)}",
+            f"{cfg.labelColumn!r} is not a column of {path!r}: {list(frame.columns)}",
         )
     features = frame.drop(columns=[cfg.labelColumn])
     non_numeric = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
@@ -177,4 +197,6 @@ def train_dataset(split: Split, cfg: TrainerConfig, first_epoch: int = 0) -> Any
     options = tf.data.Options()
     # DATA: every worker reads the same batches and keeps its slice (no input files to shard by).
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    return dataset.with_options(options)
+    # Infinite, so tf.distribute does not all-reduce a "does any worker still have data" flag every step; fit
+    # takes exactly steps_per_epoch batches per epoch, so the repeat is never read.
+    return dataset.repeat().with_options(options)

@@ -25,5 +25,10 @@ class RetryableError(TrainerError):
     exit_code = constants.EXIT_RETRYABLE
 
 
+class MlflowRefusedError(TrainerError):
+    """MLflow answered that the request itself is wrong (a bad value, a name taken, no permission): permanent,
+    the same request after a restart gets the same answer."""
+
+
 class DivergedError(TrainerError):
     """The loss became NaN or infinite: permanent, a restart would diverge the same way."""

@@ -2,13 +2,54 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from mwms_trainer.tfenv import keras
+from mwms_trainer.tfenv import keras, tensorflow
+
+
+@functools.cache
+def one_reduce_sequential() -> Any:
+    """tf_keras' Sequential with a training step that needs one cross-worker all-reduce: the gradients'.
+
+    Keras' own step returns every metric's result, and each result reads the metric's state across workers
+    (one all-reduce per state variable: 4 for loss and accuracy), then sums the returned logs across workers
+    (2 more), every step. Here a step only adds to each worker's own metric state; the results are read once
+    per call of the train function (one epoch: steps_per_execution is the epoch's steps). Same numbers: the
+    state is a sum over the steps and the workers either way.
+    """
+    k, tf = keras(), tensorflow()
+
+    class OneReduceSequential(k.Sequential):  # type: ignore[name-defined, misc]
+        def train_step(self, data: Any) -> dict[str, Any]:
+            x, y, sample_weight = k.utils.unpack_x_y_sample_weight(data)
+            with tf.GradientTape() as tape:
+                y_pred = self(x, training=True)
+                loss = self.compute_loss(x, y, y_pred, sample_weight)  # also updates the loss metric
+            self.optimizer.minimize(loss, self.trainable_variables, tape=tape)
+            self.compiled_metrics.update_state(y, y_pred, sample_weight)
+            # fit's step loop needs an output to carry: this worker's own loss, which the reduction method
+            # "first" passes through without reading other workers.
+            return {"worker_batch_loss": loss}
+
+        def make_train_function(self, force: bool = False) -> Any:
+            built: Any = self.train_function  # type: ignore[has-type]
+            if built is not None and not force:
+                return built
+            steps = super().make_train_function(force)
+
+            def train_function(iterator: Any) -> dict[str, Any]:
+                steps(iterator)
+                return self.get_metrics_result()  # outside the steps: read across workers once per call
+
+            self.train_function = train_function
+            return train_function
+
+    return OneReduceSequential
 
 
 def build_model(
@@ -31,7 +72,8 @@ def build_model(
     ]
     layers += [k.layers.Dense(units, activation="relu") for units in hidden_units]
     layers.append(k.layers.Dense(1, activation="sigmoid"))
-    model = k.Sequential(layers)
+    model = one_reduce_sequential()(layers)
+    model.distribute_reduction_method = "first"  # see OneReduceSequential.train_step
     model.compile(
         optimizer=k.optimizers.Adam(learning_rate=learning_rate),
         loss="binary_crossentropy",

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from mwms_operator import constants
-from mwms_trainer.errors import RetryableError
+from mwms_trainer.errors import MlflowRefusedError, RetryableError
 
 log = logging.getLogger("mwms_trainer")
 T = TypeVar("T")
@@ -52,14 +52,33 @@ class NullTracker:
         pass
 
 
+# 4xx answers that a retry cannot change (INVALID_PARAMETER_VALUE, RESOURCE_ALREADY_EXISTS, PERMISSION_DENIED,
+# RESOURCE_DOES_NOT_EXIST, UNAUTHENTICATED); these four are timeouts, conflicts and rate limits: retried.
+TRANSIENT_CLIENT_STATUSES = frozenset({408, 409, 429, 499})
+
+
+def is_permanent(error: BaseException) -> bool:
+    """Whether MLflow refused the request itself (an MlflowException with a 4xx status), rather than being
+    unreachable, slow or failing on its side (connection errors, timeouts, 5xx), which a retry may cure."""
+    status_of = getattr(error, "get_http_status_code", None)  # MlflowException, without importing mlflow
+    if status_of is None:
+        return False
+    status = int(status_of())
+    return 400 <= status < 500 and status not in TRANSIENT_CLIENT_STATUSES
+
+
 def with_retries(
     what: str, uri: str, call: Callable[[], T], delays: tuple[float, ...] = RETRY_DELAYS_SECONDS
 ) -> T:
-    """Call, retrying with backoff; RetryableError (exit 75) once the delays are used up."""
+    """Call, retrying transient failures with backoff; RetryableError (exit 75) once the delays are used up,
+    MlflowRefusedError (exit 1) at once when MLflow refuses the request itself."""
     for attempt, delay in enumerate((*delays, None), start=1):
         try:
             return call()
-        except Exception as e:  # connection refused, timeouts, 5xx: all retried the same way
+        except Exception as e:
+            if is_permanent(e):
+                code = getattr(e, "error_code", "")
+                raise MlflowRefusedError(f"MLflow at {uri} refused {what} ({code}): {e}") from None
             if delay is None:
                 raise RetryableError(
                     f"MLflow at {uri} is unavailable ({what} failed {attempt} times): {type(e).__name__}: {e}"
@@ -146,37 +165,67 @@ class MlflowTracker:
     def note_resume(self, epoch: int) -> None:
         self._retry("tags", lambda: self._mlflow.set_tag(TAG_RESUMED_FROM_EPOCH, str(epoch)))
 
-    def _existing_model_uri(self) -> str | None:
+    def _ready_model_uri(self) -> str | None:
+        """The run's one READY model, after deleting what uploads that died (PENDING) or failed (FAILED) left
+        behind: a model without all its artifacts must never be handed out, nor stay beside the real one."""
         models = self._mlflow.search_logged_models(
             experiment_ids=[self.experiment_id],
             filter_string=f"source_run_id = '{self.run_id}'",
+            order_by=[{"field_name": "creation_time", "ascending": True}],
             output_format="list",
         )
-        return f"models:/{models[0].model_id}" if models else None
+        ready = next((m for m in models if str(m.status) == "READY"), None)
+        for m in models:
+            if m is not ready:
+                log.info("deleting model %s (%s), left by an interrupted upload", m.model_id, m.status)
+                self._client.delete_logged_model(m.model_id)
+        if ready is None:
+            return None
+        uri = f"models:/{ready.model_id}"
+        if self._registered_model_name:
+            self._register_once(self._registered_model_name, uri, ready.model_id)
+        return uri
 
-    def log_model(self, model: Any, signature: Any, metrics: Mapping[str, float]) -> str:
-        """Held-out metrics and the run's one model (a retried chief reuses the model it already logged)."""
-        mlflow = self._mlflow
-        self._retry("final metrics", lambda: mlflow.log_metrics(dict(metrics)))
-        existing = self._retry("model lookup", self._existing_model_uri)
+    def _register_once(self, name: str, uri: str, model_id: str) -> None:
+        """The READY model is registered exactly once: a chief that died between the upload and the
+        registration left it unregistered; a registration that did not finish is deleted and redone."""
+        versions = [
+            v
+            for v in self._client.search_model_versions(f"name = '{name}' and run_id = '{self.run_id}'")
+            # The REST search leaves model_id empty; the source (the model's artifact location) names it.
+            if v.model_id == model_id or model_id in (v.source or "")
+        ]
+        keep = next((v for v in versions if str(v.status) == "READY"), None)
+        for v in versions:
+            if v is not keep:
+                log.info("deleting version %s of registered model %s (%s)", v.version, name, v.status)
+                self._client.delete_model_version(name, v.version)
+        if keep is None:
+            log.info("registering %s as %s", uri, name)
+            self._mlflow.register_model(uri, name)
+
+    def _upload(self, model: Any, signature: Any) -> str:
+        existing = self._ready_model_uri()  # again on every attempt: a lost answer may hide a finished upload
         if existing is not None:
             log.info("run %s already has its model %s; not logging a second one", self.run_id, existing)
             return existing
         with tempfile.TemporaryDirectory(prefix="mwms-model-") as tmp:
             keras_path = os.path.join(tmp, "model.keras")
             model.save(keras_path)
-            info = self._retry(
-                "model upload",
-                lambda: mlflow.pyfunc.log_model(
-                    name=MODEL_NAME,
-                    python_model=SERVING_MODEL_CODE,
-                    artifacts={"keras_model": keras_path},
-                    signature=signature,
-                    registered_model_name=self._registered_model_name,
-                    pip_requirements=serving_requirements(),
-                ),
+            info = self._mlflow.pyfunc.log_model(
+                name=MODEL_NAME,
+                python_model=SERVING_MODEL_CODE,
+                artifacts={"keras_model": keras_path},
+                signature=signature,
+                registered_model_name=self._registered_model_name,
+                pip_requirements=serving_requirements(),
             )
-        return info.model_uri
+        return str(info.model_uri)
+
+    def log_model(self, model: Any, signature: Any, metrics: Mapping[str, float]) -> str:
+        """Held-out metrics and the run's one READY model (a retried chief reuses the model it logged)."""
+        self._retry("final metrics", lambda: self._mlflow.log_metrics(dict(metrics)))
+        return self._retry("model upload", lambda: self._upload(model, signature))
 
     def close(self, ok: bool) -> None:
         try:

@@ -6,6 +6,7 @@ so nothing here branches on the role except the final hand-off.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -17,7 +18,7 @@ from typing import Any
 from mwms_trainer import data, startup, tracking
 from mwms_trainer import model as model_mod
 from mwms_trainer.config import Settings
-from mwms_trainer.errors import DivergedError
+from mwms_trainer.errors import DivergedError, RetryableError
 from mwms_trainer.tfenv import keras, size_thread_pools, tensorflow
 
 log = logging.getLogger("mwms_trainer")
@@ -123,54 +124,116 @@ def resumed_epoch(backup_dir: str) -> int:
     return 0
 
 
+KEPT_MODEL = "model.keras"
+KEPT_METRICS = "training-metrics.json"  # written last: its presence means the kept model is complete
+
+
+def kept_model_dir(settings: Settings) -> str | None:
+    """Where the chief keeps the fitted model until MLflow has it: the checkpoint volume, beside (not inside)
+    BackupAndRestore's directory, which fit deletes when it ends. None without a volume."""
+    if not settings.checkpoint_dir:
+        return None
+    return os.path.join(settings.checkpoint_dir, settings.job_uid, "fitted")
+
+
+def keep_fitted(directory: str, plain: Any, training_metrics: dict[str, float]) -> None:
+    """Save the fitted model before uploading it, so a failed upload costs a restart, not the fit."""
+    os.makedirs(directory, exist_ok=True)
+    partial = os.path.join(directory, "partial-" + KEPT_MODEL)
+    plain.save(partial)
+    os.replace(partial, os.path.join(directory, KEPT_MODEL))
+    partial = os.path.join(directory, "partial-" + KEPT_METRICS)
+    with open(partial, "w", encoding="utf-8") as f:
+        json.dump(training_metrics, f)
+    os.replace(partial, os.path.join(directory, KEPT_METRICS))
+
+
+def load_kept(directory: str | None) -> tuple[Any, dict[str, float]] | None:
+    """The model a previous chief fitted and kept, with its last epoch's training metrics; None if none."""
+    if directory is None or not os.path.exists(os.path.join(directory, KEPT_METRICS)):
+        return None
+    with open(os.path.join(directory, KEPT_METRICS), encoding="utf-8") as f:
+        training_metrics = {str(k): float(v) for k, v in json.load(f).items()}
+    return keras().models.load_model(os.path.join(directory, KEPT_MODEL), compile=False), training_metrics
+
+
+def fit(
+    settings: Settings, split: data.Split, tracker: Any, note: Callable[[str], None], deadline: float
+) -> tuple[Any, dict[str, float]] | None:
+    """Fit with the whole group; the chief gets a plain copy of the model and its last epoch's metrics."""
+    cfg, cluster = settings.trainer, settings.cluster
+    k = keras()
+    strategy = startup.create_strategy(cluster, deadline, note)
+    steps = data.steps_per_epoch(len(split.x_train), cfg.globalBatchSize)
+    k.utils.set_random_seed(cfg.seed)  # the same initial weights everywhere (MWMS also broadcasts them)
+    with strategy.scope():
+        model = model_mod.build_model(
+            split.num_features,
+            split.mean,
+            split.variance,
+            hidden_units=cfg.hiddenUnits,
+            learning_rate=cfg.learningRate,
+            steps_per_execution=steps,
+        )
+    callbacks = [stop_on_non_finite_loss(cfg.epochs), epoch_logger(cluster.rank, cfg.epochs, tracker)]
+    first_epoch = 0
+    if settings.checkpoint_dir:
+        # Per job uid: a later job on the same volume never resumes another job's fit. Every worker takes
+        # part; tf-keras writes the chief's copy here and the others' to temporary directories.
+        backup_dir = os.path.join(settings.checkpoint_dir, settings.job_uid)
+        callbacks.insert(0, k.callbacks.BackupAndRestore(backup_dir=backup_dir))
+        first_epoch = resumed_epoch(backup_dir)
+    with startup.peer_loss_is_retryable("during fit"):
+        history = model.fit(
+            data.train_dataset(split, cfg, first_epoch),
+            epochs=cfg.epochs,
+            steps_per_epoch=steps,
+            callbacks=callbacks,
+            verbose=0,
+        )
+    if not cluster.is_chief:
+        return None
+    # The chief alone: a plain copy needs no collectives, so the peers may already be gone.
+    return model_mod.plain_copy(model), {k: float(v[-1]) for k, v in history.history.items() if v}
+
+
 def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Train on this worker; return the termination summary (the chief's carries the run and the model)."""
     deadline = time.monotonic() + settings.startup_timeout_seconds
-    cfg, cluster = settings.trainer, settings.cluster
-    split = data.load_split(cfg, cluster.num_workers)  # bad data fails here, before MLflow or peers
-    k = keras()
+    cluster = settings.cluster
+    # Bad data fails here, before MLflow or peers.
+    split = data.load_split(settings.trainer, cluster.num_workers)
+    kept_dir = kept_model_dir(settings)
+    kept = load_kept(kept_dir) if cluster.is_chief else None
+    if kept_dir and not cluster.is_chief and os.path.exists(os.path.join(kept_dir, KEPT_METRICS)):
+        log.info("worker %d: the fit is done (kept at %s); the chief uploads it", cluster.rank, kept_dir)
+        return {"worker": cluster.rank, "status": "ok"}
     size_thread_pools(settings.threads)
     tracker = open_tracker(settings, params_of(settings, split))
     ok = False
     try:
-        strategy = startup.create_strategy(cluster, deadline, note)
-        steps = data.steps_per_epoch(len(split.x_train), cfg.globalBatchSize)
-        k.utils.set_random_seed(cfg.seed)  # the same initial weights everywhere (MWMS also broadcasts them)
-        with strategy.scope():
-            model = model_mod.build_model(
-                split.num_features,
-                split.mean,
-                split.variance,
-                hidden_units=cfg.hiddenUnits,
-                learning_rate=cfg.learningRate,
-                steps_per_execution=steps,
-            )
-        callbacks = [stop_on_non_finite_loss(cfg.epochs), epoch_logger(cluster.rank, cfg.epochs, tracker)]
-        first_epoch = 0
-        if settings.checkpoint_dir:
-            # Per job uid: a later job on the same volume never resumes another job's fit. Every worker takes
-            # part; tf-keras writes the chief's copy here and the others' to temporary directories.
-            backup_dir = os.path.join(settings.checkpoint_dir, settings.job_uid)
-            callbacks.insert(0, k.callbacks.BackupAndRestore(backup_dir=backup_dir))
-            first_epoch = resumed_epoch(backup_dir)
-        with startup.peer_loss_is_retryable("during fit"):
-            history = model.fit(
-                data.train_dataset(split, cfg, first_epoch),
-                epochs=cfg.epochs,
-                steps_per_epoch=steps,
-                callbacks=callbacks,
-                verbose=0,
-            )
-        if not cluster.is_chief:
-            ok = True
-            return {"worker": cluster.rank, "status": "ok"}
-        # The chief alone: a plain copy needs no collectives, so the peers may already be gone.
-        plain = model_mod.plain_copy(model)
+        if kept is not None:
+            log.info("uploading the model fitted before the restart (%s), not training again", kept_dir)
+            plain, trained = kept
+        else:
+            fitted = fit(settings, split, tracker, note, deadline)
+            if fitted is None:
+                ok = True
+                return {"worker": cluster.rank, "status": "ok"}
+            plain, trained = fitted
+            if kept_dir:
+                keep_fitted(kept_dir, plain, trained)
         held_out = model_mod.held_out_metrics(plain, split.x_test, split.y_test)
         signature = tracking.model_signature(split.num_features, split.feature_names, split.column_types)
-        model_uri = tracker.log_model(plain, signature, held_out)
+        try:
+            model_uri = tracker.log_model(plain, signature, held_out)
+        except RetryableError as e:
+            if kept_dir:
+                kept_note = f"the fitted model is kept in {kept_dir}, a restart uploads it"
+                raise RetryableError(f"{e}; {kept_note}") from None
+            raise
         # The last epoch's training metrics are in MLflow already (per epoch); the summary carries both.
-        metrics = {**held_out, **{k: float(v[-1]) for k, v in history.history.items() if v}}
+        metrics = {**held_out, **trained}
         ok = True
         log.info("held-out accuracy %.4f, model %s", metrics["val_accuracy"], model_uri)
         return {

@@ -46,6 +46,32 @@ def test_synthetic_and_csv_data(tmp_path):
     np.testing.assert_array_equal(parquet.x_train, csv.x_train)
 
 
+def test_a_spark_style_parquet_directory_and_a_glob_read_like_one_file(tmp_path):
+    """Spark writes a directory of part files beside _SUCCESS and .crc markers; is_file refused it before."""
+    import pandas as pd
+
+    rows = range(100)
+    frame = pd.DataFrame({"a": rows, "b": [i % 7 for i in rows], "label": [i % 2 for i in rows]})
+    one = tmp_path / "one.parquet"
+    frame.to_parquet(one)
+    spark = tmp_path / "spark.parquet"
+    spark.mkdir()
+    for part, rows in enumerate((slice(0, 30), slice(30, 65), slice(65, 100))):
+        frame[rows].to_parquet(spark / f"part-{part:05d}-0a1b.snappy.parquet")
+        (spark / f".part-{part:05d}-0a1b.snappy.parquet.crc").write_bytes(b"crc")
+    (spark / "_SUCCESS").write_text("")
+    expected = load_split(parse_trainer_config(f'{{"dataset": "parquet", "dataPath": "{one}"}}'))
+    for path in (spark, spark / "part-*.parquet"):
+        got = load_split(parse_trainer_config(f'{{"dataset": "parquet", "dataPath": "{path}"}}'))
+        np.testing.assert_array_equal(got.x_train, expected.x_train)
+        np.testing.assert_array_equal(got.y_test, expected.y_test)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match="holds no \\*.parquet files") as err:
+        load_split(parse_trainer_config(f'{{"dataset": "parquet", "dataPath": "{empty}"}}'))
+    assert err.value.setting == "MWMS_TRAINER_CONFIG.dataPath"
+
+
 @pytest.mark.parametrize(
     ("content", "extra", "setting"),
     [
