@@ -269,6 +269,8 @@ TRAINER_IMPORTS = """
 import os, sys
 assert (os.getuid(), os.getgid()) == (65532, 65532), (os.getuid(), os.getgid())
 import mwms_trainer.train, tf_keras, mlflow
+import importlib.util
+assert importlib.util.find_spec("pip"), "no pip: spec.code.requirements could not install anything"
 import tensorflow as tf
 assert tf.keras.__name__.startswith("tf_keras"), tf.keras  # TF_USE_LEGACY_KERAS took effect
 try:

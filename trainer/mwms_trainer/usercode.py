@@ -87,7 +87,7 @@ def install_requirements(code_dir: Path, requirements: str, environ: Mapping[str
     if importlib.util.find_spec("pip") is None:
         raise ConfigError(
             "spec.code.requirements",
-            "this image has no pip (the trainer image ships none): build an image FROM the trainer image "
+            "this image has no pip: build an image FROM the trainer image "
             "with your packages instead (docs/submit.md)",
         )
     target = Path(tempfile.gettempdir()) / "mwms-packages"
