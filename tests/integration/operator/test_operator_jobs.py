@@ -26,6 +26,28 @@ def condition(job, type_):
     return next((c for c in job.get("status", {}).get("conditions", []) if c["type"] == type_), None)
 
 
+def fail_once_trainjob(make_standin, name: str, replicas: int, marker_dir) -> dict:
+    """Worker 1 exits 75 (retryable) in the first group only: a marker file on a hostPath shared by the
+    groups says it already failed. cleanPodPolicy None keeps the pods to look at."""
+    marker_dir.chmod(0o777)
+    return make_standin(
+        name,
+        replicas,
+        env={
+            "STANDIN_FAIL_INDEX": "1",
+            "STANDIN_EXIT_CODE": "75",
+            "STANDIN_FAIL_ONCE_FILE": "/marker/failed",
+        },
+        runPolicy={"cleanPodPolicy": "None"},
+        template={
+            "container": {"volumeMounts": [{"name": "marker", "mountPath": "/marker"}]},
+            "spec": {
+                "volumes": [{"name": "marker", "hostPath": {"path": str(marker_dir), "type": "Directory"}}]
+            },
+        },
+    )
+
+
 def wait_condition(kubectl, namespace, name, type_, timeout=180):
     kubectl(
         "wait",
@@ -99,23 +121,7 @@ def test_three_workers_succeed_with_the_chiefs_run(
 
 
 def test_a_retryable_exit_restarts_the_whole_group_once(operator, make_standin, kubectl, namespace, tmp_path):
-    tmp_path.chmod(0o777)
-    job = make_standin(
-        "retry",
-        3,
-        env={
-            "STANDIN_FAIL_INDEX": "1",
-            "STANDIN_EXIT_CODE": "75",
-            "STANDIN_FAIL_ONCE_FILE": "/marker/failed",
-        },
-        runPolicy={"cleanPodPolicy": "None"},
-        template={
-            "container": {"volumeMounts": [{"name": "marker", "mountPath": "/marker"}]},
-            "spec": {
-                "volumes": [{"name": "marker", "hostPath": {"path": str(tmp_path), "type": "Directory"}}]
-            },
-        },
-    )
+    job = fail_once_trainjob(make_standin, "retry", 3, tmp_path)
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "retry", "Succeeded")
     assert (tmp_path / "failed").exists()

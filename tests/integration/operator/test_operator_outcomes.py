@@ -12,6 +12,7 @@ import pytest
 from test_operator_jobs import (
     condition,
     events_of,
+    fail_once_trainjob,
     get_job,
     pods_of,
     wait_condition,
@@ -56,23 +57,7 @@ def test_an_evicted_worker_restarts_the_group_without_spending_backoff(
 
 
 def test_a_counted_restart_waits_for_its_back_off(operator, make_standin, kubectl, namespace, tmp_path):
-    tmp_path.chmod(0o777)
-    job = make_standin(
-        "patient",
-        2,
-        env={
-            "STANDIN_FAIL_INDEX": "1",
-            "STANDIN_EXIT_CODE": "75",
-            "STANDIN_FAIL_ONCE_FILE": "/marker/failed",
-        },
-        runPolicy={"cleanPodPolicy": "None"},
-        template={
-            "container": {"volumeMounts": [{"name": "marker", "mountPath": "/marker"}]},
-            "spec": {
-                "volumes": [{"name": "marker", "hostPath": {"path": str(tmp_path), "type": "Directory"}}]
-            },
-        },
-    )
+    job = fail_once_trainjob(make_standin, "patient", 2, tmp_path)
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "patient", "Succeeded")
     assert done["status"]["restarts"] == 1 and done["status"]["disruptions"] == 0
