@@ -349,7 +349,6 @@ def test_every_body_is_refused_with_its_field_named_or_handled(operator, hostile
 # A template whose pod spec has the wrong shape where the CRD cannot type it (spec.template.spec is passed
 # through to the API server): the operator must fail the job naming the field, not crash its reconcile.
 MALFORMED_TEMPLATES = {
-    "env-name-not-a-string": {"containers": [{"name": "trainer", "env": [{"name": ["TF_CONFIG"]}]}]},
     "port-not-an-object": {"containers": [{"name": "trainer", "ports": ["2222"]}]},
     "volumes-not-a-list": {"containers": [{"name": "trainer"}], "volumes": 5},
     "volume-mounts-not-a-list": {"containers": [{"name": "trainer", "volumeMounts": 5}]},
@@ -371,6 +370,28 @@ def test_a_malformed_pod_template_fails_the_job_not_the_reconcile(operator, host
         failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
         assert "spec.template" in failed["message"], failed
     assert_operator_healthy(operator, log_from)
+    hostile.bystander_unchanged()
+
+
+# What the CRD does type in spec.template.spec (container and env names, for its reserved-env rule): the API
+# server refuses it, naming the field, and nothing reaches the operator.
+SCHEMA_REFUSED_TEMPLATES = {
+    "env-name-not-a-string": (
+        {"containers": [{"name": "trainer", "env": [{"name": ["TF_CONFIG"]}]}]},
+        "spec.template.spec.containers[0].env[0].name",
+    ),
+    "container-name-not-a-string": ({"containers": [{"name": 7}]}, "spec.template.spec.containers[0].name"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCHEMA_REFUSED_TEMPLATES))
+def test_a_pod_template_the_schema_types_is_refused_naming_the_field(operator, hostile, case):
+    template, field = SCHEMA_REFUSED_TEMPLATES[case]
+    body = standin_job(f"refused-{case}"[:52].rstrip("-"), hostile.command)
+    body["spec"]["template"]["spec"] = template
+    with submitted(hostile, body) as (created, message):
+        assert created is None, f"accepted: {created}"
+        assert field in message, message
     hostile.bystander_unchanged()
 
 
