@@ -85,6 +85,15 @@ class WorkerPod:
     unschedulable: bool = False  # PodScheduled is False for a reason other than a scheduling gate
     # The first container (init, sidecar or main) waiting for one of the reasons above, as (reason, text).
     container_error: tuple[str, str] | None = None
+    # A regular container other than the trainer has not terminated: a sidecar that is not a native one
+    # (native sidecars are init containers, which the kubelet stops once the trainer has exited).
+    sidecars_running: bool = False
+
+    @property
+    def finishing(self) -> bool:
+        """The trainer has exited and nothing else keeps the pod: the kubelet is about to give it its final
+        phase, so it is not a running pod to clean up (deleting it would lose the chief's logs)."""
+        return self.exit_code is not None and not self.sidecars_running
 
     @property
     def trainer_exit(self) -> int | None:
@@ -153,6 +162,10 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
         disruption=disruption.strip().rstrip(":"),
         unschedulable=unschedulable,
         container_error=_container_error(status),
+        sidecars_running=any(
+            c.get("name") != constants.CONTAINER_NAME and not (c.get("state") or {}).get("terminated")
+            for c in status.get("containerStatuses") or []
+        ),
     )
 
 
@@ -359,7 +372,7 @@ def _cleanup(spec: TrainJobSpec | None, pods: Sequence[WorkerPod], *, remove_act
     for pod in pods:
         if pod.deleting:
             continue
-        if policy == "All" or (pod.active and (policy == "Running" or remove_active)):
+        if policy == "All" or (pod.active and (remove_active or (policy == "Running" and not pod.finishing))):
             names.append(pod.name)
     return tuple(names)
 

@@ -612,7 +612,11 @@ def test_counted_restarts_back_off_exponentially_up_to_5_minutes(counted, second
 
 
 def test_the_chiefs_trainer_exit_0_succeeds_while_a_sidecar_keeps_the_pod_running():
-    pods = [pod(0, "Running", exit_code=0, message=RUN), pod(1, "Running", exit_code=0), pod(2, "Running")]
+    pods = [
+        pod(0, "Running", exit_code=0, message=RUN, sidecars_running=True),
+        pod(1, "Running", exit_code=0, sidecars_running=True),
+        pod(2, "Running"),
+    ]
     d = step(running_status(), pods, at=60)
     assert d.status["phase"] == "Succeeded" and d.status["mlflow"]["runId"] == "r123"
     # cleanPodPolicy Running: every pod still running (the sidecars) is removed.
@@ -687,3 +691,27 @@ def test_worker_pod_reads_disruptions_gates_container_errors_and_sidecars():
         "ImagePullBackOff",
         "container proxy: ImagePullBackOff: no such",
     )
+
+
+def test_a_chief_whose_trainer_exited_is_kept_while_its_pod_phase_catches_up():
+    """The trainer has exited 0 and no sidecar runs: the kubelet is about to mark the pod Succeeded.
+    cleanPodPolicy Running removes the workers still running, not the chief (its logs stay readable)."""
+    pods = [pod(0, "Running", exit_code=0, message=RUN), pod(1, "Running", exit_code=0), pod(2, "Running")]
+    d = step(running_status(), pods, at=60)
+    assert d.status["phase"] == "Succeeded"
+    assert d.actions == (DeletePods(("mnist-worker-2",)),)
+
+
+def test_worker_pod_sees_a_sidecar_still_running():
+    def api_pod(*containers):
+        return {
+            "metadata": {"name": "mnist-worker-0", "labels": {"mwms.dev/replica-index": "0"}},
+            "status": {"phase": "Running", "containerStatuses": list(containers)},
+        }
+
+    done = {"name": "trainer", "state": {"terminated": {"exitCode": 0}}}
+    proxy = {"name": "istio-proxy", "state": {"running": {}}}
+    assert worker_pod(api_pod(done, proxy)).sidecars_running
+    assert worker_pod(api_pod(done, proxy)).finishing is False
+    assert worker_pod(api_pod(done)).finishing
+    assert not worker_pod(api_pod({"name": "trainer", "state": {"running": {}}})).finishing
