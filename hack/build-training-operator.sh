@@ -8,32 +8,9 @@ set -euo pipefail
 
 TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.8.1}
 CACHE_ROOT=${MWMS_CACHE:-$HOME/.cache/mwms}
-DIR="$CACHE_ROOT/peer/$TRAINING_OPERATOR_VERSION"
-MODULE=github.com/kubeflow/training-operator
-
-log() { echo "build-training-operator: $*" >&2; }
-
-if [ -x "$DIR/bin/training-operator.v1" ] && [ -d "$DIR/crds" ]; then
-  echo "$DIR"
-  exit 0
-fi
-command -v go >/dev/null || { log "Go is required to build training-operator"; exit 1; }
-mkdir -p "$DIR"
-exec 9>"$DIR/build.lock"
-flock 9
-if [ -x "$DIR/bin/training-operator.v1" ] && [ -d "$DIR/crds" ]; then
-  echo "$DIR"
-  exit 0
-fi
-started=$(date +%s)
-export CGO_ENABLED=0 GOFLAGS="-trimpath"
-log "go install $MODULE/cmd/training-operator.v1@$TRAINING_OPERATOR_VERSION"
+# shellcheck disable=SC1091  # go-install-cached.sh is checked on its own
+source "$(dirname "${BASH_SOURCE[0]}")/go-install-cached.sh"  # go_install_cached
 # nice: the build shares a small machine with whatever else runs there.
-GOBIN="$DIR/bin.tmp" nice -n 15 go install -ldflags "-s -w" \
-  "$MODULE/cmd/training-operator.v1@$TRAINING_OPERATOR_VERSION" >&2
-src=$(go mod download -json "$MODULE@$TRAINING_OPERATOR_VERSION" \
-  | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
-rm -rf "${DIR:?}/crds" && cp -r "$src/manifests/base/crds" "$DIR/crds" && chmod -R u+w "$DIR/crds"
-rm -rf "${DIR:?}/bin" && mv "$DIR/bin.tmp" "$DIR/bin"
-log "built in $(( $(date +%s) - started )) s"
-echo "$DIR"
+go_install_cached training-operator "$CACHE_ROOT/peer/$TRAINING_OPERATOR_VERSION" \
+  github.com/kubeflow/training-operator cmd/training-operator.v1 "$TRAINING_OPERATOR_VERSION" \
+  manifests/base/crds crds 15
