@@ -180,6 +180,10 @@ def build_worker_pod(
         hosts=hosts,
         restart_count=restart_count,
     )
+    # A worker in a pod waits for its peers as long as it takes: a peer may be pulling a multi-GB image for
+    # longer than startupTimeoutSeconds, which must not cost a counted restart. The operator sees the pods
+    # and ends a group that is stuck (startupTimeoutSeconds while partly unschedulable, ContainerError).
+    reserved[constants.ENV_PEER_WAIT] = "0"
     # Ours first, so user variables may refer to them with $(NAME).
     container["env"] = [{"name": k, "value": v} for k, v in reserved.items()] + list(
         container.get("env") or []

@@ -37,6 +37,9 @@ ENV_RESTART_COUNT = "MWMS_RESTART_COUNT"
 ENV_TRAINER_CONFIG = "MWMS_TRAINER_CONFIG"
 ENV_CHECKPOINT_DIR = "MWMS_CHECKPOINT_DIR"
 ENV_STARTUP_TIMEOUT = "MWMS_STARTUP_TIMEOUT_SECONDS"
+# How long a started worker waits for its peers to listen; 0: as long as it takes (set in pods, where the
+# operator sees why a peer is late: a big image pulling is waited for, a stuck group times out there).
+ENV_PEER_WAIT = "MWMS_PEER_WAIT_SECONDS"
 ENV_REGISTERED_MODEL_NAME = "MWMS_REGISTERED_MODEL_NAME"
 # spec.code: the user's files, what to run in them, and the pip requirements file to install first.
 ENV_CODE_DIR = "MWMS_CODE_DIR"
@@ -57,6 +60,7 @@ RESERVED_ENV = frozenset(
         ENV_TRAINER_CONFIG,
         ENV_CHECKPOINT_DIR,
         ENV_STARTUP_TIMEOUT,
+        ENV_PEER_WAIT,
         ENV_REGISTERED_MODEL_NAME,
         ENV_TRACKING_URI,
         ENV_EXPERIMENT_NAME,

@@ -39,7 +39,7 @@ def _raiser(name):
 
 def _in_constructor(monkeypatch, fail):
     monkeypatch.setattr(tensorflow().distribute, "MultiWorkerMirroredStrategy", fail)
-    startup.create_strategy(Cluster(hosts=(), rank=0), time.monotonic() + 60, lambda _: None)
+    startup.create_strategy(Cluster(hosts=(), rank=0), time.monotonic() + 60, lambda _: None, None)
 
 
 def _in_fit(monkeypatch, fail):

@@ -77,6 +77,22 @@ def test_peer_that_never_starts_exits_75_at_the_startup_deadline(mlflow_server, 
         assert "worker 2 (127.0.0.1:" in message
 
 
+def test_in_a_pod_a_peer_later_than_the_startup_timeout_is_waited_for(mlflow_server, mlflow_client, tmp_path):
+    """A peer whose image still pulls may come after startupTimeoutSeconds: in a pod (the operator sets
+    MWMS_PEER_WAIT_SECONDS=0 and ends a group that is really stuck) the waiting worker does not give up."""
+    spec = trainjob_spec("late-peer", 2, {"epochs": 1, "globalBatchSize": 30}, startup_timeout=5)
+    g = group(spec, mlflow_server.url, tmp_path, **{constants.ENV_PEER_WAIT: "0"}).start(indices=[0])
+    try:
+        _wait_for(lambda: "waiting for 1 peer(s)" in g.log(0), 120, "the chief to wait for its peer")
+        time.sleep(8)  # past the startup timeout; without MWMS_PEER_WAIT_SECONDS=0 the chief exits 75 here
+        assert g.procs[0].poll() is None, g.log(0)[-3000:]
+        g.start(indices=[1])
+        assert g.wait(timeout=300) == {0: 0, 1: 0}, g.log(0)[-3000:]
+    finally:
+        g.kill()
+    assert len(runs_of(mlflow_client, "late-peer")) == 1
+
+
 def test_mlflow_unreachable_exits_75_with_a_clear_message(tmp_path):
     port = free_ports(1)[0]  # nothing listens there
     spec = trainjob_spec("no-mlflow", 1, {"epochs": 1})

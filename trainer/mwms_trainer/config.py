@@ -140,6 +140,7 @@ class Settings:
     checkpoint_dir: str | None
     startup_timeout_seconds: float
     termination_log: str
+    peer_wait_seconds: float | None = None  # None: wait for peers as long as it takes
     threads: int | None = None  # TensorFlow's pool sizes (cpus.py); None: TensorFlow's own sizing
 
 
@@ -185,4 +186,12 @@ def load(environ: Mapping[str, str]) -> Settings:
         termination_log=environ.get(constants.ENV_TERMINATION_LOG, "").strip()
         or constants.TERMINATION_MESSAGE_PATH,
         threads=cpus.thread_count(environ),
+        peer_wait_seconds=peer_wait_seconds(environ),
     )
+
+
+def peer_wait_seconds(environ: Mapping[str, str]) -> float | None:
+    """How long to wait for the peers: MWMS_PEER_WAIT_SECONDS (0: no limit), else the startup timeout (a
+    hand-started group has nobody else to end a wait for a peer that never comes)."""
+    startup = _env_number(environ, constants.ENV_STARTUP_TIMEOUT, DEFAULT_STARTUP_TIMEOUT_SECONDS, 1)
+    return _env_number(environ, constants.ENV_PEER_WAIT, startup, 0) or None

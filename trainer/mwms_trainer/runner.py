@@ -109,14 +109,16 @@ def run_here(
         _state["result"] = result if _cluster().is_chief else None
         return _state["result"]
     from mwms_trainer import startup
+    from mwms_trainer.config import peer_wait_seconds
     from mwms_trainer.cpus import thread_count
     from mwms_trainer.tfenv import size_thread_pools, tensorflow
 
     tensorflow()  # TF_USE_LEGACY_KERAS before the user's code imports TensorFlow
     size_thread_pools(thread_count(os.environ))
     cluster = _cluster()
-    timeout = float(os.environ.get(constants.ENV_STARTUP_TIMEOUT) or 300)
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + float(os.environ.get(constants.ENV_STARTUP_TIMEOUT) or 300)
+    peers_by = startup.peer_deadline(started, peer_wait_seconds(os.environ))
     path = os.environ.get(constants.ENV_TERMINATION_LOG, "").strip() or constants.TERMINATION_MESSAGE_PATH
     from mwms_trainer.__main__ import write_termination
 
@@ -132,14 +134,14 @@ def run_here(
             # constructor the built-in trainer's backstop.
             if cluster.is_distributed:
                 with startup.listening(cluster.own_address, deadline):
-                    startup.wait_for_peers(cluster, deadline)
+                    startup.wait_for_peers(cluster, peers_by)
             with (
                 startup.backstopped_user_strategy(deadline, note),
                 startup.peer_loss_is_retryable("in train_fn"),
             ):
                 result = train_fn(**kwargs)
         else:
-            strategy = startup.create_strategy(cluster, deadline, note)
+            strategy = startup.create_strategy(cluster, deadline, note, peers_by)
             with strategy.scope(), startup.peer_loss_is_retryable("in train_fn"):
                 result = train_fn(**kwargs)
         ok = True

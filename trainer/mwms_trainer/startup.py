@@ -26,6 +26,7 @@ from mwms_trainer.errors import RetryableError
 
 log = logging.getLogger("mwms_trainer")
 POLL_SECONDS = 0.5
+STILL_WAITING_LOG_SECONDS = 60  # how often a wait without a deadline says whom it waits for
 BACKSTOP_MIN_SECONDS = 15  # every peer was listening a moment ago: registration takes seconds
 
 
@@ -94,12 +95,14 @@ def listening(address: str | None, deadline: float) -> Iterator[None]:
 
 
 def wait_for_peers(
-    cluster: Cluster, deadline: float, probe: Callable[[str], str | None] = _reachable
+    cluster: Cluster, deadline: float | None, probe: Callable[[str], str | None] = _reachable
 ) -> None:
-    """Return once every peer resolves and accepts TCP; at the deadline RetryableError names the missing."""
+    """Return once every peer resolves and accepts TCP; at the deadline RetryableError names the missing.
+    Without a deadline (in a pod: the operator ends a stuck group) it waits, saying whom it waits for."""
     waiting = {i: h for i, h in enumerate(cluster.hosts) if i != cluster.rank}
     reasons: dict[int, str] = {}
     log.info("waiting for %d peer(s)", len(waiting))
+    next_log = time.monotonic() + STILL_WAITING_LOG_SECONDS
     while waiting:
         for i, host in list(waiting.items()):
             reason = probe(host)
@@ -110,9 +113,12 @@ def wait_for_peers(
                 reasons[i] = reason
         if not waiting:
             return
-        if time.monotonic() > deadline:
-            missing = "; ".join(f"worker {i} ({waiting[i]}): {reasons[i]}" for i in sorted(waiting))
+        missing = "; ".join(f"worker {i} ({waiting[i]}): {reasons[i]}" for i in sorted(waiting))
+        if deadline is not None and time.monotonic() > deadline:
             raise RetryableError(f"startup deadline passed waiting for peers: {missing}")
+        if time.monotonic() > next_log:
+            log.info("still waiting for %d peer(s): %s", len(waiting), missing)
+            next_log += STILL_WAITING_LOG_SECONDS
         time.sleep(POLL_SECONDS)
 
 
@@ -170,14 +176,21 @@ def registration_backstop(deadline: float, on_backstop: Callable[[str], None]) -
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def create_strategy(cluster: Cluster, deadline: float, on_backstop: Callable[[str], None]) -> Any:
-    """Rendezvous, then MultiWorkerMirroredStrategy(); exit 75 (or SIGALRM) at the deadline."""
+def peer_deadline(started: float, peer_wait_seconds: float | None) -> float | None:
+    return None if peer_wait_seconds is None else started + peer_wait_seconds
+
+
+def create_strategy(
+    cluster: Cluster, deadline: float, on_backstop: Callable[[str], None], peers_by: float | None
+) -> Any:
+    """Rendezvous (peers by `peers_by`, None: no limit), then MultiWorkerMirroredStrategy(); exit 75 (or
+    SIGALRM) at the deadline."""
     from mwms_trainer.tfenv import tensorflow
 
     tf = tensorflow()
     if cluster.is_distributed:
         with listening(cluster.own_address, deadline):
-            wait_for_peers(cluster, deadline)
+            wait_for_peers(cluster, peers_by)
     with registration_backstop(deadline, on_backstop):
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     log.info("strategy ready: %d worker(s), this is worker %d", strategy.num_replicas_in_sync, cluster.rank)

@@ -158,12 +158,17 @@ def load_kept(directory: str | None) -> tuple[Any, dict[str, float]] | None:
 
 
 def fit(
-    settings: Settings, split: data.Split, tracker: Any, note: Callable[[str], None], deadline: float
+    settings: Settings,
+    split: data.Split,
+    tracker: Any,
+    note: Callable[[str], None],
+    deadline: float,
+    peers_by: float | None,
 ) -> tuple[Any, dict[str, float]] | None:
     """Fit with the whole group; the chief gets a plain copy of the model and its last epoch's metrics."""
     cfg, cluster = settings.trainer, settings.cluster
     k = keras()
-    strategy = startup.create_strategy(cluster, deadline, note)
+    strategy = startup.create_strategy(cluster, deadline, note, peers_by)
     steps = data.steps_per_epoch(len(split.x_train), cfg.globalBatchSize)
     k.utils.set_random_seed(cfg.seed)  # the same initial weights everywhere (MWMS also broadcasts them)
     with strategy.scope():
@@ -199,7 +204,9 @@ def fit(
 
 def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Train on this worker; return the termination summary (the chief's carries the run and the model)."""
-    deadline = time.monotonic() + settings.startup_timeout_seconds
+    started = time.monotonic()
+    deadline = started + settings.startup_timeout_seconds
+    peers_by = startup.peer_deadline(started, settings.peer_wait_seconds)
     cluster = settings.cluster
     # Bad data fails here, before MLflow or peers.
     split = data.load_split(settings.trainer, cluster.num_workers)
@@ -216,7 +223,7 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
             log.info("uploading the model fitted before the restart (%s), not training again", kept_dir)
             plain, trained = kept
         else:
-            fitted = fit(settings, split, tracker, note, deadline)
+            fitted = fit(settings, split, tracker, note, deadline, peers_by)
             if fitted is None:
                 ok = True
                 return {"worker": cluster.rank, "status": "ok"}

@@ -115,7 +115,8 @@ def test_trainer_env_lists_every_reserved_variable_that_applies(make_trainjob, c
         parsed, job_name="mnist", namespace="team-a", uid=UID, index=1, hosts=hosts, restart_count=2
     )
     code_env = {n for n in constants.RESERVED_ENV if n.startswith("MWMS_CODE_")}  # spec.code's: not in FULL
-    assert set(env) == constants.RESERVED_ENV - code_env
+    # MWMS_PEER_WAIT_SECONDS is only in pods (the golden pods have it): a hand-started group keeps a limit.
+    assert set(env) == constants.RESERVED_ENV - code_env - {constants.ENV_PEER_WAIT}
     assert env["MWMS_RESTART_COUNT"] == "2"
     assert json.loads(env["MWMS_TRAINER_CONFIG"]) == FULL["trainer"]
     assert env["MWMS_CHECKPOINT_DIR"] == "/mwms/checkpoint"
@@ -128,7 +129,7 @@ def test_trainer_env_lists_every_reserved_variable_that_applies(make_trainjob, c
         hosts=hosts,
         restart_count=0,
     )
-    optional = {"MWMS_CHECKPOINT_DIR", "MWMS_REGISTERED_MODEL_NAME"} | code_env
+    optional = {"MWMS_CHECKPOINT_DIR", "MWMS_REGISTERED_MODEL_NAME", constants.ENV_PEER_WAIT} | code_env
     assert set(constants.RESERVED_ENV) - set(minimal) == optional
     assert json.loads(minimal["MWMS_TRAINER_CONFIG"]) == {}
 

@@ -86,6 +86,21 @@ def _env(**extra):
     return env
 
 
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({}, 300),  # a hand-started group: the startup timeout also bounds the wait for peers
+        ({"MWMS_STARTUP_TIMEOUT_SECONDS": "60"}, 60),
+        ({"MWMS_STARTUP_TIMEOUT_SECONDS": "60", "MWMS_PEER_WAIT_SECONDS": "0"}, None),  # in a pod: no limit
+        ({"MWMS_PEER_WAIT_SECONDS": "30"}, 30),
+    ],
+)
+def test_the_wait_for_peers_is_bounded_by_the_startup_timeout_unless_the_operator_says_otherwise(
+    extra, expected
+):
+    assert load(_env(**extra)).peer_wait_seconds == expected
+
+
 def test_load_reads_the_operator_environment():
     s = load(_env(MWMS_CHECKPOINT_DIR="/mwms/checkpoint", MWMS_STARTUP_TIMEOUT_SECONDS="60"))
     assert (s.cluster.rank, s.cluster.num_workers) == (1, 2)
@@ -106,6 +121,7 @@ def test_load_reads_the_operator_environment():
         ({constants.ENV_TRACKING_URI: ""}, constants.ENV_TRACKING_URI),
         ({constants.ENV_RESTART_COUNT: "x"}, constants.ENV_RESTART_COUNT),
         ({constants.ENV_STARTUP_TIMEOUT: "0"}, constants.ENV_STARTUP_TIMEOUT),
+        ({constants.ENV_PEER_WAIT: "-1"}, constants.ENV_PEER_WAIT),
         ({constants.ENV_TRAINER_CONFIG: '{"globalBatchSize": 3}'}, S + "globalBatchSize"),  # 2 workers
     ],
 )

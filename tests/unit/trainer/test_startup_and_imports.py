@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -33,6 +34,27 @@ def test_rendezvous_names_the_missing_peer_at_the_deadline():
     assert "worker 1 (127.0.0.1:" in text and "does not accept connections" in text
     assert "worker 2 (no-such-host.invalid:2222): name does not resolve" in text
     assert err.value.exit_code == 75
+
+
+def test_without_a_deadline_the_rendezvous_waits_for_a_late_peer_and_says_whom_it_waits_for(
+    monkeypatch, caplog
+):
+    """In a pod (MWMS_PEER_WAIT_SECONDS=0) a peer may come long after the startup timeout: its image pulls."""
+    monkeypatch.setattr(startup, "STILL_WAITING_LOG_SECONDS", 1)
+    ports = free_ports(2)
+    hosts = tuple(f"127.0.0.1:{p}" for p in ports)
+    late_peer = socket.socket()
+    late_peer.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    late_peer.bind(("127.0.0.1", ports[1]))
+    listen_later = threading.Timer(3, late_peer.listen, args=(8,))
+    try:
+        with caplog.at_level("INFO", logger="mwms_trainer"):
+            listen_later.start()
+            startup.wait_for_peers(Cluster(hosts=hosts, rank=0), None)  # returns once worker 1 listens
+    finally:
+        listen_later.cancel()
+        late_peer.close()
+    assert "still waiting for 1 peer(s): worker 1 (127.0.0.1:" in caplog.text
 
 
 def test_listener_leaves_the_port_free_for_grpc():
