@@ -1,14 +1,14 @@
 """Fixtures for the real-node tier (marker `node`): the local control plane with one real kubelet node
 (containerd, runc, CNI bridge, kube-proxy, CoreDNS; mwms_dev.kubelet_node) instead of the node agent.
 
-`real_cluster` (session): the
+`real_cluster` (package: the node stops when this tier ends, not after the tiers that follow it): the
 cluster, on subnet index MWMS_TEST_SUBNET_INDEX + 20 so it can run next to the node-agent `cluster` of the
 same session; the project's images from build/images/ (`make images`) are loaded when they exist. One node
 serves the whole tier: loading the ~1 GB trainer image into containerd is most of its start. Its containerd
 root (several GB) is removed at the end unless MWMS_TEST_NODE_STATE_DIR keeps it.
 `node_kubectl`, `node_namespace`: as `kubectl` and `namespace`, for this cluster.
 `busybox`: the name of the small test image hack/build-node.sh builds (sh, nslookup, wget, httpd).
-`node_chain` (session): what users deploy, installed once for the tier: the Helm chart with the operator image
+`node_chain` (package): what users deploy, installed once for the tier: the Helm chart with the operator image
 and bundled MLflow in a `restricted` namespace (mwms_dev.chain.Chain); skips without `make images`.
 `operator_log`: a callable giving the chart's operator log, for printing when a test fails.
 """
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def real_cluster(
     cluster_platform: None, teardown_on_sigterm: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator:
@@ -48,17 +48,17 @@ def real_cluster(
             shutil.rmtree(local.state_dir / "nodes", ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def real_node(real_cluster):
     return real_cluster.kubelet_nodes["node-1"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def busybox(real_node) -> str:
     return real_node.parts.image_names["busybox"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def node_kubectl(real_cluster, make_kubectl):
     return make_kubectl(real_cluster.kubeconfig)
 
@@ -69,7 +69,7 @@ def node_namespace(node_kubectl) -> Iterator[str]:
         yield name
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def node_chain(real_cluster, real_node, node_kubectl):
     from mwms_dev.chain import Chain
     from mwms_dev.demo import tools_bin
