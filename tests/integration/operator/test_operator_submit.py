@@ -4,6 +4,7 @@ server. One multi-worker job at a time (2 workers), the others with 1."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -132,6 +133,22 @@ def test_a_missing_configmap_fails_naming_the_field(operator, kubectl, namespace
         ({"configMap": "c"}, "spec.code.entrypoint", "Required value"),
         ({"configMap": "c", "entrypoint": "../up.py"}, "spec.code.entrypoint", "module:function"),
         ({"configMap": "Not_A_Name", "entrypoint": "m:f"}, "spec.code.configMap", "should match"),
+        ({"entrypoint": "m:f"}, "spec.code", "exactly one of configMap, volume"),
+        (
+            {"configMap": "c", "volume": {"hostPath": {"path": "/c"}}, "entrypoint": "m:f"},
+            "spec.code",
+            "exactly one of configMap, volume",
+        ),
+        ({"volume": {}, "entrypoint": "m:f"}, "spec.code.volume", "exactly one of persistentVolumeClaim"),
+        (
+            {
+                "volume": {"nfs": {"server": "s", "path": "/c"}},
+                "entrypoint": "m:f",
+                "items": [{"key": "k", "path": "k"}],
+            },
+            "spec.code",
+            "it needs spec.code.configMap",
+        ),
     ],
 )
 def test_the_api_server_refuses_bad_code_naming_the_field(crd, kubectl, namespace, code, field, words):
@@ -174,3 +191,38 @@ def test_a_function_from_python_returns_the_chiefs_value(
     assert job["spec"]["code"]["entrypoint"] == "mwms_trainer.usercode:run_pickled"
     runs, models = mlflow_runs(mlflow_uri, job["metadata"]["name"])
     assert len(runs) == 1 and [m.name for m in models] == ["mymodel"]
+
+
+def test_code_from_a_volume_runs_like_a_configmap(operator, kubectl, namespace, tmp_path):
+    """spec.code.volume: code a ConfigMap cannot hold (over 1 MiB, in a package directory) from the user's
+    own volume, mounted read-only where the ConfigMap would be. A hostPath here; a ReadOnlyMany PVC in a
+    real cluster."""
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "pkg" / "__init__.py").write_text("")
+    (code / "pkg" / "vocabulary.txt").write_text("w\n" * 1_000_000)  # 2 MB
+    (code / "pkg" / "job.py").write_text(
+        "from pathlib import Path\n\n"
+        "def main():\n"
+        "    return {'words': len((Path(__file__).parent / 'vocabulary.txt').read_text().split())}\n"
+    )
+    job = {
+        "apiVersion": "mwms.dev/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "fromvolume"},
+        "spec": {
+            "replicas": 1,
+            "code": {
+                "volume": {"hostPath": {"path": str(code), "type": "Directory"}},
+                "entrypoint": "pkg.job:main",
+            },
+        },
+    }
+    kubectl.apply(job, "-n", namespace)
+    kubectl(
+        "wait", "--for=condition=Succeeded", "trainjob/fromvolume", "-n", namespace, "--timeout=300s",
+        timeout=310,
+    )  # fmt: skip
+    pod = kubectl.json("get", "pod", "fromvolume-worker-0", "-n", namespace)
+    (status,) = pod["status"]["containerStatuses"]
+    assert json.loads(status["state"]["terminated"]["message"])["result"] == {"words": 1_000_000}
