@@ -66,12 +66,17 @@ def trainer_env(
         env[constants.ENV_CODE_ARGS] = _compact(list(spec.code.args))
         if spec.code.requirements:
             env[constants.ENV_CODE_REQUIREMENTS] = spec.code.requirements
+        if spec.code.volume is not None:
+            env[constants.ENV_CODE_SOURCE] = "volume"
     return env
 
 
 def code_volume(code: CodeSpec) -> dict[str, Any]:
-    """spec.code's ConfigMap as a volume. Optional, so a missing ConfigMap does not leave the pod waiting
-    forever: the trainer then exits 2 naming spec.code.configMap (a permanent failure)."""
+    """spec.code's files as a volume (mounted read-only). A ConfigMap is optional, so a missing one does not
+    leave the pod waiting forever: the trainer then exits 2 naming spec.code.configMap (a permanent failure).
+    spec.code.volume is the user's own volume source, as given."""
+    if code.volume is not None:
+        return {"name": CODE_VOLUME, **copy.deepcopy(dict(code.volume))}
     source: dict[str, Any] = {"name": code.config_map, "optional": True}
     if code.items:
         source["items"] = [{"key": key, "path": path} for key, path in code.items]

@@ -46,6 +46,8 @@ ENV_CODE_DIR = "MWMS_CODE_DIR"
 ENV_CODE_ENTRYPOINT = "MWMS_CODE_ENTRYPOINT"
 ENV_CODE_ARGS = "MWMS_CODE_ARGS"  # a JSON list of strings
 ENV_CODE_REQUIREMENTS = "MWMS_CODE_REQUIREMENTS"
+# Where the files come from ("configMap" unless "volume"), so an empty code directory names the right field.
+ENV_CODE_SOURCE = "MWMS_CODE_SOURCE"
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 ENV_EXPERIMENT_NAME = "MLFLOW_EXPERIMENT_NAME"
 # Not injected by the operator (pods use terminationMessagePath); local mode and tests point it elsewhere.
@@ -68,6 +70,7 @@ RESERVED_ENV = frozenset(
         ENV_CODE_ENTRYPOINT,
         ENV_CODE_ARGS,
         ENV_CODE_REQUIREMENTS,
+        ENV_CODE_SOURCE,
     }
 )
 

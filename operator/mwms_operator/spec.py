@@ -22,7 +22,7 @@ CLEAN_POD_POLICIES = ("Running", "All", "None")
 DEFAULT_BACKOFF_LIMIT = 3
 DEFAULT_CLEAN_POD_POLICY = "Running"
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 300
-CHECKPOINT_SOURCES = ("persistentVolumeClaim", "hostPath", "nfs")
+VOLUME_SOURCES = ("persistentVolumeClaim", "hostPath", "nfs")  # spec.checkpoint, spec.code.volume
 # spec.code.entrypoint: `package.module:function`, or a relative path to a script.
 ENTRYPOINT_FUNCTION = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
 CONFIGMAP_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
@@ -39,10 +39,11 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class CodeSpec:
-    """spec.code: run the user's files (a ConfigMap) instead of the built-in fit."""
+    """spec.code: run the user's files (a ConfigMap, or a volume for big code) instead of the built-in fit."""
 
-    config_map: str
     entrypoint: str  # "module:function" or "path/to/script.py"
+    config_map: str | None = None  # exactly one of config_map and volume
+    volume: Mapping[str, Any] | None = None  # a pod volume source: one of VOLUME_SOURCES
     args: tuple[str, ...] = ()
     items: tuple[tuple[str, str], ...] = ()  # (ConfigMap key, relative path); empty: every key as is
     requirements: str | None = None  # a pip requirements file in the code directory
@@ -137,18 +138,17 @@ def _check_template(template: Mapping[str, Any]) -> None:
                 )
 
 
-def _checkpoint(value: Any) -> Mapping[str, Any] | None:
+def _volume_source(value: Any, path: str) -> Mapping[str, Any] | None:
+    """spec.checkpoint or spec.code.volume: exactly one of the VOLUME_SOURCES."""
     if value is None:
         return None
-    source = _mapping(value, "spec.checkpoint")
-    present = [key for key in CHECKPOINT_SOURCES if key in source]
-    unknown = sorted(set(source) - set(CHECKPOINT_SOURCES))
+    source = _mapping(value, path)
+    present = [key for key in VOLUME_SOURCES if key in source]
+    unknown = sorted(set(source) - set(VOLUME_SOURCES))
     if unknown:
-        raise SpecError(
-            f"spec.checkpoint.{unknown[0]}", f"unsupported volume source; use one of {CHECKPOINT_SOURCES}"
-        )
+        raise SpecError(f"{path}.{unknown[0]}", f"unsupported volume source; use one of {VOLUME_SOURCES}")
     if len(present) != 1:
-        raise SpecError("spec.checkpoint", f"must set exactly one of {', '.join(CHECKPOINT_SOURCES)}")
+        raise SpecError(path, f"must set exactly one of {', '.join(VOLUME_SOURCES)}")
     return copy.deepcopy(dict(source))
 
 
@@ -163,9 +163,15 @@ def _code(value: Any) -> CodeSpec | None:
     if value is None:
         return None
     code = _mapping(value, "spec.code")
-    config_map = _str(code.get("configMap"), "spec.code.configMap")
-    if len(config_map) > 253 or not CONFIGMAP_NAME.fullmatch(config_map):
-        raise SpecError("spec.code.configMap", f"must be the name of a ConfigMap, got {config_map!r}")
+    if ("configMap" in code) == ("volume" in code):
+        raise SpecError("spec.code", "must set exactly one of configMap, volume")
+    config_map = None
+    if "configMap" in code:
+        config_map = _str(code["configMap"], "spec.code.configMap")
+        if len(config_map) > 253 or not CONFIGMAP_NAME.fullmatch(config_map):
+            raise SpecError("spec.code.configMap", f"must be the name of a ConfigMap, got {config_map!r}")
+    elif "items" in code:
+        raise SpecError("spec.code.items", "selects ConfigMap keys: it needs spec.code.configMap")
     entrypoint = _str(code.get("entrypoint"), "spec.code.entrypoint")
     if not ENTRYPOINT_FUNCTION.fullmatch(entrypoint):
         if not entrypoint.endswith(".py"):
@@ -184,6 +190,7 @@ def _code(value: Any) -> CodeSpec | None:
     requirements = code.get("requirements")
     return CodeSpec(
         config_map=config_map,
+        volume=_volume_source(code.get("volume"), "spec.code.volume"),
         entrypoint=entrypoint,
         args=tuple(args),
         items=tuple(items),
@@ -246,7 +253,7 @@ def parse_trainjob(body: Mapping[str, Any], config: OperatorConfig) -> TrainJobS
         if registered is None
         else _str(registered, "spec.mlflow.registeredModelName"),
         port=_int(spec.get("port", constants.DEFAULT_PORT), "spec.port", minimum=1, maximum=65535),
-        checkpoint=_checkpoint(spec.get("checkpoint")),
+        checkpoint=_volume_source(spec.get("checkpoint"), "spec.checkpoint"),
         backoff_limit=_int(
             run_policy.get("backoffLimit", DEFAULT_BACKOFF_LIMIT),
             "spec.runPolicy.backoffLimit",

@@ -1,24 +1,28 @@
 """Fixtures for the real-node tier (marker `node`): the local control plane with one real kubelet node
 (containerd, runc, CNI bridge, kube-proxy, CoreDNS; mwms_dev.kubelet_node) instead of the node agent.
 
-`real_cluster` (session): the cluster, on subnet index MWMS_TEST_SUBNET_INDEX + 20 so it can run next to the
-node-agent `cluster` of the same session; the project's images from build/images/ (`make images`) are loaded
-when they exist. One node serves the whole tier: loading the ~1 GB trainer image into containerd is most of
-its start. Its containerd root (several GB) is removed at the end unless MWMS_TEST_NODE_STATE_DIR keeps it.
+`real_cluster` (package: the node stops when this tier ends, not after the tiers that follow it): the
+cluster, on subnet index MWMS_TEST_SUBNET_INDEX + 20 so it can run next to the node-agent `cluster` of the
+same session; the project's images from build/images/ (`make images`) are loaded when they exist. One node
+serves the whole tier: loading the ~1 GB trainer image into containerd is most of its start. Its containerd
+root (several GB) is removed at the end unless MWMS_TEST_NODE_STATE_DIR keeps it.
 `node_kubectl`, `node_namespace`: as `kubectl` and `namespace`, for this cluster.
 `busybox`: the name of the small test image hack/build-node.sh builds (sh, nslookup, wget, httpd).
+`node_chain` (package): what users deploy, installed once for the tier: the Helm chart with the operator image
+and bundled MLflow in a `restricted` namespace (mwms_dev.chain.Chain); skips without `make images`.
+`operator_log`: a callable giving the chart's operator log, for printing when a test fails.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def real_cluster(
     cluster_platform: None, teardown_on_sigterm: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator:
@@ -44,17 +48,17 @@ def real_cluster(
             shutil.rmtree(local.state_dir / "nodes", ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def real_node(real_cluster):
     return real_cluster.kubelet_nodes["node-1"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def busybox(real_node) -> str:
     return real_node.parts.image_names["busybox"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def node_kubectl(real_cluster, make_kubectl):
     return make_kubectl(real_cluster.kubeconfig)
 
@@ -63,3 +67,51 @@ def node_kubectl(real_cluster, make_kubectl):
 def node_namespace(node_kubectl) -> Iterator[str]:
     with node_kubectl.fresh_namespace("n") as name:
         yield name
+
+
+@pytest.fixture(scope="package")
+def node_chain(real_cluster, real_node, node_kubectl):
+    from mwms_dev.chain import Chain
+    from mwms_dev.demo import tools_bin
+    from mwms_dev.kubelet_node import NodeError, real_node_chart_values
+
+    loaded = real_node.images()
+    if not any("/mwms-operator:" in name for name in loaded):
+        pytest.skip("no mwms-operator image on the node: run `make images` (build/images/*.oci.tar) first")
+    try:
+        values = real_node_chart_values(loaded)
+    except NodeError as exc:
+        pytest.skip(f"{exc}: run `make images` first")
+    bins = tools_bin()
+    operator_ns = "mwms-e2e"
+    node_kubectl("create", "namespace", operator_ns)
+    node_kubectl.restrict(operator_ns)
+    chain = Chain(
+        kubeconfig=real_cluster.kubeconfig,
+        helm=str(bins / "helm"),
+        kubectl=str(bins / "kubectl"),
+        operator_namespace=operator_ns,
+        # The host reaches MLflow at its pod IP on the bridge, so allow that Host header too.
+        helm_values=["mlflow.enabled=true", "mlflow.extraAllowedHosts={10.*}", *values],
+        timeout_s=900,
+    )
+    try:
+        chain.install_chart()
+    except Exception:
+        print(read_operator_log(node_kubectl, operator_ns))
+        raise
+    yield chain
+    node_kubectl("delete", "namespace", operator_ns, "--wait=false", check=False)
+
+
+def read_operator_log(kubectl, namespace: str) -> str:
+    """The operator container's log through the API server and the kubelet, as users read it."""
+    done = kubectl(
+        "logs", "-n", namespace, "-l", "app.kubernetes.io/component=operator", "--tail=200", check=False
+    )
+    return done.stdout + done.stderr
+
+
+@pytest.fixture
+def operator_log(node_kubectl, node_chain) -> Callable[[], str]:
+    return lambda: read_operator_log(node_kubectl, node_chain.operator_namespace)

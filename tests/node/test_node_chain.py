@@ -4,7 +4,7 @@ the seed TrainJob's 4 trainer containers, in a `restricted` namespace too, find 
 MLflow through its Service, and give exactly one run and one model; a worker and then the chief SIGKILLed
 inside containerd mid-fit each restart the whole group once, which resumes from its checkpoint into the same
 single run; suspend removes the workers and resume brings them back to finish. The chart is installed once
-for the module. The chain steps are mwms_dev.chain's, as in tests/e2e."""
+for the tier (tests/node/conftest.py). The chain steps are mwms_dev.chain's, as in tests/e2e."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mwms_dev.chain import Chain, check_mlflow, runs_of_job, score_model
-from mwms_dev.kubelet_node import NodeError, real_node_chart_values
+from mwms_dev.chain import check_mlflow, runs_of_job, score_model
 from mwms_trainer.tracking import TAG_RESUMED_FROM_EPOCH
 
 # Loading the trainer image (~1 GB) and the chart come first, on 2 shared cores: more than the default 600 s.
@@ -33,53 +32,12 @@ MINIMAL_SAMPLE = REPO / "manifests" / "samples" / "minimal.yaml"
 JOB_LABEL = "mwms.dev/job-name"
 
 
-@pytest.fixture(scope="module")
-def node_chain(real_cluster, real_node, node_kubectl):
-    from mwms_dev.demo import tools_bin
-
-    loaded = real_node.images()
-    if not any("/mwms-operator:" in name for name in loaded):
-        pytest.skip("no mwms-operator image on the node: run `make images` (build/images/*.oci.tar) first")
-    try:
-        values = real_node_chart_values(loaded)
-    except NodeError as exc:
-        pytest.skip(f"{exc}: run `make images` first")
-    bins = tools_bin()
-    operator_ns = "mwms-e2e"
-    node_kubectl("create", "namespace", operator_ns)
-    node_kubectl.restrict(operator_ns)
-    chain = Chain(
-        kubeconfig=real_cluster.kubeconfig,
-        helm=str(bins / "helm"),
-        kubectl=str(bins / "kubectl"),
-        operator_namespace=operator_ns,
-        # The host reaches MLflow at its pod IP on the bridge, so allow that Host header too.
-        helm_values=["mlflow.enabled=true", "mlflow.extraAllowedHosts={10.*}", *values],
-        timeout_s=900,
-    )
-    try:
-        chain.install_chart()
-    except Exception:
-        print(operator_log(node_kubectl, operator_ns))
-        raise
-    yield chain
-    node_kubectl("delete", "namespace", operator_ns, "--wait=false", check=False)
-
-
-def operator_log(kubectl, namespace: str) -> str:
-    """The operator container's log through the API server and the kubelet, as users read it."""
-    done = kubectl(
-        "logs", "-n", namespace, "-l", "app.kubernetes.io/component=operator", "--tail=200", check=False
-    )
-    return done.stdout + done.stderr
-
-
 def job_pods(kubectl, namespace: str, name: str) -> list[dict]:
     return kubectl.json("get", "pods", "-n", namespace, "-l", f"{JOB_LABEL}={name}")["items"]
 
 
 def test_seed_job_in_a_restricted_namespace_gives_one_run_and_one_model(
-    node_kubectl, node_namespace, node_chain
+    node_kubectl, node_namespace, node_chain, operator_log
 ):
     node_kubectl.restrict(node_namespace)  # every worker pod must pass Pod Security `restricted`
     chain = node_chain
@@ -104,7 +62,7 @@ def test_seed_job_in_a_restricted_namespace_gives_one_run_and_one_model(
             assert status["containerID"].startswith("containerd://") and "/mwms-trainer:" in status["image"]
         chain.delete_job(name)
     except Exception:
-        print(operator_log(node_kubectl, chain.operator_namespace))
+        print(operator_log())
         raise
 
 
@@ -167,7 +125,7 @@ def training_job(name: str, checkpoint_dir: Path) -> dict:
 
 
 def test_killed_worker_then_killed_chief_restart_the_group_which_resumes_into_one_run(
-    real_node, node_kubectl, node_namespace, node_chain, tmp_path
+    real_node, node_kubectl, node_namespace, node_chain, operator_log, tmp_path
 ):
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()
@@ -199,7 +157,7 @@ def test_killed_worker_then_killed_chief_restart_the_group_which_resumes_into_on
         # The last attempt went on from the checkpoint of the second, not from the start.
         assert 2 <= int(tags[TAG_RESUMED_FROM_EPOCH]) < EPOCHS, tags.get(TAG_RESUMED_FROM_EPOCH)
     except Exception:
-        print(operator_log(node_kubectl, node_chain.operator_namespace))
+        print(operator_log())
         raise
 
 
@@ -208,7 +166,9 @@ def set_suspend(kubectl, namespace: str, name: str, suspend: bool) -> None:
     kubectl("patch", "trainjob", name, "-n", namespace, "--type=merge", "-p", patch)
 
 
-def test_suspend_removes_the_workers_and_resume_finishes_the_job(node_kubectl, node_namespace, node_chain):
+def test_suspend_removes_the_workers_and_resume_finishes_the_job(
+    node_kubectl, node_namespace, node_chain, operator_log
+):
     chain = node_chain
     chain.job_namespace, chain.sample = node_namespace, MINIMAL_SAMPLE
     name = chain.apply_sample()
@@ -227,5 +187,5 @@ def test_suspend_removes_the_workers_and_resume_finishes_the_job(node_kubectl, n
         job = chain.wait_succeeded(name)
         assert len(runs_of_job(chain.mlflow_pod_url(), job["metadata"]["uid"])) == 1
     except Exception:
-        print(operator_log(node_kubectl, chain.operator_namespace))
+        print(operator_log())
         raise

@@ -205,8 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return constants.EXIT_INVALID_CONFIG
     if spec.code is not None:
         print(
-            "mwms local: spec.code names a ConfigMap, which exists only in a cluster; run your script here "
-            "as it is (MirroredStrategyRunner(num_slots=N).run(train) starts N local workers)",
+            "mwms local: spec.code names a ConfigMap or volume, which exists only in a cluster; run your "
+            "script here as it is (MirroredStrategyRunner(num_slots=N).run(train) starts N local workers)",
             file=sys.stderr,
         )
         return constants.EXIT_INVALID_CONFIG

@@ -38,15 +38,19 @@ def _is_function_entrypoint(entrypoint: str) -> bool:
     return ":" in entrypoint and not entrypoint.endswith(".py")
 
 
-def load_entrypoint(code_dir: Path, entrypoint: str, args: list[str]) -> Callable[[], Any]:
+def load_entrypoint(
+    code_dir: Path, entrypoint: str, args: list[str], source: str = "configMap"
+) -> Callable[[], Any]:
     """A callable that runs the entrypoint. ConfigError (exit 2, names the field) when it is not there;
-    anything the user's code raises on import propagates as it is."""
+    anything the user's code raises on import propagates as it is. source: spec.code's configMap or volume."""
     files = sorted(p.name for p in code_dir.iterdir()) if code_dir.is_dir() else []
     if not [f for f in files if not f.startswith("..")]:  # a ConfigMap volume's own ..data links
-        raise ConfigError(
-            "spec.code.configMap",
-            f"the code directory {code_dir} is empty: the ConfigMap does not exist (or has no keys)",
+        why = (
+            "the volume holds no files"
+            if source == "volume"
+            else "the ConfigMap does not exist (or has no keys)"
         )
+        raise ConfigError(f"spec.code.{source}", f"the code directory {code_dir} is empty: {why}")
     if str(code_dir) not in sys.path:
         sys.path.insert(0, str(code_dir))
     if _is_function_entrypoint(entrypoint):
@@ -143,7 +147,8 @@ def run(environ: Mapping[str, str]) -> dict[str, Any]:
     from mwms_trainer.tfenv import tensorflow
 
     tensorflow()  # TF_USE_LEGACY_KERAS before the user's module imports TensorFlow
-    function = load_entrypoint(code_dir, entrypoint, [str(a) for a in args])
+    source = environ.get(constants.ENV_CODE_SOURCE) or "configMap"
+    function = load_entrypoint(code_dir, entrypoint, [str(a) for a in args], source)
     summary: dict[str, Any] = {}
     result = runner.run_here(lambda: function(), {}, use_custom_strategy=True, summary=summary)
     if summary.get("chief"):

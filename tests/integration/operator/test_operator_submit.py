@@ -5,18 +5,23 @@ server. One multi-worker job at a time (2 workers), the others with 1."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support.submit import (
+    CHIEFS_METRICS,
+    FAILING_LINE,
+    FAILING_SCRIPT,
+    SEED_SCRIPT,
+    condition,
+    jobs_in,
+    printed_result,
+    run_mwms,
+    seed_function,
+)
 
 pytestmark = pytest.mark.integration
-
-DATA = Path(__file__).resolve().parents[2] / "data" / "submit"
 
 
 @pytest.fixture(scope="module")
@@ -25,20 +30,9 @@ def operator_env(mlflow_uri: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def mwms(cluster: Any, namespace: str) -> Iterator[Any]:
+def mwms(cluster: Any, namespace: str) -> Callable[..., Any]:
     """`mwms(*args)`: the installed CLI against the cluster, in the test's namespace."""
-
-    def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
-        return subprocess.run(
-            [sys.executable, "-m", "mwms_dev.cli", *args[:1], "--namespace", namespace, *args[1:]],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    yield run
+    return lambda *args, timeout=600: run_mwms(cluster.kubeconfig, namespace, *args, timeout=timeout)
 
 
 def mlflow_runs(mlflow_uri: str, experiment: str) -> tuple[list[Any], list[Any]]:
@@ -53,15 +47,11 @@ def mlflow_runs(mlflow_uri: str, experiment: str) -> tuple[list[Any], list[Any]]
     return runs, models
 
 
-def jobs_in(kubectl: Any, namespace: str) -> list[dict[str, Any]]:
-    return kubectl.json("get", "trainjobs", "-n", namespace)["items"]
-
-
 def test_submitted_seed_script_gives_one_run_one_model_and_the_chiefs_value(
     operator, mlflow_uri, mwms, kubectl, namespace, wait_for
 ):
     done = mwms(
-        "submit", str(DATA / "seed_train.py"), "--replicas", "2", "--experiment", "submitted-seed",
+        "submit", str(SEED_SCRIPT), "--replicas", "2", "--experiment", "submitted-seed",
         "--follow", "--", "--epochs", "3",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
@@ -75,8 +65,7 @@ def test_submitted_seed_script_gives_one_run_one_model_and_the_chiefs_value(
     # Progress (plain lines: not a terminal), the phases, and the chief's own log lines.
     assert f"{name}: Running" in out and f"{name}: Succeeded" in out
     assert "[worker-0]" in out and "worker 0 epoch 3" in out
-    result = json.loads(out.split("Result: ", 1)[1].splitlines()[0])
-    assert set(result) >= {"loss", "accuracy", "val_loss", "val_accuracy"}  # the chief's return value
+    assert set(printed_result(out)) >= CHIEFS_METRICS  # the chief's return value
 
     runs, models = mlflow_runs(mlflow_uri, "submitted-seed")
     assert [r.info.run_id for r in runs] == [run_id]
@@ -95,13 +84,13 @@ def test_submitted_seed_script_gives_one_run_one_model_and_the_chiefs_value(
 
 
 def test_a_failing_script_fails_at_once_with_its_traceback_line(operator, mwms, kubectl, namespace):
-    done = mwms("submit", str(DATA / "failing.py"), "--replicas", "1", "--follow")
+    done = mwms("submit", str(FAILING_SCRIPT), "--replicas", "1", "--follow")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     (job,) = jobs_in(kubectl, namespace)
-    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    failed = condition(job, "Failed")
     assert failed["reason"] == "WorkerFailed"
     assert "exited with code 1" in failed["message"]
-    assert """KeyError: "label column 'diagnosis' not found" (failing.py, line 5)""" in failed["message"]
+    assert FAILING_LINE in failed["message"]
     assert job["status"]["restarts"] == 0  # a user error is not retried
     assert f"Failed: {failed['message']}" in done.stdout
 
@@ -112,7 +101,7 @@ def test_a_syntax_error_names_file_and_line(operator, mwms, kubectl, namespace, 
     done = mwms("submit", str(script), "--follow")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     (job,) = jobs_in(kubectl, namespace)
-    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    failed = condition(job, "Failed")
     assert "SyntaxError" in failed["message"] and "(broken.py, line 2)" in failed["message"]
     assert job["status"]["restarts"] == 0
 
@@ -132,7 +121,7 @@ def test_a_missing_configmap_fails_naming_the_field(operator, kubectl, namespace
         "wait", "--for=condition=Failed", "trainjob/nocode", "-n", namespace, "--timeout=300s", timeout=310
     )
     job = kubectl.json("get", "trainjob", "nocode", "-n", namespace)
-    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    failed = condition(job, "Failed")
     assert failed["reason"] == "InvalidSpec"
     assert "exited with code 2" in failed["message"] and "spec.code.configMap" in failed["message"]
     assert job["status"]["restarts"] == 0
@@ -144,6 +133,22 @@ def test_a_missing_configmap_fails_naming_the_field(operator, kubectl, namespace
         ({"configMap": "c"}, "spec.code.entrypoint", "Required value"),
         ({"configMap": "c", "entrypoint": "../up.py"}, "spec.code.entrypoint", "module:function"),
         ({"configMap": "Not_A_Name", "entrypoint": "m:f"}, "spec.code.configMap", "should match"),
+        ({"entrypoint": "m:f"}, "spec.code", "exactly one of configMap, volume"),
+        (
+            {"configMap": "c", "volume": {"hostPath": {"path": "/c"}}, "entrypoint": "m:f"},
+            "spec.code",
+            "exactly one of configMap, volume",
+        ),
+        ({"volume": {}, "entrypoint": "m:f"}, "spec.code.volume", "exactly one of persistentVolumeClaim"),
+        (
+            {
+                "volume": {"nfs": {"server": "s", "path": "/c"}},
+                "entrypoint": "m:f",
+                "items": [{"key": "k", "path": "k"}],
+            },
+            "spec.code",
+            "it needs spec.code.configMap",
+        ),
     ],
 )
 def test_the_api_server_refuses_bad_code_naming_the_field(crd, kubectl, namespace, code, field, words):
@@ -172,11 +177,6 @@ def test_code_and_trainer_together_are_refused(crd, kubectl, namespace):
 def test_a_function_from_python_returns_the_chiefs_value(
     operator, mlflow_uri, cluster, namespace, kubectl, monkeypatch
 ):
-    sys.path.insert(0, str(DATA))
-    try:
-        import seed_function
-    finally:
-        sys.path.remove(str(DATA))
     from mwms_trainer import Cluster, MirroredStrategyRunner
 
     monkeypatch.delenv("TF_CONFIG", raising=False)
@@ -185,9 +185,44 @@ def test_a_function_from_python_returns_the_chiefs_value(
         use_custom_strategy=True,
         cluster=Cluster(namespace=namespace, kubeconfig=str(cluster.kubeconfig)),
     )
-    result = runner.run(seed_function.train, epochs=2)
-    assert set(result) >= {"loss", "accuracy", "val_loss", "val_accuracy"}
+    result = runner.run(seed_function().train, epochs=2)
+    assert set(result) >= CHIEFS_METRICS
     (job,) = jobs_in(kubectl, namespace)
     assert job["spec"]["code"]["entrypoint"] == "mwms_trainer.usercode:run_pickled"
     runs, models = mlflow_runs(mlflow_uri, job["metadata"]["name"])
     assert len(runs) == 1 and [m.name for m in models] == ["mymodel"]
+
+
+def test_code_from_a_volume_runs_like_a_configmap(operator, kubectl, namespace, tmp_path):
+    """spec.code.volume: code a ConfigMap cannot hold (over 1 MiB, in a package directory) from the user's
+    own volume, mounted read-only where the ConfigMap would be. A hostPath here; a ReadOnlyMany PVC in a
+    real cluster."""
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "pkg" / "__init__.py").write_text("")
+    (code / "pkg" / "vocabulary.txt").write_text("w\n" * 1_000_000)  # 2 MB
+    (code / "pkg" / "job.py").write_text(
+        "from pathlib import Path\n\n"
+        "def main():\n"
+        "    return {'words': len((Path(__file__).parent / 'vocabulary.txt').read_text().split())}\n"
+    )
+    job = {
+        "apiVersion": "mwms.dev/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "fromvolume"},
+        "spec": {
+            "replicas": 1,
+            "code": {
+                "volume": {"hostPath": {"path": str(code), "type": "Directory"}},
+                "entrypoint": "pkg.job:main",
+            },
+        },
+    }
+    kubectl.apply(job, "-n", namespace)
+    kubectl(
+        "wait", "--for=condition=Succeeded", "trainjob/fromvolume", "-n", namespace, "--timeout=300s",
+        timeout=310,
+    )  # fmt: skip
+    pod = kubectl.json("get", "pod", "fromvolume-worker-0", "-n", namespace)
+    (status,) = pod["status"]["containerStatuses"]
+    assert json.loads(status["state"]["terminated"]["message"])["result"] == {"words": 1_000_000}

@@ -8,6 +8,7 @@ from mwms_operator.builders import build_worker_pod
 from mwms_operator.spec import CodeSpec, SpecError, parse_trainjob
 
 CODE = {"configMap": "train-code", "entrypoint": "train.py", "args": ["--epochs", "3"]}
+VOLUME_CODE = {"volume": {"persistentVolumeClaim": {"claimName": "big-code"}}, "entrypoint": "pkg.train:main"}
 
 
 def pod_of(spec, index=0):
@@ -54,10 +55,25 @@ def test_the_configmap_is_mounted_read_only_and_the_entrypoint_passed(make_train
     assert env[constants.ENV_CODE_ENTRYPOINT] == "train.py"
     assert env[constants.ENV_CODE_ARGS] == '["--epochs","3"]'
     assert env[constants.ENV_CODE_REQUIREMENTS] == "req.txt"
+    assert constants.ENV_CODE_SOURCE not in env  # configMap is the default
     assert {"name": "mwms-code", "mountPath": "/mwms/code", "readOnly": True} in container["volumeMounts"]
     assert {"name": "mwms-code", "configMap": {"name": "train-code", "optional": True}} in pod["spec"][
         "volumes"
     ]
+
+
+def test_a_code_volume_is_mounted_read_only_where_the_configmap_would_be(make_trainjob, config):
+    spec = parse_trainjob(make_trainjob(code=VOLUME_CODE), config)
+    assert spec.code == CodeSpec(entrypoint="pkg.train:main", volume=VOLUME_CODE["volume"])
+    pod = pod_of(spec)
+    container = trainer_container(pod)
+    assert {"name": "mwms-code", "mountPath": "/mwms/code", "readOnly": True} in container["volumeMounts"]
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "mwms-code"]
+    assert volume == {"name": "mwms-code", "persistentVolumeClaim": {"claimName": "big-code"}}
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env[constants.ENV_CODE_DIR] == "/mwms/code"
+    assert env[constants.ENV_CODE_ENTRYPOINT] == "pkg.train:main"
+    assert env[constants.ENV_CODE_SOURCE] == "volume"  # so an empty volume is named, not the ConfigMap
 
 
 def test_items_go_to_the_volume(make_trainjob, config):
@@ -76,7 +92,12 @@ def test_code_and_checkpoint_both_mount(make_trainjob, config):
 @pytest.mark.parametrize(
     ("code", "field"),
     [
-        ({"entrypoint": "train.py"}, "spec.code.configMap"),
+        ({"entrypoint": "train.py"}, "spec.code"),  # neither configMap nor volume
+        ({**VOLUME_CODE, "configMap": "c"}, "spec.code"),  # both
+        ({**VOLUME_CODE, "items": [{"key": "k", "path": "k.py"}]}, "spec.code.items"),
+        ({**VOLUME_CODE, "volume": {"emptyDir": {}}}, "spec.code.volume.emptyDir"),
+        ({**VOLUME_CODE, "volume": {}}, "spec.code.volume"),
+        ({**VOLUME_CODE, "volume": "pvc"}, "spec.code.volume"),
         ({"configMap": "Bad_Name", "entrypoint": "train.py"}, "spec.code.configMap"),
         ({"configMap": "c"}, "spec.code.entrypoint"),
         ({"configMap": "c", "entrypoint": "train"}, "spec.code.entrypoint"),

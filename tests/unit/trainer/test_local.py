@@ -81,5 +81,5 @@ def test_spec_code_is_refused_with_what_to_do_instead(tmp_path, capsys):
     body = {**GOOD, "spec": {"replicas": 2, "code": {"configMap": "c", "entrypoint": "train.py"}}}
     code = local.main([str(_write(tmp_path, body)), "--workdir", str(tmp_path / "w")])
     assert code == constants.EXIT_INVALID_CONFIG
-    assert "spec.code names a ConfigMap" in capsys.readouterr().err
+    assert "spec.code names a ConfigMap or volume" in capsys.readouterr().err
     assert not (tmp_path / "w" / "jobs").exists()

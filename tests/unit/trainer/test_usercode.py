@@ -12,6 +12,11 @@ def test_an_empty_code_dir_names_the_configmap(tmp_path):
         usercode.load_entrypoint(tmp_path, "train.py", [])
 
 
+def test_an_empty_code_volume_names_the_volume(tmp_path):
+    with pytest.raises(ConfigError, match="spec.code.volume: .* the volume holds no files"):
+        usercode.load_entrypoint(tmp_path, "train.py", [], source="volume")
+
+
 def test_a_missing_script_names_the_entrypoint(tmp_path):
     (tmp_path / "other.py").write_text("")
     with pytest.raises(ConfigError, match=r"spec.code.entrypoint: no script 'train.py' .*other.py"):

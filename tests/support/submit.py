@@ -1,0 +1,58 @@
+"""Bring-your-own-code helpers shared by the node-agent tier
+(tests/integration/operator/test_operator_submit.py) and the real-node tier (tests/node/test_node_submit.py):
+the user scripts of tests/data/submit, the `mwms` command as users run it, and what to read back from a
+TrainJob."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "submit"
+SEED_SCRIPT = DATA / "seed_train.py"  # the seed's train(), ported to a script
+FAILING_SCRIPT = DATA / "failing.py"
+FAILING_LINE = """KeyError: "label column 'diagnosis' not found" (failing.py, line 5)"""
+CHIEFS_METRICS = {"loss", "accuracy", "val_loss", "val_accuracy"}  # what the seed's train() returns
+
+
+def run_mwms(
+    kubeconfig: str | os.PathLike[str], namespace: str, *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """`mwms <command> --namespace N <args>` in a subprocess, as a user runs it against that cluster."""
+    return subprocess.run(
+        [sys.executable, "-m", "mwms_dev.cli", *args[:1], "--namespace", namespace, *args[1:]],
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def seed_function() -> ModuleType:
+    """tests/data/submit/seed_function.py imported as a user's own module (`seed_function`), so its source
+    travels with the pickled function as it would from a user's project."""
+    sys.path.insert(0, str(DATA))
+    try:
+        import seed_function
+    finally:
+        sys.path.remove(str(DATA))
+    return seed_function
+
+
+def jobs_in(kubectl: Any, namespace: str) -> list[dict[str, Any]]:
+    return kubectl.json("get", "trainjobs", "-n", namespace)["items"]
+
+
+def condition(job: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in job["status"]["conditions"] if c["type"] == kind)
+
+
+def printed_result(stdout: str) -> dict[str, Any]:
+    """The chief's return value as `mwms submit --follow` prints it (`Result: {json}`)."""
+    import json
+
+    return json.loads(stdout.split("Result: ", 1)[1].splitlines()[0])
