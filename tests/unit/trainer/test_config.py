@@ -32,7 +32,7 @@ def test_every_setting_is_read():
     raw = {
         "dataset": "csv", "seed": 7, "epochs": 3, "globalBatchSize": 64, "learningRate": 0.01,
         "testSize": 0.2, "hiddenUnits": [16, 8], "syntheticSamples": 500, "syntheticFeatures": 5,
-        "dataPath": "/d.csv", "labelColumn": "y",
+        "dataPath": "/d.csv", "labelColumn": "y", "sharding": "files",
     }  # fmt: skip
     cfg = parse_trainer_config(json.dumps(raw), num_workers=4)
     assert cfg.as_params() == raw
@@ -60,6 +60,8 @@ def test_every_setting_is_read():
         ({"dataset": "csv"}, 1, S + "dataPath"),
         ({"dataset": "parquet", "dataPath": ""}, 1, S + "dataPath"),
         ({"labelColumn": ""}, 1, S + "labelColumn"),
+        ({"sharding": "rows"}, 1, S + "sharding"),
+        ({"sharding": "files"}, 1, S + "sharding"),  # breast_cancer has no files to shard
         ({"syntheticSamples": 3}, 1, S + "syntheticSamples"),
         ({"epoch": 5}, 1, S + "epoch"),  # a typo is an error, not a silent default
     ],
