@@ -29,12 +29,12 @@ FILES = 5
 ROWS = 400
 
 
-def write_parts(directory):
+def write_parts(directory, files=FILES):
     import pandas as pd
 
     directory.mkdir()
     rng = np.random.default_rng(7)
-    for part in range(FILES):
+    for part in range(files):
         x = rng.normal(size=(ROWS, 3)) * [1.0, 10.0, 0.1] + [0.0, 5.0, -3.0]
         label = (x[:, 0] + (x[:, 1] - 5.0) / 10.0 > 0).astype(np.int64)
         frame = pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "c": x[:, 2], "label": label})
@@ -82,8 +82,30 @@ def test_each_worker_reads_only_its_own_files_and_the_fit_works(mlflow_server, m
     assert "1600 training rows on 2 workers, 50 steps per epoch" in g.log(1)  # 800 rows // 16 per worker
     [run] = runs_of(mlflow_client, "file-sharding")
     assert run.info.run_id == g.summary()["runId"]
-    assert run.data.params["sharding"] == "files"
+    assert (run.data.params["sharding"], run.data.params["trainFiles"]) == ("files", "4")
     assert len(models_of(run.info.experiment_id, run.info.run_id, mlflow_server.url)) == 1
     metrics = g.summary()["metrics"]
     assert math.isfinite(metrics["loss"]) and math.isfinite(metrics["val_loss"])
     assert metrics["val_accuracy"] > 0.9, metrics  # held out: file 4, which no worker trained on
+
+
+def test_fewer_training_files_than_workers_stream_every_nth_row(mlflow_server, mlflow_client, tmp_path):
+    """One training file for 2 workers: both stream it, each keeps every other row (none shared)."""
+    write_parts(tmp_path / "two.parquet", files=2)
+    trainer = {
+        "dataset": "parquet",
+        "dataPath": str(tmp_path / "two.parquet"),
+        "sharding": "files",
+        "epochs": 3,
+        "globalBatchSize": 32,
+        "learningRate": 0.05,
+    }
+    g = group(trainjob_spec("row-sharding", 2, trainer), mlflow_server.url, tmp_path / "job").start()
+    codes = g.wait(timeout=400)
+    assert codes == {0: 0, 1: 0}, "\n".join(g.log(i)[-3000:] for i in (0, 1))
+    assert "worker 0 reads 1 of 2 files (200 training rows, the rows i with i mod 2 = 0)" in g.log(0)
+    assert "worker 1 reads 1 of 2 files (200 training rows, the rows i with i mod 2 = 1)" in g.log(1)
+    assert "400 training rows on 2 workers, 12 steps per epoch" in g.log(0)
+    [run] = runs_of(mlflow_client, "row-sharding")
+    assert len(models_of(run.info.experiment_id, run.info.run_id, mlflow_server.url)) == 1
+    assert g.summary()["metrics"]["val_accuracy"] > 0.9  # held out: file 1

@@ -50,6 +50,7 @@ class Shard:
     stride: int
     offset: int
     validation_files: tuple[Path, ...]
+    training_files: int  # of all workers together
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,8 @@ def plan(files: list[Path], test_size: float, num_workers: int, rank: int) -> Sh
     held_out = min(len(files) - 1, max(1, round(test_size * len(files))))
     train, validation = files[:-held_out], files[-held_out:]
     if len(train) >= num_workers:
-        return Shard(tuple(train[rank::num_workers]), 1, 0, tuple(validation))
-    return Shard(tuple(train), num_workers, rank, tuple(validation))
+        return Shard(tuple(train[rank::num_workers]), 1, 0, tuple(validation), len(train))
+    return Shard(tuple(train), num_workers, rank, tuple(validation), len(train))
 
 
 def _rows(
@@ -145,7 +146,7 @@ def prepare(cfg: TrainerConfig, num_workers: int, rank: int) -> FileShards:
         len(shard.files),
         len(files),
         stats.rows,
-        f", every {shard.stride}th" if shard.stride > 1 else "",
+        f", the rows i with i mod {shard.stride} = {shard.offset}" if shard.stride > 1 else "",
     )
     return FileShards(cfg, shard, stats, *columns)
 

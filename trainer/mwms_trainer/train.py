@@ -47,7 +47,7 @@ def params_of(settings: Settings, split: data.Split | streaming.FileShards) -> d
     if isinstance(split, streaming.FileShards):
         # The row counts are known only once the workers have met (train.fit logs them).
         sizes: dict[str, Any] = {
-            "trainFiles": len(split.shard.files) if split.shard.stride == 1 else 0,
+            "trainFiles": split.shard.training_files,
             "heldOutFiles": len(split.shard.validation_files),
         }
     else:

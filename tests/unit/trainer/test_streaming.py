@@ -34,6 +34,7 @@ def test_plan_gives_file_i_to_worker_i_mod_n_and_holds_out_the_last(
         assert shard.files == tuple(files(n_files)[i] for i in expected)
         assert (shard.stride, shard.offset) == (stride, rank if stride > 1 else 0)
         assert shard.validation_files == tuple(files(n_files)[i] for i in held_out)
+        assert shard.training_files == n_files - len(held_out)
 
 
 def test_one_file_is_refused_naming_the_setting():
