@@ -30,7 +30,7 @@ from mwms_trainer import local
 
 RESULTS = Path(__file__).resolve().parent / "results" / "data_scale.json"
 FEATURES = 32
-ROW_BYTES = FEATURES * 4 + 1  # float32 features, int8 label
+ROW_BYTES = FEATURES * 4 + 4  # float32 features; parquet stores the int8 label in 4 bytes
 
 
 def write_table(directory: Path, gib: float, files: int, seed: int = 0) -> tuple[int, int]:
@@ -48,7 +48,9 @@ def write_table(directory: Path, gib: float, files: int, seed: int = 0) -> tuple
         columns = {f"f{j}": x[:, j] for j in range(FEATURES)} | {"label": label}
         del x
         path = directory / f"part-{part:05d}.parquet"
-        pq.write_table(pa.table(columns), path, row_group_size=131072, compression="none")
+        pq.write_table(
+            pa.table(columns), path, row_group_size=131072, compression="none", use_dictionary=False
+        )
     (directory / "_SUCCESS").write_text("")
     size = sum(f.stat().st_size for f in directory.iterdir())
     return rows_per_file * files, size
