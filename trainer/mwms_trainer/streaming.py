@@ -228,16 +228,13 @@ def train_dataset(strategy: Any, shards: FileShards, rank: int, steps: int, firs
     """The per-worker dataset, handed to the strategy as is (distribute_datasets_from_function: no
     auto-sharding, no splitting of a global batch): each worker yields its own per-worker batches."""
     tf = tensorflow()
-    per_worker = shards.cfg.globalBatchSize // strategy.num_replicas_in_sync
-    features = shards.num_features
 
     def dataset_fn(context: Any) -> Any:
-        batch = context.get_per_replica_batch_size(shards.cfg.globalBatchSize)
-        assert batch == per_worker, (batch, per_worker)
+        per_worker = context.get_per_replica_batch_size(shards.cfg.globalBatchSize)
         dataset = tf.data.Dataset.from_generator(
             lambda: batches(shards, rank, per_worker, steps, first_epoch),
             output_signature=(
-                tf.TensorSpec([per_worker, features], tf.float32),
+                tf.TensorSpec([per_worker, shards.num_features], tf.float32),
                 tf.TensorSpec([per_worker], tf.float32),
             ),
         )
