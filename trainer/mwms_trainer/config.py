@@ -20,6 +20,9 @@ from mwms_trainer import cpus
 from mwms_trainer.errors import ConfigError
 
 DATASETS = ("breast_cancer", "synthetic", "csv", "parquet")
+# exact: every worker holds every row in memory, N workers == 1 worker (data.py). files: each worker streams
+# only its own files from disk, for data larger than a worker's memory; not N == 1 exact (streaming.py).
+SHARDINGS = ("exact", "files")
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 300
 
 
@@ -36,6 +39,7 @@ class TrainerConfig:
     syntheticFeatures: int = 20  # noqa: N815
     dataPath: str | None = None  # noqa: N815
     labelColumn: str = "label"  # noqa: N815
+    sharding: str = "exact"
 
     def as_params(self) -> dict[str, Any]:
         params = asdict(self)
@@ -97,6 +101,11 @@ def parse_trainer_config(raw_json: str | None, num_workers: int = 1) -> TrainerC
             raise ConfigError(_setting("dataPath"), f"is required for dataset {dataset!r}")
     elif data_path is not None and not isinstance(data_path, str):
         raise ConfigError(_setting("dataPath"), f"must be a string, got {data_path!r}")
+    sharding = raw.get("sharding", d.sharding)
+    if sharding not in SHARDINGS:
+        raise ConfigError(_setting("sharding"), f"must be one of {', '.join(SHARDINGS)}, got {sharding!r}")
+    if sharding == "files" and dataset not in ("csv", "parquet"):
+        raise ConfigError(_setting("sharding"), f"files needs dataset csv or parquet, got {dataset!r}")
     label = raw.get("labelColumn", d.labelColumn)
     if not isinstance(label, str) or not label:
         raise ConfigError(_setting("labelColumn"), f"must be a non-empty string, got {label!r}")
@@ -123,6 +132,7 @@ def parse_trainer_config(raw_json: str | None, num_workers: int = 1) -> TrainerC
         syntheticFeatures=_int(raw, "syntheticFeatures", d.syntheticFeatures, 2),
         dataPath=data_path,
         labelColumn=label,
+        sharding=sharding,
     )
 
 

@@ -10,6 +10,7 @@ gradient of one worker (a partial last batch would split unevenly, and each work
 from __future__ import annotations
 
 import glob
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,23 +65,35 @@ def table_files(data_path: str, dataset: str) -> list[Path]:
     return sorted(files)
 
 
-def _read_table(cfg: TrainerConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], tuple[str, ...]]:
+def read_file(file: Path, dataset: str, chunk_rows: int | None = None) -> Iterator[Any]:
+    """A csv/parquet file as pandas frames: the whole file, or chunks of `chunk_rows` rows streamed from disk
+    (the large-data path, streaming.py). A file the parser refuses exits 2 naming it."""
     import pandas as pd
 
-    path = cfg.dataPath or ""
-    frames = []
-    for file in table_files(path, cfg.dataset):
-        try:
-            frames.append(pd.read_csv(file) if cfg.dataset == "csv" else pd.read_parquet(file))
-        except Exception as e:  # the parsers raise many types; all mean "not a usable file"
-            raise ConfigError(
-                f"{_SETTING}.dataPath", f"cannot read {str(file)!r} as {cfg.dataset}: {e}"
-            ) from None
-    frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    try:
+        if chunk_rows is None:
+            yield pd.read_csv(file) if dataset == "csv" else pd.read_parquet(file)
+        elif dataset == "csv":
+            yield from pd.read_csv(file, chunksize=chunk_rows)
+        else:
+            import pyarrow.parquet as pq
+
+            for batch in pq.ParquetFile(file).iter_batches(batch_size=chunk_rows):
+                yield batch.to_pandas()
+    except Exception as e:  # the parsers raise many types; all mean "not a usable file"
+        raise ConfigError(f"{_SETTING}.dataPath", f"cannot read {str(file)!r} as {dataset}: {e}") from None
+
+
+def table_rows(
+    frame: Any, cfg: TrainerConfig, where: str
+) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], tuple[str, ...]]:
+    """Feature rows (float64), 0/1 labels, feature names and their MLflow types of one table frame."""
+    import pandas as pd
+
     if cfg.labelColumn not in frame.columns:
         raise ConfigError(
             f"{_SETTING}.labelColumn",
-            f"{cfg.labelColumn!r} is not a column of {path!r}: {list(frame.columns)}",
+            f"{cfg.labelColumn!r} is not a column of {where!r}: {list(frame.columns)}",
         )
     features = frame.drop(columns=[cfg.labelColumn])
     non_numeric = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
@@ -93,6 +106,15 @@ def _read_table(cfg: TrainerConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, 
         raise ConfigError(f"{_SETTING}.labelColumn", f"{cfg.labelColumn!r} must hold 0/1 labels")
     types = tuple(_column_type(features[c].dtype) for c in features.columns)
     return features.to_numpy(dtype=np.float64), labels, tuple(str(c) for c in features.columns), types
+
+
+def _read_table(cfg: TrainerConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], tuple[str, ...]]:
+    import pandas as pd
+
+    path = cfg.dataPath or ""
+    frames = [frame for file in table_files(path, cfg.dataset) for frame in read_file(file, cfg.dataset)]
+    frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    return table_rows(frame, cfg, path)
 
 
 def load_features(

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mwms_trainer import data, startup, tracking
+from mwms_trainer import data, startup, streaming, tracking
 from mwms_trainer import model as model_mod
 from mwms_trainer.config import Settings
 from mwms_trainer.errors import DivergedError, RetryableError
@@ -39,18 +39,28 @@ def open_tracker(settings: Settings, params: dict[str, Any]) -> Any:
     )
 
 
-def params_of(settings: Settings, split: data.Split) -> dict[str, Any]:
+def params_of(settings: Settings, split: data.Split | streaming.FileShards) -> dict[str, Any]:
     import sklearn
 
     tf, k = tensorflow(), keras()
     n = settings.cluster.num_workers
+    if isinstance(split, streaming.FileShards):
+        # The row counts are known only once the workers have met (train.fit logs them).
+        sizes: dict[str, Any] = {
+            "trainFiles": split.shard.training_files,
+            "heldOutFiles": len(split.shard.validation_files),
+        }
+    else:
+        sizes = {
+            "stepsPerEpoch": data.steps_per_epoch(len(split.x_train), settings.trainer.globalBatchSize),
+            "trainRows": len(split.x_train),
+            "testRows": len(split.x_test),
+        }
     return {
         **settings.trainer.as_params(),
         "replicas": n,
         "perWorkerBatchSize": settings.trainer.globalBatchSize // n,
-        "stepsPerEpoch": data.steps_per_epoch(len(split.x_train), settings.trainer.globalBatchSize),
-        "trainRows": len(split.x_train),
-        "testRows": len(split.x_test),
+        **sizes,
         "features": split.num_features,
         "tensorflowVersion": tf.__version__,
         "tfKerasVersion": k.__version__,
@@ -159,7 +169,7 @@ def load_kept(directory: str | None) -> tuple[Any, dict[str, float]] | None:
 
 def fit(
     settings: Settings,
-    split: data.Split,
+    split: data.Split | streaming.FileShards,
     tracker: Any,
     note: Callable[[str], None],
     deadline: float,
@@ -169,13 +179,27 @@ def fit(
     cfg, cluster = settings.trainer, settings.cluster
     k = keras()
     strategy = startup.create_strategy(cluster, deadline, note, peers_by)
-    steps = data.steps_per_epoch(len(split.x_train), cfg.globalBatchSize)
+    if isinstance(split, streaming.FileShards):
+        with startup.peer_loss_is_retryable("while gathering the data's statistics"):
+            every = streaming.gather_stats(strategy, split.own, cluster.num_workers, cluster.rank)
+        mean, variance = streaming.scaler(every)
+        steps = streaming.steps_per_epoch(every, cfg)
+        log.info(
+            "worker %d: %d training rows on %d workers, %d steps per epoch",
+            cluster.rank,
+            sum(s.rows for s in every),
+            len(every),
+            steps,
+        )
+    else:
+        mean, variance = split.mean, split.variance
+        steps = data.steps_per_epoch(len(split.x_train), cfg.globalBatchSize)
     k.utils.set_random_seed(cfg.seed)  # the same initial weights everywhere (MWMS also broadcasts them)
     with strategy.scope():
         model = model_mod.build_model(
             split.num_features,
-            split.mean,
-            split.variance,
+            mean,
+            variance,
             hidden_units=cfg.hiddenUnits,
             learning_rate=cfg.learningRate,
             steps_per_execution=steps,
@@ -188,9 +212,13 @@ def fit(
         backup_dir = os.path.join(settings.checkpoint_dir, settings.job_uid)
         callbacks.insert(0, k.callbacks.BackupAndRestore(backup_dir=backup_dir))
         first_epoch = resumed_epoch(backup_dir)
+    if isinstance(split, streaming.FileShards):
+        dataset = streaming.train_dataset(strategy, split, cluster.rank, steps, first_epoch)
+    else:
+        dataset = data.train_dataset(split, cfg, first_epoch)
     with startup.peer_loss_is_retryable("during fit"):
         history = model.fit(
-            data.train_dataset(split, cfg, first_epoch),
+            dataset,
             epochs=cfg.epochs,
             steps_per_epoch=steps,
             callbacks=callbacks,
@@ -209,7 +237,11 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
     peers_by = startup.peer_deadline(started, settings.peer_wait_seconds)
     cluster = settings.cluster
     # Bad data fails here, before MLflow or peers.
-    split = data.load_split(settings.trainer, cluster.num_workers)
+    split: data.Split | streaming.FileShards
+    if settings.trainer.sharding == "files":
+        split = streaming.prepare(settings.trainer, cluster.num_workers, cluster.rank)
+    else:
+        split = data.load_split(settings.trainer, cluster.num_workers)
     kept_dir = kept_model_dir(settings)
     kept = load_kept(kept_dir) if cluster.is_chief else None
     if kept_dir and not cluster.is_chief and os.path.exists(os.path.join(kept_dir, KEPT_METRICS)):
@@ -230,7 +262,10 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
             plain, trained = fitted
             if kept_dir:
                 keep_fitted(kept_dir, plain, trained)
-        held_out = model_mod.held_out_metrics(plain, split.x_test, split.y_test)
+        if isinstance(split, streaming.FileShards):
+            held_out = streaming.held_out_metrics(plain, split)
+        else:
+            held_out = model_mod.held_out_metrics(plain, split.x_test, split.y_test)
         signature = tracking.model_signature(split.num_features, split.feature_names, split.column_types)
         try:
             model_uri = tracker.log_model(plain, signature, held_out)

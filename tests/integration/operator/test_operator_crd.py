@@ -31,6 +31,8 @@ MALFORMED = [
     (trainjob(replicas=2, trainer={"testSize": 1.5}), "spec.trainer.testSize"),
     (trainjob(replicas=2, trainer={"learningRate": 0}), "spec.trainer.learningRate"),
     (trainjob(replicas=2, trainer={"hiddenUnits": [0]}), "spec.trainer.hiddenUnits[0]"),
+    (trainjob(replicas=2, trainer={"sharding": "rows"}), "spec.trainer.sharding"),
+    (trainjob(replicas=2, trainer={"sharding": "files"}), "spec.trainer.sharding files needs"),
     (trainjob(replicas=2, trainer={"epochz": 3}), 'unknown field "spec.trainer.epochz"'),
     (trainjob(replicas=2, runPolicy={"cleanPodPolicy": "Sometimes"}), "spec.runPolicy.cleanPodPolicy"),
     (trainjob(replicas=2, runPolicy={"backoffLimit": -1}), "spec.runPolicy.backoffLimit"),

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from mwms_operator import constants
 from mwms_operator.tf_config import tf_config
-from mwms_trainer.config import TrainerConfig, load, parse_trainer_config
+from mwms_trainer.config import DATASETS, SHARDINGS, TrainerConfig, load, parse_trainer_config
 from mwms_trainer.errors import ConfigError
 
 S = "MWMS_TRAINER_CONFIG."
@@ -32,7 +33,7 @@ def test_every_setting_is_read():
     raw = {
         "dataset": "csv", "seed": 7, "epochs": 3, "globalBatchSize": 64, "learningRate": 0.01,
         "testSize": 0.2, "hiddenUnits": [16, 8], "syntheticSamples": 500, "syntheticFeatures": 5,
-        "dataPath": "/d.csv", "labelColumn": "y",
+        "dataPath": "/d.csv", "labelColumn": "y", "sharding": "files",
     }  # fmt: skip
     cfg = parse_trainer_config(json.dumps(raw), num_workers=4)
     assert cfg.as_params() == raw
@@ -60,6 +61,8 @@ def test_every_setting_is_read():
         ({"dataset": "csv"}, 1, S + "dataPath"),
         ({"dataset": "parquet", "dataPath": ""}, 1, S + "dataPath"),
         ({"labelColumn": ""}, 1, S + "labelColumn"),
+        ({"sharding": "rows"}, 1, S + "sharding"),
+        ({"sharding": "files"}, 1, S + "sharding"),  # breast_cancer has no files to shard
         ({"syntheticSamples": 3}, 1, S + "syntheticSamples"),
         ({"epoch": 5}, 1, S + "epoch"),  # a typo is an error, not a silent default
     ],
@@ -134,3 +137,16 @@ def test_load_rejects_bad_environment(extra, setting):
 @pytest.mark.parametrize(("workers", "expected"), [(1, 32), (2, 32), (3, 33), (4, 32), (5, 35), (7, 35)])
 def test_default_global_batch_is_rounded_up_to_a_multiple_of_the_workers(workers, expected):
     assert parse_trainer_config(None, num_workers=workers).globalBatchSize == expected
+
+
+def test_the_crd_declares_every_trainer_setting_with_the_trainers_choices():
+    """A setting missing from the CRD would be pruned by the API server: a silent fall back to a default."""
+    import yaml
+
+    crd = yaml.safe_load((Path(__file__).resolve().parents[3] / "manifests" / "crd.yaml").read_text())
+    (version,) = crd["spec"]["versions"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    trainer = spec["properties"]["trainer"]["properties"]
+    assert set(trainer) == set(TrainerConfig.__dataclass_fields__)
+    assert trainer["dataset"]["enum"] == list(DATASETS)
+    assert trainer["sharding"]["enum"] == list(SHARDINGS)
