@@ -9,10 +9,11 @@ import socket
 import sys
 from typing import Any
 
-import kopf
-
-from mwms_operator import handlers
 from mwms_operator.config import ConfigError, OperatorConfig
+
+# Never used by the operator, but kopf imports the `kubernetes` client whenever it is installed (for
+# isinstance checks on its models and a login the operator replaces with its own): ~30 MiB with pydantic.
+UNUSED_CLIENTS = ("kubernetes", "kubernetes_asyncio", "pykube")
 
 
 class _QuietTimers(logging.Filter):
@@ -37,7 +38,19 @@ def run_options(config: OperatorConfig) -> dict[str, Any]:
     }
 
 
+def keep_out_unused_clients() -> None:
+    """Before kopf is imported: the operator's memory must not depend on what else shares its environment
+    (a developer's venv has the `kubernetes` client for the tests; the operator image does not)."""
+    for name in UNUSED_CLIENTS:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # None: `import name` raises ImportError
+
+
 def main() -> None:
+    keep_out_unused_clients()
+    import kopf
+
+    from mwms_operator import handlers
+
     try:
         config = OperatorConfig.from_env(os.environ)
     except ConfigError as error:

@@ -70,7 +70,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         # still receive, parse and drop every pod of the cluster).
         for resource in ("pods", "services"):
             settings.watching.label_selectors[resource] = constants.LABEL_JOB_NAME
-        memo.reconciler = Reconciler(k8s.Kube.connect(), config)
+        memo.reconciler = Reconciler(k8s.Kube.connect(settings), config)
         memo.reconciler.start()
         metrics.serve(config.metrics_port)
 

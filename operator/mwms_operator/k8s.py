@@ -1,38 +1,56 @@
-"""The only module that talks to the API server (the `kubernetes` client; kopf's own for login).
+"""The only module that talks to the API server: a small blocking HTTP client (the standard library's
+http.client) on the credentials kopf logs in with, so the operator has one source of credentials. The
+`kubernetes` client is not used: its generated models cost ~30 MiB of memory for the seven calls below.
 
-Calls are blocking; handlers run them with asyncio.to_thread. Creates are idempotent (409 means it is there),
-deletes too (404 means it is gone), so a retried or repeated reconcile is harmless.
+Calls are blocking; handlers run them with asyncio.to_thread, and each of those threads keeps one keep-alive
+connection. Creates are idempotent (409 means it is there), deletes too (404 means it is gone), so a retried
+or repeated reconcile is harmless.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import logging
 import os
 import socket
-from collections.abc import Mapping
+import threading
+import urllib.parse
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import kopf
-import kubernetes
-import pydantic
-import urllib3
-from kubernetes.client.exceptions import ApiException
 
-from mwms_operator import constants
+from mwms_operator import __version__, constants
 
 log = logging.getLogger(__name__)
 
+TIMEOUT_SECONDS = 15.0  # a hung call must not stall a job's reconcile loop
+EVENT_TIMEOUT_SECONDS = 10.0
+# Creates are checked by the API server against the full schema: an unknown field (a typo such as
+# `resourcez`) is refused with 400 naming it, instead of being dropped silently.
+STRICT = "?fieldValidation=Strict"
+TRAINJOBS_PATH = f"/apis/{constants.GROUP}/{constants.VERSION}/namespaces/{{namespace}}/{constants.PLURAL}"
+
+
+class ApiError(Exception):
+    """An answer of the API server other than 2xx."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"({status}) {message}")
+        self.status, self.message = status, message
+
 
 # What a call may raise that a later try can fix: the API server's errors, timeouts, lost connections.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ApiException, OSError, urllib3.exceptions.HTTPError)
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ApiError, OSError, http.client.HTTPException)
+# What a keep-alive connection the server has closed meanwhile raises: sent again on a new connection.
+_STALE_CONNECTION = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 
 class Rejected(Exception):
-    """The object is invalid (400/422 from the API server, Pod Security, or the client's own schema check
-    before any request): retrying cannot help."""
+    """The object is invalid (400/422 from the API server, or Pod Security): retrying cannot help."""
 
 
 class Refused(Exception):
@@ -41,97 +59,188 @@ class Refused(Exception):
 
 
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """kopf's credentials: the ServiceAccount in a pod, else $KUBECONFIG (explicit, predictable in tests)."""
+    """kopf's credentials, and ours: the ServiceAccount in a pod, else $KUBECONFIG (explicit, predictable in
+    tests)."""
     host = os.environ.get("KUBERNETES_SERVICE_HOST")
     if not host:
         return kopf.login_with_kubeconfig(**kwargs)
     info = kopf.login_with_service_account(**kwargs)
     if info is None:
         return None
-    # Like client-go (and the `kubernetes` client below): the address from the environment, not kopf's fixed
-    # https://kubernetes.default.svc, which needs cluster DNS and port 443.
+    # Like client-go: the address from the environment, not kopf's fixed https://kubernetes.default.svc,
+    # which needs cluster DNS and port 443.
     port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
     host = f"[{host}]" if ":" in host else host
     return dataclasses.replace(info, server=f"https://{host}:{port}")
 
 
-class Kube:
-    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
-        self.core = kubernetes.client.CoreV1Api(api_client)
-        self.custom = kubernetes.client.CustomObjectsApi(api_client)
+@dataclasses.dataclass(frozen=True)
+class _Endpoint:
+    """Where and how to connect, made once per login (the SSL context is shared by all connections)."""
+
+    https: bool
+    host: str
+    port: int
+    prefix: str  # a server URL may have a path (an API proxy); requests go below it
+    headers: dict[str, str]
+    ssl_context: Any
 
     @classmethod
-    def connect(cls) -> Kube:
-        configuration = kubernetes.client.Configuration()
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            kubernetes.config.load_incluster_config(client_configuration=configuration)
-        else:
-            kubernetes.config.load_kube_config(client_configuration=configuration)
-        # Short timeouts: a hung call must not stall a job's reconcile loop.
-        configuration.retries = 1
-        return cls(kubernetes.client.ApiClient(configuration))
+    def of(cls, info: kopf.ConnectionInfo) -> _Endpoint:
+        url = urllib.parse.urlsplit(info.server)
+        https = url.scheme == "https"
+        return cls(
+            https=https,
+            host=url.hostname or "localhost",
+            port=url.port or (443 if https else 80),
+            prefix=url.path.rstrip("/"),
+            headers=info.as_http_headers(),  # bearer token or basic auth; client certificates go in ssl
+            ssl_context=info.as_ssl_context() if https else None,
+        )
 
-    def _create(self, create: Any, namespace: str, body: Mapping[str, Any]) -> bool:
+    def connect(self) -> http.client.HTTPConnection:
+        if self.https:
+            return http.client.HTTPSConnection(
+                self.host, self.port, timeout=TIMEOUT_SECONDS, context=self.ssl_context
+            )
+        return http.client.HTTPConnection(self.host, self.port, timeout=TIMEOUT_SECONDS)
+
+
+class Kube:
+    """The API calls the operator makes, on credentials from `credentials()` (asked again after a 401: a
+    ServiceAccount token is rotated on disk)."""
+
+    def __init__(self, credentials: Callable[[], kopf.ConnectionInfo | None]) -> None:
+        self._credentials = credentials
+        self._lock = threading.Lock()
+        self._local = threading.local()  # this thread's connection and the login it was made with
+        self._endpoint = self._login()
+
+    @classmethod
+    def connect(cls, settings: kopf.OperatorSettings) -> Kube:
+        return cls(lambda: login(settings=settings))
+
+    def _login(self) -> _Endpoint:
+        info = self._credentials()
+        if info is None:
+            raise kopf.LoginError("no credentials: neither a ServiceAccount (in a pod) nor $KUBECONFIG")
+        return _Endpoint.of(info)
+
+    def _connection(self) -> http.client.HTTPConnection:
+        endpoint = self._endpoint
+        if getattr(self._local, "endpoint", None) is not endpoint:
+            self._drop_connection()
+            self._local.connection, self._local.endpoint = endpoint.connect(), endpoint
+        connection: http.client.HTTPConnection = self._local.connection
+        return connection
+
+    def _drop_connection(self) -> None:
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            connection.close()
+        self._local.connection = self._local.endpoint = None
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        *,
+        content_type: str = "application/json",
+        timeout: float = TIMEOUT_SECONDS,
+    ) -> dict[str, Any]:
+        """The answer's JSON; ApiError for any status but 2xx."""
+        data = json.dumps(body).encode() if body is not None else None
+        relogged = resent = False
+        while True:
+            connection, endpoint = self._connection(), self._endpoint
+            reused = connection.sock is not None
+            connection.timeout = timeout
+            if connection.sock is not None:
+                connection.sock.settimeout(timeout)
+            headers = {"Accept": "application/json", "User-Agent": f"{constants.MANAGED_BY}/{__version__}"}
+            if data is not None:
+                headers["Content-Type"] = content_type
+            try:
+                connection.request(
+                    method, endpoint.prefix + path, body=data, headers={**headers, **endpoint.headers}
+                )
+                response = connection.getresponse()
+                payload = response.read()
+            except _STALE_CONNECTION:
+                self._drop_connection()
+                if reused and not resent:  # closed by the server while idle: nothing was done
+                    resent = True
+                    continue
+                raise
+            except BaseException:
+                self._drop_connection()  # half a request or answer: this connection is unusable
+                raise
+            if response.status == 401 and not relogged:
+                relogged = True
+                with self._lock:
+                    if self._endpoint is endpoint:
+                        self._endpoint = self._login()
+                continue
+            if 200 <= response.status < 300:
+                answer: dict[str, Any] = json.loads(payload) if payload else {}
+                return answer
+            raise ApiError(response.status, _message(payload, response.reason))
+
+    def _create(self, path: str, body: Mapping[str, Any]) -> bool:
         try:
-            create(namespace, body, _request_timeout=15)
-        except pydantic.ValidationError as error:
-            # The client checks the body against its models first (e.g. `resourcez` in a container).
-            raise Rejected(invalid_fields(body, error)) from None
-        except ApiException as error:
+            self._request("POST", path + STRICT, body)
+        except ApiError as error:
             if error.status == 409:
                 return False
-            reason = _reason(error)
-            if error.status == 403 and "being terminated" in reason:
+            if error.status == 403 and "being terminated" in error.message:
                 return False  # its namespace is going away, and the TrainJob with it
-            # 400/422: invalid; 403 from Pod Security admission: the template breaks the namespace's policy.
-            if error.status in (400, 422) or (error.status == 403 and "violates PodSecurity" in reason):
-                raise Rejected(reason) from None
+            # 400: invalid (an unknown field too); 422: invalid value; 403 from Pod Security admission: the
+            # template breaks the namespace's policy.
+            invalid = error.status in (400, 422)
+            if invalid or (error.status == 403 and "violates PodSecurity" in error.message):
+                raise Rejected(error.message) from None
             if error.status == 403:  # quota, LimitRange, a validating webhook: the message says which
-                raise Refused(reason) from None
+                raise Refused(error.message) from None
             raise
         return True
 
     def create_pod(self, namespace: str, body: Mapping[str, Any]) -> bool:
         """True if created, False if it already existed."""
-        return self._create(self.core.create_namespaced_pod, namespace, body)
+        return self._create(_core(namespace, "pods"), body)
 
     def create_service(self, namespace: str, body: Mapping[str, Any]) -> bool:
-        return self._create(self.core.create_namespaced_service, namespace, body)
+        return self._create(_core(namespace, "services"), body)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         try:
-            self.core.delete_namespaced_pod(name, namespace, _request_timeout=15)
-        except ApiException as error:
+            self._request("DELETE", _core(namespace, "pods", name))
+        except ApiError as error:
             if error.status != 404:
                 raise
 
     def pod_uid(self, namespace: str, name: str) -> str | None:
         """The uid of the pod of this name now; None if there is none."""
         try:
-            pod = self.core.read_namespaced_pod(name, namespace, _request_timeout=15)
-        except ApiException as error:
+            pod = self._request("GET", _core(namespace, "pods", name))
+        except ApiError as error:
             if error.status == 404:
                 return None
             raise
-        return pod.metadata.uid if pod.metadata is not None else None
+        uid = (pod.get("metadata") or {}).get("uid")
+        return str(uid) if uid else None
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any] | None:
         """JSON merge patch of status (None values remove fields); None if the TrainJob is gone."""
+        path = _trainjob(namespace, name) + "/status"
         try:
-            response = self.custom.patch_namespaced_custom_object_status(
-                constants.GROUP,
-                constants.VERSION,
-                namespace,
-                constants.PLURAL,
-                name,
-                {"status": dict(status)},
-                _request_timeout=15,
+            return self._request(
+                "PATCH", path, {"status": dict(status)}, content_type="application/merge-patch+json"
             )
-        except ApiException as error:
+        except ApiError as error:
             if error.status == 404:
                 return None
             raise
-        return cast(dict[str, Any], response)
 
     def post_event(self, job: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         """An Event on the TrainJob. Best effort, tried once: an event that cannot be posted (its namespace
@@ -139,7 +248,9 @@ class Kube:
         each one for a minute, in one queue)."""
         meta = job.get("metadata") or {}
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event: Any = {  # a plain dict, as the client accepts for every body
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
             "involvedObject": {
                 "apiVersion": constants.API_VERSION,
@@ -159,37 +270,39 @@ class Kube:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(str(meta.get("namespace")), event, _request_timeout=10)
-        except (ApiException, OSError, urllib3.exceptions.HTTPError) as error:
+            path = _core(str(meta.get("namespace")), "events")
+            self._request("POST", path, event, timeout=EVENT_TIMEOUT_SECONDS)
+        except TRANSIENT_ERRORS as error:
             log.info(
                 "event %s on %s/%s not posted: %s", reason, meta.get("namespace"), meta.get("name"), error
             )
 
     def delete_trainjob(self, namespace: str, name: str) -> None:
         try:
-            self.custom.delete_namespaced_custom_object(
-                constants.GROUP, constants.VERSION, namespace, constants.PLURAL, name, _request_timeout=15
-            )
-        except ApiException as error:
+            self._request("DELETE", _trainjob(namespace, name))
+        except ApiError as error:
             if error.status != 404:
                 raise
 
 
-def _reason(error: ApiException) -> str:
+def _core(namespace: str, plural: str, name: str | None = None) -> str:
+    path = f"/api/v1/namespaces/{_quote(namespace)}/{plural}"
+    return f"{path}/{_quote(name)}" if name is not None else path
+
+
+def _trainjob(namespace: str, name: str) -> str:
+    return TRAINJOBS_PATH.format(namespace=_quote(namespace)) + f"/{_quote(name)}"
+
+
+def _quote(segment: str) -> str:
+    return urllib.parse.quote(segment, safe="")
+
+
+def _message(payload: bytes, reason: str) -> str:
+    """The API server's message (its Status object), else the HTTP reason."""
     try:
-        return json.loads(error.body or "{}").get("message") or str(error.reason)
+        answer = json.loads(payload)
     except ValueError:
-        return str(error.reason)
-
-
-def invalid_fields(body: Mapping[str, Any], error: pydantic.ValidationError) -> str:
-    """The client's schema errors as `<Kind> is invalid: <path>: <message>`, paths as the API server writes
-    them."""
-    parts = []
-    for item in error.errors()[:5]:
-        path = ""
-        for step in item["loc"][1:]:  # the first step names the call's argument (the body)
-            path += f"[{step}]" if isinstance(step, int) else f".{step}" if path else str(step)
-        parts.append(f"{path}: {item['msg']}")
-    more = f" (and {error.error_count() - 5} more)" if error.error_count() > 5 else ""
-    return f"{body.get('kind', 'object')} is invalid: {'; '.join(parts)}{more}"
+        return payload.decode(errors="replace").strip()[:1024] or reason
+    message = answer.get("message") if isinstance(answer, dict) else None
+    return str(message) if message else reason

@@ -70,11 +70,12 @@ def succeeded(kubectl: Any, namespace: str, name: str, timeout: int = 120) -> di
     return get_job(kubectl, namespace, name)
 
 
-def test_a_pod_the_clients_schema_refuses_fails_the_job_naming_the_field(
+def test_a_pod_field_the_api_server_does_not_know_fails_the_job_naming_it(
     operator, make_standin, kubectl, namespace, wait_for
 ):
-    """`resourcez` passes the CRD (spec.template.spec is a PodSpec the API server checks) but not the client's
-    pod model: the job fails at once naming it, instead of a traceback every few seconds."""
+    """`resourcez` passes the CRD (spec.template.spec is a PodSpec the API server checks) but not the strict
+    field validation the operator creates pods with: the job fails at once naming it, instead of running
+    without the resources its author meant to ask for (the API server's default drops an unknown field)."""
     kubectl.apply(make_standin("typo", 2, template={"container": {"resourcez": {"limits": {"cpu": "1"}}}}),
                   "-n", namespace)  # fmt: skip
     kubectl("wait", "--for=condition=Failed", "trainjob/typo", "-n", namespace, "--timeout=60s", timeout=70)

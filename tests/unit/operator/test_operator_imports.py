@@ -21,6 +21,24 @@ def test_operator_imports_with_tensorflow_blocked():
     assert result.stdout.strip() == "ok"
 
 
+def test_the_running_operator_loads_no_kubernetes_client():
+    """The operator talks to the API server with its own small client on kopf's credentials: the `kubernetes`
+    client (and pydantic, its models) would cost ~30 MiB, and kopf loads it whenever it can import it."""
+    code = (
+        "import sys\n"
+        "from mwms_operator.__main__ import keep_out_unused_clients\n"
+        "keep_out_unused_clients()  # as `python -m mwms_operator` does first\n"
+        "import kopf, mwms_operator.handlers\n"
+        "from mwms_operator.config import OperatorConfig\n"
+        "mwms_operator.handlers.register(kopf.OperatorRegistry(), OperatorConfig())\n"
+        "loaded = {m.split('.')[0] for m, v in sys.modules.items() if v is not None}\n"
+        "print(sorted(loaded & {'kubernetes', 'pydantic', 'urllib3', 'google'}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 def test_a_bad_setting_stops_the_operator_with_the_variable_named():
     result = subprocess.run(
         [sys.executable, "-m", "mwms_operator"],

@@ -1,66 +1,141 @@
-"""k8s.py's error mapping: what each API answer means to a reconcile (created, there already, refused for
-good, gone, or an error worth retrying)."""
+"""k8s.py against a real HTTP server on 127.0.0.1 that answers as the API server would: what each answer
+means to a reconcile (created, there already, refused for good or for now, gone, or an error worth
+retrying), what goes over the wire, and how connections and credentials are kept."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import ssl
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
-import kubernetes
+import kopf
 import pytest
-from kubernetes.client import V1ObjectMeta, V1Pod
-from kubernetes.client.exceptions import ApiException
 
+from mwms_dev import pki
 from mwms_operator import k8s
 
-
-def refusal(status: int, message: str = "") -> ApiException:
-    error = ApiException(status=status, reason="Refused")
-    error.body = json.dumps({"message": message})
-    return error
+JOB = {"metadata": {"name": "mnist", "namespace": "ns", "uid": "u-1"}}
 
 
-class Answering:
-    """Stands in for the generated client: every call raises `error`, or returns `value`."""
-
-    def __init__(self, error: ApiException | None = None, value: Any = None) -> None:
-        self.error, self.value = error, value
-
-    def __getattr__(self, name: str) -> Any:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if self.error is not None:
-                raise self.error
-            return self.value
-
-        return call
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    client: tuple[str, int]  # the client's address: one per TCP connection
 
 
-def kube(error: ApiException | None = None, value: Any = None) -> k8s.Kube:
-    client = k8s.Kube.__new__(k8s.Kube)
-    client.core = client.custom = Answering(error, value)
-    return client
+@dataclass
+class FakeApiServer:
+    """Answers every request with `answer(seen) -> (status, body)`; records what it was sent."""
+
+    url: str = ""
+    answer: Callable[[Seen], tuple[int, Any]] = lambda seen: (200, {})
+    seen: list[Seen] = field(default_factory=list)
+    drop_after_answer: bool = False  # close the connection without saying so (an idle timeout)
+
+    def reply(self, status: int, body: Any = None) -> None:
+        self.answer = lambda seen: (status, body if body is not None else {})
+
+    def refuse(self, status: int, message: str) -> None:
+        self.reply(status, {"kind": "Status", "status": "Failure", "message": message, "code": status})
 
 
-def test_create_is_true_when_created_and_false_when_it_exists_or_its_namespace_goes():
-    assert kube().create_pod("ns", {}) is True
-    assert kube(refusal(409)).create_pod("ns", {}) is False
-    assert (
-        kube(refusal(403, 'pods "x" is forbidden: ns is being terminated')).create_service("ns", {}) is False
-    )
+def serve(fake: FakeApiServer, tls: ssl.SSLContext | None = None) -> Iterator[FakeApiServer]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive
+
+        def handle_one(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            seen = Seen(self.command, self.path, dict(self.headers), json.loads(raw) if raw else None,
+                        self.client_address)  # fmt: skip
+            fake.seen.append(seen)
+            status, body = fake.answer(seen)
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            if fake.drop_after_answer:
+                self.close_connection = True
+
+        do_GET = do_POST = do_PATCH = do_DELETE = handle_one
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    fake.url = f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    yield from serve(FakeApiServer())
+
+
+def kube_for(api: FakeApiServer, token: str = "t0k3n") -> k8s.Kube:
+    return k8s.Kube(lambda: kopf.ConnectionInfo(server=api.url, token=token))
+
+
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}}
+
+
+def test_create_is_true_when_created_and_false_when_it_exists_or_its_namespace_goes(api):
+    kube = kube_for(api)
+    api.reply(201, POD)
+    assert kube.create_pod("ns", POD) is True
+    api.refuse(409, 'pods "p" already exists')
+    assert kube.create_pod("ns", POD) is False
+    api.refuse(403, 'services "x" is forbidden: unable to create new content in namespace ns because it is '
+                    "being terminated")  # fmt: skip
+    assert kube.create_service("ns", {"kind": "Service"}) is False
+
+
+def test_a_create_is_sent_for_strict_validation_with_the_token(api):
+    """Strict: the API server refuses unknown fields (a typo) naming them, instead of dropping them."""
+    api.reply(201, POD)
+    kube_for(api).create_pod("team-a", POD)
+    kube_for(api).create_service("team-a", {"kind": "Service"})
+    pod, service = api.seen
+    assert (pod.method, pod.path) == ("POST", "/api/v1/namespaces/team-a/pods?fieldValidation=Strict")
+    assert service.path == "/api/v1/namespaces/team-a/services?fieldValidation=Strict"
+    assert pod.body == POD and pod.headers["Content-Type"] == "application/json"
+    assert pod.headers["Authorization"] == "Bearer t0k3n"
 
 
 @pytest.mark.parametrize(
-    "error",
+    ("status", "message"),
     [
-        refusal(422, "Pod is invalid: spec.containers[0].imagePullPolicy: Unsupported value"),
-        refusal(400, "bad request"),
-        refusal(403, 'pods "x" is forbidden: violates PodSecurity "restricted:latest": privileged'),
+        (422, "Pod is invalid: spec.containers[0].imagePullPolicy: Unsupported value"),
+        (
+            400,
+            'Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown field '
+            '"spec.containers[0].resourcez"',
+        ),
+        (403, 'pods "x" is forbidden: violates PodSecurity "restricted:latest": privileged'),
     ],
 )
-def test_a_refusal_for_good_is_rejected_with_the_servers_message(error):
+def test_a_refusal_for_good_is_rejected_with_the_servers_message(api, status, message):
+    api.refuse(status, message)
     with pytest.raises(k8s.Rejected) as raised:
-        kube(error).create_pod("ns", {})
-    assert str(raised.value) == json.loads(error.body)["message"]
+        kube_for(api).create_pod("ns", POD)
+    assert str(raised.value) == message
 
 
 @pytest.mark.parametrize(
@@ -71,38 +146,170 @@ def test_a_refusal_for_good_is_rejected_with_the_servers_message(error):
         'admission webhook "deny.example.com" denied the request: not today',
     ],
 )
-def test_a_refusal_for_now_is_refused_with_the_servers_message(message):
+def test_a_refusal_for_now_is_refused_with_the_servers_message(api, message):
+    api.refuse(403, message)
     with pytest.raises(k8s.Refused) as raised:
-        kube(refusal(403, message)).create_pod("ns", {})
+        kube_for(api).create_pod("ns", POD)
     assert str(raised.value) == message
 
 
-@pytest.mark.parametrize("status", [500, 503])
-def test_other_errors_propagate_for_a_retry(status):
-    with pytest.raises(ApiException):
-        kube(refusal(status, "etcdserver: request timed out")).create_pod("ns", {})
+@pytest.mark.parametrize("status", [500, 503, 429])
+def test_other_errors_propagate_as_transient_for_a_retry(api, status):
+    api.refuse(status, "etcdserver: request timed out")
+    with pytest.raises(k8s.TRANSIENT_ERRORS) as raised:
+        kube_for(api).create_pod("ns", POD)
+    assert isinstance(raised.value, k8s.ApiError) and raised.value.status == status
+    assert "etcdserver: request timed out" in str(raised.value)
 
 
-def test_a_body_the_clients_own_schema_refuses_is_rejected_naming_the_field():
-    """The generated client validates a body against its models before sending it: a typo never reaches the
-    API server, and must not end as a traceback either."""
-    client = k8s.Kube(kubernetes.client.ApiClient(kubernetes.client.Configuration()))
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "x"},
-        "spec": {"containers": [{"name": "trainer", "image": "i", "resourcez": {}}]},
+def test_an_answer_that_is_not_a_status_object_keeps_its_text(api):
+    api.answer = lambda seen: (502, b"upstream connect error")
+    with pytest.raises(k8s.ApiError, match="upstream connect error"):
+        kube_for(api).pod_uid("ns", "p")
+
+
+def test_a_server_that_cannot_be_reached_is_a_transient_error():
+    kube = k8s.Kube(lambda: kopf.ConnectionInfo(server="http://127.0.0.1:9"))  # discard port: nobody there
+    with pytest.raises(k8s.TRANSIENT_ERRORS):
+        kube.delete_pod("ns", "p")
+
+
+def test_gone_is_not_an_error(api):
+    kube = kube_for(api)
+    api.refuse(404, 'pods "p" not found')
+    kube.delete_pod("ns", "p")
+    kube.delete_trainjob("ns", "j")
+    assert kube.patch_status("ns", "j", {"phase": "Running"}) is None
+    assert kube.pod_uid("ns", "p") is None
+    assert [(s.method, s.path) for s in api.seen[:2]] == [
+        ("DELETE", "/api/v1/namespaces/ns/pods/p"),
+        ("DELETE", "/apis/mwms.dev/v1alpha1/namespaces/ns/trainjobs/j"),
+    ]
+    api.reply(200, {"kind": "Pod", "metadata": {"name": "p", "uid": "u-1"}})
+    assert kube.pod_uid("ns", "p") == "u-1"
+    assert (api.seen[-1].method, api.seen[-1].path) == ("GET", "/api/v1/namespaces/ns/pods/p")
+    api.refuse(500, "boom")
+    with pytest.raises(k8s.ApiError):
+        kube.pod_uid("ns", "p")
+    with pytest.raises(k8s.ApiError):
+        kube.delete_pod("ns", "p")
+
+
+def test_status_is_a_json_merge_patch_of_the_status_subresource(api):
+    written = {"metadata": {"resourceVersion": "7"}, "status": {"phase": "Running"}}
+    api.reply(200, written)
+    assert kube_for(api).patch_status("ns", "mnist", {"phase": "Running", "stalledSince": None}) == written
+    (patch,) = api.seen
+    assert patch.method == "PATCH"
+    assert patch.path == "/apis/mwms.dev/v1alpha1/namespaces/ns/trainjobs/mnist/status"
+    assert patch.headers["Content-Type"] == "application/merge-patch+json"
+    assert patch.body == {"status": {"phase": "Running", "stalledSince": None}}  # null removes the field
+
+
+def test_an_event_names_the_trainjob_and_a_failed_post_is_only_logged(api, caplog):
+    kube = kube_for(api)
+    api.reply(201, {})
+    kube.post_event(JOB, "Normal", "PodsCreated", "created worker pods")
+    (post,) = api.seen
+    assert (post.method, post.path) == ("POST", "/api/v1/namespaces/ns/events")
+    assert post.body["involvedObject"] == {
+        "apiVersion": "mwms.dev/v1alpha1",
+        "kind": "TrainJob",
+        "name": "mnist",
+        "namespace": "ns",
+        "uid": "u-1",
     }
-    with pytest.raises(k8s.Rejected) as raised:
-        client.create_pod("ns", pod)
-    assert str(raised.value).startswith("Pod is invalid: spec.containers[0].resourcez: ")
+    assert (post.body["type"], post.body["reason"], post.body["message"]) == (
+        "Normal", "PodsCreated", "created worker pods"
+    )  # fmt: skip
+    api.refuse(403, "unable to create new content in namespace ns because it is being terminated")
+    with caplog.at_level("INFO", logger="mwms_operator.k8s"):
+        kube.post_event(JOB, "Warning", "Failed", "x")
+    assert "event Failed on ns/mnist not posted" in caplog.text
 
 
-def test_gone_is_not_an_error():
-    kube(refusal(404)).delete_pod("ns", "p")
-    kube(refusal(404)).delete_trainjob("ns", "j")
-    assert kube(refusal(404)).patch_status("ns", "j", {"phase": "Running"}) is None
-    assert kube(refusal(404)).pod_uid("ns", "p") is None
-    assert kube(value=V1Pod(metadata=V1ObjectMeta(uid="u-1"))).pod_uid("ns", "p") == "u-1"
-    with pytest.raises(ApiException):
-        kube(refusal(500)).pod_uid("ns", "p")
+def test_one_thread_keeps_one_connection_and_survives_its_closing(api):
+    kube = kube_for(api)
+    for _ in range(5):
+        kube.pod_uid("ns", "p")
+    assert len({s.client for s in api.seen}) == 1, "a keep-alive connection per thread"
+    # The server drops an idle connection without a word (as on an idle timeout): the next call, sent on
+    # the dead connection, is sent again on a new one instead of failing.
+    api.drop_after_answer = True
+    kube.pod_uid("ns", "p")
+    api.drop_after_answer = False
+    assert kube.pod_uid("ns", "p") is None
+    assert len({s.client for s in api.seen}) == 2
+    assert len(api.seen) == 7
+
+
+def test_threads_do_not_share_a_connection(api):
+    kube = kube_for(api)
+    threads = [threading.Thread(target=kube.pod_uid, args=("ns", "p")) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({s.client for s in api.seen}) == 3
+
+
+def test_a_401_logs_in_again_and_retries_once(api):
+    """A ServiceAccount token is rotated on disk: after a 401 the credentials are read again."""
+    tokens = iter(["old", "new"])
+    kube = k8s.Kube(lambda: kopf.ConnectionInfo(server=api.url, token=next(tokens)))
+    good = {"metadata": {"uid": "u-9"}}
+    api.answer = lambda seen: (200, good) if seen.headers["Authorization"] == "Bearer new" else (401, {})
+    assert kube.pod_uid("ns", "p") == "u-9"
+    assert [s.headers["Authorization"] for s in api.seen] == ["Bearer old", "Bearer new"]
+
+
+def test_no_credentials_is_a_login_error():
+    with pytest.raises(kopf.LoginError):
+        k8s.Kube(lambda: None)
+
+
+@pytest.fixture(scope="module")
+def certs() -> dict[str, pki.CertKey]:
+    ca = pki.new_ca("test-ca")
+    return {
+        "ca": ca,
+        "server": pki.serving_cert(ca, "apiserver", ("localhost",), ("127.0.0.1",)),
+        "client": pki.client_cert(ca, "admin", ("system:masters",)),
+        "other_ca": pki.new_ca("someone-else"),
+    }
+
+
+@pytest.fixture
+def tls_api(certs, tmp_path) -> Iterator[FakeApiServer]:
+    """HTTPS that asks for a client certificate, as the API server does for a kubeconfig's admin user."""
+    (tmp_path / "server.crt").write_bytes(certs["server"].cert_pem)
+    (tmp_path / "server.key").write_bytes(certs["server"].key_pem)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "server.crt", tmp_path / "server.key")
+    context.load_verify_locations(cadata=certs["ca"].cert_pem.decode())
+    context.verify_mode = ssl.CERT_REQUIRED
+    yield from serve(FakeApiServer(), tls=context)
+
+
+def test_tls_with_the_kubeconfigs_ca_and_client_certificate_data(tls_api, certs):
+    info = kopf.ConnectionInfo(
+        server=tls_api.url,
+        ca_data=certs["ca"].cert_pem,
+        certificate_data=certs["client"].cert_pem,
+        private_key_data=certs["client"].key_pem,
+    )
+    tls_api.reply(200, {"metadata": {"uid": "u-2"}})
+    assert k8s.Kube(lambda: info).pod_uid("ns", "p") == "u-2"
+    assert "Authorization" not in tls_api.seen[0].headers
+
+
+def test_a_server_certificate_from_another_ca_is_refused(tls_api, certs):
+    info = kopf.ConnectionInfo(
+        server=tls_api.url,
+        ca_data=certs["other_ca"].cert_pem,
+        certificate_data=certs["client"].cert_pem,
+        private_key_data=certs["client"].key_pem,
+    )
+    with pytest.raises(ssl.SSLCertVerificationError):
+        k8s.Kube(lambda: info).pod_uid("ns", "p")
+    assert tls_api.seen == []
