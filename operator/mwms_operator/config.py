@@ -29,7 +29,7 @@ class OperatorConfig:
     metrics_port: int = 8000
     health_port: int = 8080
     progress_interval_seconds: float = 15.0
-    # Events drive reconciles; this slow resync of every unfinished TrainJob is only a safety net.
+    # Events drive reconciles; this slow resync of every running or pending TrainJob is only a safety net.
     reconcile_interval_seconds: float = 60.0
     log_level: str = "INFO"
     # Tracking servers (origins) besides tracking_uri whose progress the operator may read; "*" allows any.

@@ -27,6 +27,7 @@ from mwms_operator.status import (
     CREATE_PODS_REFUSED,
     PODS_CREATED,
     RUNNING,
+    SUSPENDED,
     TERMINAL,
     CreatePods,
     CreateService,
@@ -53,6 +54,7 @@ LEGACY_FINALIZER = "mwms.dev/kopf-finalizer"
 WORKERS = 8  # jobs reconciled at once; each mostly waits on the API server
 # Pods of an earlier group still known this long after their job moved on are looked up (a missed DELETE).
 LEAVING_GRACE_SECONDS = 10.0
+AT_REST = (*TERMINAL, SUSPENDED)  # phases only an event can move a job out of: no resync
 DUE_MARGIN_SECONDS = 0.2  # status times have whole seconds; look a little after a deadline, not just before
 
 
@@ -162,12 +164,17 @@ class Reconciler:
         self.state.pod_index, self.state.service_index = pod_index, service_index
 
     async def _resync_forever(self) -> None:
-        """Level-based safety net: look at every unfinished job now and then, even if no event came."""
         while True:
             await asyncio.sleep(self.config.reconcile_interval_seconds)
-            for key, body in list(self.state.jobs.items()):
-                if (body.get("status") or {}).get("phase") not in TERMINAL:
-                    self.queue.add(key)
+            self.resync()
+
+    def resync(self) -> None:
+        """Level-based safety net: look at every job that time can move on now and then, even if no event
+        came. A suspended or finished job changes only on an event (its spec, a pod, its deletion; a TTL is
+        scheduled for when it falls due), so it costs nothing here."""
+        for key in list(self.state.jobs):
+            if self.state.status(key).get("phase") not in AT_REST:
+                self.queue.add(key)
 
     # --- one reconcile
 
