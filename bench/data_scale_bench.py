@@ -16,13 +16,12 @@ import platform
 import re
 import shutil
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
 
 import numpy as np
-from trainer_bench import peak_rss_mib
+from trainer_bench import run_group  # bench/, same folder
 
 from mwms_operator.config import OperatorConfig
 from mwms_operator.spec import parse_trainjob
@@ -71,18 +70,7 @@ def train(root: Path, data: Path, workers: int, batch: int, test_size: float) ->
         spec, job_name=name, namespace="bench", uid=str(uuid.uuid4()), tracking_uri=uri, job_dir=job_dir
     )
     started = time.time()
-    procs = local.start_workers(envs, job_dir)
-    codes: list[int] = []
-    waiter = threading.Thread(target=lambda: codes.extend(local.wait_workers(procs, job_dir)))
-    waiter.start()
-    peaks = [0.0] * workers
-    while waiter.is_alive():
-        for i, p in enumerate(procs):
-            rss = peak_rss_mib(p.pid)
-            if rss is not None:
-                peaks[i] = max(peaks[i], rss)
-        time.sleep(0.2)
-    waiter.join()
+    codes, peaks = run_group(envs, job_dir)
     wall = time.time() - started
     if any(codes):
         raise RuntimeError(f"workers failed: {codes}; logs in {job_dir}")

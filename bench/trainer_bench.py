@@ -42,6 +42,23 @@ def peak_rss_mib(pid: int) -> float | None:
     return None
 
 
+def run_group(envs: list[dict[str, str]], job_dir: Path) -> tuple[list[int], list[float]]:
+    """Start the workers, wait for them all; (exit codes, peak RSS MiB of each, sampled every 0.2 s)."""
+    procs = local.start_workers(envs, job_dir)
+    codes: list[int] = []
+    waiter = threading.Thread(target=lambda: codes.extend(local.wait_workers(procs, job_dir)))
+    waiter.start()
+    peaks = [0.0] * len(procs)
+    while waiter.is_alive():
+        for i, p in enumerate(procs):
+            rss = peak_rss_mib(p.pid)
+            if rss is not None:
+                peaks[i] = max(peaks[i], rss)
+        time.sleep(0.2)
+    waiter.join()
+    return codes, peaks
+
+
 def measure(
     workers: int, hidden: list[int], epochs: int, samples: int, batch: int, root: Path, code: Path | None
 ) -> dict[str, object]:
@@ -62,18 +79,7 @@ def measure(
         for env in envs:
             env["PYTHONPATH"] = f"{code / 'trainer'}:{code / 'operator'}"
     started = time.time()
-    procs = local.start_workers(envs, job_dir)
-    codes: list[int] = []
-    waiter = threading.Thread(target=lambda: codes.extend(local.wait_workers(procs, job_dir)))
-    waiter.start()
-    peaks = [0.0] * workers
-    while waiter.is_alive():
-        for i, p in enumerate(procs):
-            rss = peak_rss_mib(p.pid)
-            if rss is not None:
-                peaks[i] = max(peaks[i], rss)
-        time.sleep(0.2)
-    waiter.join()
+    codes, peaks = run_group(envs, job_dir)
     if any(codes):
         raise RuntimeError(f"{workers} workers failed: {codes}; logs in {job_dir}")
     chief_log = (job_dir / "worker-0.log").read_text()
