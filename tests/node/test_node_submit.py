@@ -17,7 +17,7 @@ from support.submit import (
     jobs_in,
     printed_result,
     run_mwms,
-    seed_function,
+    run_seed_function,
 )
 
 from mwms_dev.chain import check_mlflow
@@ -81,16 +81,9 @@ def test_submitted_seed_script_gives_one_run_one_model_and_its_configmap_goes_wi
 def test_a_function_from_python_returns_the_chiefs_value(
     real_cluster, node_kubectl, user_namespace, node_chain, operator_log, monkeypatch
 ):
-    from mwms_trainer import Cluster, MirroredStrategyRunner
-
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    runner = MirroredStrategyRunner(
-        num_slots=2,
-        use_custom_strategy=True,
-        cluster=Cluster(namespace=user_namespace, kubeconfig=str(real_cluster.kubeconfig)),
-    )
     try:
-        result = runner.run(seed_function().train, epochs=2)
+        result = run_seed_function(user_namespace, real_cluster.kubeconfig)
     except Exception:
         print(operator_log())
         raise

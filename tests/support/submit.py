@@ -43,6 +43,19 @@ def seed_function() -> ModuleType:
     return seed_function
 
 
+def run_seed_function(namespace: str, kubeconfig: Path) -> Any:
+    """The seed's train() submitted from Python as a notebook would (2 workers, 2 epochs): the chief's return
+    value. TF_CONFIG must not be set in this process (it would mean "run here, as a worker")."""
+    from mwms_trainer import Cluster, MirroredStrategyRunner
+
+    runner = MirroredStrategyRunner(
+        num_slots=2,
+        use_custom_strategy=True,
+        cluster=Cluster(namespace=namespace, kubeconfig=str(kubeconfig)),
+    )
+    return runner.run(seed_function().train, epochs=2)
+
+
 def jobs_in(kubectl: Any, namespace: str) -> list[dict[str, Any]]:
     return kubectl.json("get", "trainjobs", "-n", namespace)["items"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -111,10 +111,16 @@ def plain_copy(model: Any) -> Any:
     return result["model"]
 
 
-def held_out_metrics(model: Any, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    """Accuracy and binary cross-entropy of a plain (non-distributed) model on the held-out rows."""
-    p = model.predict(x, batch_size=1024, verbose=0).reshape(-1).astype(np.float64)
+def held_out_metrics(model: Any, chunks: Iterable[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
+    """Accuracy and binary cross-entropy of a plain (non-distributed) model on the held-out rows, given as
+    (x, y) chunks: all at once, or streamed from files (sharding: files)."""
     eps = 1e-7  # Keras' epsilon, so val_loss matches Keras' binary_crossentropy
-    clipped = np.clip(p, eps, 1 - eps)
-    loss = -np.mean(y * np.log(clipped) + (1 - y) * np.log(1 - clipped))
-    return {"val_accuracy": float(np.mean((p > 0.5) == (y > 0.5))), "val_loss": float(loss)}
+    rows = correct = 0
+    loss = 0.0
+    for x, y in chunks:
+        p = model.predict(x, batch_size=1024, verbose=0).reshape(-1).astype(np.float64)
+        clipped = np.clip(p, eps, 1 - eps)
+        loss -= float(np.sum(y * np.log(clipped) + (1 - y) * np.log(1 - clipped)))
+        correct += int(np.sum((p > 0.5) == (y > 0.5)))
+        rows += len(y)
+    return {"val_accuracy": correct / rows, "val_loss": loss / rows}

@@ -263,9 +263,9 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
             if kept_dir:
                 keep_fitted(kept_dir, plain, trained)
         if isinstance(split, streaming.FileShards):
-            held_out = streaming.held_out_metrics(plain, split)
+            held_out = model_mod.held_out_metrics(plain, streaming.held_out_rows(split))
         else:
-            held_out = model_mod.held_out_metrics(plain, split.x_test, split.y_test)
+            held_out = model_mod.held_out_metrics(plain, [(split.x_test, split.y_test)])
         signature = tracking.model_signature(split.num_features, split.feature_names, split.column_types)
         try:
             model_uri = tracker.log_model(plain, signature, held_out)

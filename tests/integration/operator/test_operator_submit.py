@@ -18,7 +18,7 @@ from support.submit import (
     jobs_in,
     printed_result,
     run_mwms,
-    seed_function,
+    run_seed_function,
 )
 
 pytestmark = pytest.mark.integration
@@ -177,15 +177,8 @@ def test_code_and_trainer_together_are_refused(crd, kubectl, namespace):
 def test_a_function_from_python_returns_the_chiefs_value(
     operator, mlflow_uri, cluster, namespace, kubectl, monkeypatch
 ):
-    from mwms_trainer import Cluster, MirroredStrategyRunner
-
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    runner = MirroredStrategyRunner(
-        num_slots=2,
-        use_custom_strategy=True,
-        cluster=Cluster(namespace=namespace, kubeconfig=str(cluster.kubeconfig)),
-    )
-    result = runner.run(seed_function().train, epochs=2)
+    result = run_seed_function(namespace, cluster.kubeconfig)
     assert set(result) >= CHIEFS_METRICS
     (job,) = jobs_in(kubectl, namespace)
     assert job["spec"]["code"]["entrypoint"] == "mwms_trainer.usercode:run_pickled"
