@@ -187,6 +187,18 @@ class Kube:
                 return answer
             raise ApiError(response.status, _message(payload, response.reason))
 
+    def _request_unless_gone(
+        self, method: str, path: str, body: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> dict[str, Any] | None:
+        """As _request, but None when the object is not there (404): reading, patching or deleting what is
+        already gone is no error for a reconcile."""
+        try:
+            return self._request(method, path, body, **kwargs)
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
     def _create(self, path: str, body: Mapping[str, Any]) -> bool:
         try:
             self._request("POST", path + STRICT, body)
@@ -213,34 +225,22 @@ class Kube:
         return self._create(_core(namespace, "services"), body)
 
     def delete_pod(self, namespace: str, name: str) -> None:
-        try:
-            self._request("DELETE", _core(namespace, "pods", name))
-        except ApiError as error:
-            if error.status != 404:
-                raise
+        self._request_unless_gone("DELETE", _core(namespace, "pods", name))
 
     def pod_uid(self, namespace: str, name: str) -> str | None:
         """The uid of the pod of this name now; None if there is none."""
-        try:
-            pod = self._request("GET", _core(namespace, "pods", name))
-        except ApiError as error:
-            if error.status == 404:
-                return None
-            raise
+        pod = self._request_unless_gone("GET", _core(namespace, "pods", name))
+        if pod is None:
+            return None
         uid = (pod.get("metadata") or {}).get("uid")
         return str(uid) if uid else None
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any] | None:
         """JSON merge patch of status (None values remove fields); None if the TrainJob is gone."""
         path = _trainjob(namespace, name) + "/status"
-        try:
-            return self._request(
-                "PATCH", path, {"status": dict(status)}, content_type="application/merge-patch+json"
-            )
-        except ApiError as error:
-            if error.status == 404:
-                return None
-            raise
+        return self._request_unless_gone(
+            "PATCH", path, {"status": dict(status)}, content_type="application/merge-patch+json"
+        )
 
     def post_event(self, job: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         """An Event on the TrainJob. Best effort, tried once: an event that cannot be posted (its namespace
@@ -278,11 +278,7 @@ class Kube:
             )
 
     def delete_trainjob(self, namespace: str, name: str) -> None:
-        try:
-            self._request("DELETE", _trainjob(namespace, name))
-        except ApiError as error:
-            if error.status != 404:
-                raise
+        self._request_unless_gone("DELETE", _trainjob(namespace, name))
 
 
 def _core(namespace: str, plural: str, name: str | None = None) -> str:
