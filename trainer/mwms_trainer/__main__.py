@@ -13,9 +13,12 @@ import signal
 import sys
 import traceback
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mwms_operator import constants
+
+if TYPE_CHECKING:
+    from mwms_trainer.errors import TrainerError
 
 MAX_MESSAGE_BYTES = 4000  # the kubelet keeps 4 KiB of a termination message
 
@@ -65,15 +68,24 @@ def main(environ: Mapping[str, str] | None = None) -> int:
 
         summary = train.run(settings, note=lambda message: write_termination(path, message))
     except TrainerError as e:
-        kind = {constants.EXIT_INVALID_CONFIG: "invalid configuration", constants.EXIT_RETRYABLE: "retryable"}
-        message = " ".join(f"{kind.get(e.exit_code, 'failed')}: {e}".split())  # one line
-        log.error("%s", message)
-        write_termination(path, message)
-        return e.exit_code
+        return trainer_error(e, path)
     except Exception as e:
         traceback.print_exc()
         write_termination(path, " ".join(f"failed: {type(e).__name__}: {e}".split()))
         return constants.EXIT_FAILURE
+    return success(summary, path)
+
+
+def trainer_error(error: TrainerError, path: str) -> int:
+    """A TrainerError's exit code, its kind and message on one line as the termination message."""
+    kind = {constants.EXIT_INVALID_CONFIG: "invalid configuration", constants.EXIT_RETRYABLE: "retryable"}
+    message = " ".join(f"{kind.get(error.exit_code, 'failed')}: {error}".split())  # one line
+    logging.getLogger("mwms_trainer").error("%s", message)
+    write_termination(path, message)
+    return error.exit_code
+
+
+def success(summary: Mapping[str, Any], path: str) -> int:
     write_termination(path, summary)
     print(json.dumps(summary), flush=True)
     return constants.EXIT_SUCCESS
@@ -87,16 +99,11 @@ def run_user_code(environ: Mapping[str, str], path: str) -> int:
     from mwms_trainer import usercode
     from mwms_trainer.errors import TrainerError
 
-    log = logging.getLogger("mwms_trainer")
     code_dir = Path(environ.get(constants.ENV_CODE_DIR) or constants.CODE_MOUNT_PATH)
     try:
         summary = usercode.run(environ)
     except TrainerError as e:
-        kind = {constants.EXIT_INVALID_CONFIG: "invalid configuration", constants.EXIT_RETRYABLE: "retryable"}
-        message = " ".join(f"{kind.get(e.exit_code, 'failed')}: {e}".split())
-        log.error("%s", message)
-        write_termination(path, message)
-        return e.exit_code
+        return trainer_error(e, path)
     except SystemExit as e:  # a script's sys.exit(n): n is its verdict (0 or None: success)
         if e.code in (None, 0):
             write_termination(path, {})
@@ -108,9 +115,7 @@ def run_user_code(environ: Mapping[str, str], path: str) -> int:
         traceback.print_exc()
         write_termination(path, " ".join(f"failed: {usercode.last_traceback_line(e, code_dir)}".split()))
         return constants.EXIT_FAILURE
-    write_termination(path, summary)
-    print(json.dumps(summary), flush=True)
-    return constants.EXIT_SUCCESS
+    return success(summary, path)
 
 
 if __name__ == "__main__":
