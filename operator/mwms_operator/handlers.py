@@ -66,7 +66,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     @kopf.on.startup(id="startup", registry=registry)
     async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=KOPF_PREFIX)
+        settings.persistence.diffbase_storage = NoDiffBase()
         settings.persistence.finalizer = LEGACY_FINALIZER
         # Server-side: the API server sends only our pods and Services (a `labels=` filter on a handler would
         # still receive, parse and drop every pod of the cluster).
@@ -80,19 +80,21 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await memo.reconciler.stop()
 
+    # Every handler is async: kopf runs a sync one in a thread pool (two thread hops per watch event, and
+    # the reconciler's queue and state are the event loop's, not thread-safe). None of them waits on I/O.
     # Indexes, not on.event stores: kopf fills every index before any other handler runs (see state.py).
     @kopf.index("pods", id="job_pods", registry=registry)
-    def job_pods(body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
+    async def job_pods(body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
         key, pod = owner_key(body), worker_pod(body)
         return {(key.namespace, key.uid): pod} if key and pod else None
 
     @kopf.index("services", id="job_services", registry=registry)
-    def job_services(body: kopf.Body, name: str, **_: Any) -> dict[Any, Any] | None:
+    async def job_services(body: kopf.Body, name: str, **_: Any) -> dict[Any, Any] | None:
         key = owner_key(body)
         return {(key.namespace, key.uid): name} if key else None
 
     @kopf.on.event(*TRAINJOBS, id="trainjob", registry=registry)  # type: ignore[arg-type]  # indexes as kwargs
-    def trainjob_event(
+    async def trainjob_event(
         type: str,
         body: kopf.Body,
         memo: kopf.Memo,
@@ -105,12 +107,27 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
 
     # A pod or Service event (its index already updated) means: look at its job again.
     @kopf.on.event("pods", id="pod", registry=registry)
-    def pod_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    async def pod_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         memo.reconciler.owned_event(body)
 
     @kopf.on.event("services", id="service", registry=registry)
-    def service_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    async def service_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         memo.reconciler.owned_event(body)
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """kopf deep-copies every object it watches, on every event (each pod's), to diff it against the last
+    state it handled: that is for on.create/on.update handlers, and this operator has none. Nothing is built,
+    fetched or stored; it was the largest part of kopf's work per event."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
 
 
 class Reconciler:
@@ -124,7 +141,10 @@ class Reconciler:
             self.reconcile, workers=WORKERS, name="reconcile", expected=k8s.TRANSIENT_ERRORS
         )
         self.progress: WorkQueue[JobKey] = WorkQueue(
-            self.poll_progress, workers=2, name="progress", expected=k8s.TRANSIENT_ERRORS
+            self.poll_progress,
+            workers=2,
+            name="progress",
+            expected=(*k8s.TRANSIENT_ERRORS, k8s.NamespaceEnding),
         )
         self.reader = ProgressReader(config.tracking_access())
         self._resync: asyncio.Task[None] | None = None
@@ -180,8 +200,23 @@ class Reconciler:
 
     async def reconcile(self, key: JobKey) -> None:
         body = self.state.jobs.get(key)
-        if body is None or body["metadata"].get("deletionTimestamp"):
+        if (
+            body is None
+            or body["metadata"].get("deletionTimestamp")
+            or self.state.namespace_ending(key.namespace)
+        ):
             return  # gone or going (its pods too, e.g. with its namespace): nothing to recreate
+        try:
+            await self._reconcile(key, body)
+        except k8s.NamespaceEnding:
+            # A pod, the Service or an event refused: the namespace is being deleted, and its jobs with it.
+            if self.state.end_namespace(key.namespace):
+                log.info(
+                    "namespace %s is being deleted: its TrainJobs are left alone until they are gone",
+                    key.namespace,
+                )
+
+    async def _reconcile(self, key: JobKey, body: Mapping[str, Any]) -> None:
         started = time.monotonic()
         meta = JobMeta(key.name, key.namespace, key.uid, int(body["metadata"].get("generation") or 1))
         spec, template_error = _parse_for_group(body, self.config)
@@ -324,7 +359,7 @@ class Reconciler:
     async def poll_progress(self, key: JobKey) -> None:
         body = self.state.jobs.get(key)
         status = self.state.status(key) if body is not None else {}
-        if body is None or status.get("phase") != RUNNING:
+        if body is None or status.get("phase") != RUNNING or self.state.namespace_ending(key.namespace):
             return  # finished or gone: no more polling until it runs again
         self.progress.add_after(key, self.config.progress_interval_seconds)
         spec, _ = _parse_for_group(body, self.config)
@@ -349,8 +384,9 @@ class Reconciler:
 
 
 def _worst(errors: list[BaseException]) -> BaseException:
-    """The error that says most about a failed batch: invalid beats refused-for-now beats the rest."""
-    for kind in (k8s.Rejected, k8s.Refused):
+    """The error that says most about a failed batch: a namespace being deleted beats invalid beats
+    refused-for-now beats the rest."""
+    for kind in (k8s.NamespaceEnding, k8s.Rejected, k8s.Refused):
         for error in errors:
             if isinstance(error, kind):
                 return error

@@ -23,7 +23,7 @@ from typing import Any
 
 import kopf
 
-from mwms_operator import __version__, constants
+from mwms_operator import __version__, constants, metrics
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,10 @@ _STALE_CONNECTION = (http.client.RemoteDisconnected, ConnectionResetError, Broke
 
 class Rejected(Exception):
     """The object is invalid (400/422 from the API server, or Pod Security): retrying cannot help."""
+
+
+class NamespaceEnding(Exception):
+    """The namespace is being deleted: the API server creates nothing in it, and its TrainJobs go with it."""
 
 
 class Refused(Exception):
@@ -167,15 +171,15 @@ class Kube:
                 )
                 response = connection.getresponse()
                 payload = response.read()
-            except _STALE_CONNECTION:
-                self._drop_connection()
-                if reused and not resent:  # closed by the server while idle: nothing was done
+            except BaseException as error:
+                metrics.count_request(method, path, "error")
+                self._drop_connection()  # half a request or answer: this connection is unusable
+                # Closed by the server while idle: nothing was done, so it is sent again, once.
+                if isinstance(error, _STALE_CONNECTION) and reused and not resent:
                     resent = True
                     continue
                 raise
-            except BaseException:
-                self._drop_connection()  # half a request or answer: this connection is unusable
-                raise
+            metrics.count_request(method, path, str(response.status))
             if response.status == 401 and not relogged:
                 relogged = True
                 with self._lock:
@@ -199,14 +203,21 @@ class Kube:
                 return None
             raise
 
+    def _post(self, path: str, body: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """As _request, but NamespaceEnding when the namespace is being deleted (nothing is created there)."""
+        try:
+            return self._request("POST", path, body, **kwargs)
+        except ApiError as error:
+            if error.status == 403 and "being terminated" in error.message:
+                raise NamespaceEnding(error.message) from None
+            raise
+
     def _create(self, path: str, body: Mapping[str, Any]) -> bool:
         try:
-            self._request("POST", path + STRICT, body)
+            self._post(path + STRICT, body)
         except ApiError as error:
             if error.status == 409:
                 return False
-            if error.status == 403 and "being terminated" in error.message:
-                return False  # its namespace is going away, and the TrainJob with it
             # 400: invalid (an unknown field too); 422: invalid value; 403 from Pod Security admission: the
             # template breaks the namespace's policy.
             invalid = error.status in (400, 422)
@@ -243,9 +254,9 @@ class Kube:
         )
 
     def post_event(self, job: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        """An Event on the TrainJob. Best effort, tried once: an event that cannot be posted (its namespace
-        is being deleted, say) must neither fail the reconcile nor delay other events (kopf's poster retries
-        each one for a minute, in one queue)."""
+        """An Event on the TrainJob. Best effort, tried once: an event that cannot be posted must neither fail
+        the reconcile nor delay other events (kopf's poster retries each one for a minute, in one queue).
+        NamespaceEnding if its namespace is being deleted."""
         meta = job.get("metadata") or {}
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
@@ -271,7 +282,7 @@ class Kube:
         }
         try:
             path = _core(str(meta.get("namespace")), "events")
-            self._request("POST", path, event, timeout=EVENT_TIMEOUT_SECONDS)
+            self._post(path, event, timeout=EVENT_TIMEOUT_SECONDS)
         except TRANSIENT_ERRORS as error:
             log.info(
                 "event %s on %s/%s not posted: %s", reason, meta.get("namespace"), meta.get("name"), error

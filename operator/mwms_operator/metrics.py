@@ -30,6 +30,26 @@ PODS_CREATED = Histogram(
     buckets=(0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300),
 )
 
+# What the operator asks of the API server, as client-go's rest_client_requests_total: its load on the API
+# server, and refusals (403, 422) or errors at a glance. "error": no answer (timeout, connection lost).
+API_REQUESTS = Counter(
+    "mwms_operator_api_requests_total",
+    "Requests the operator sent to the Kubernetes API server",
+    ["method", "resource", "code"],
+)
+
+
+def resource_of(path: str) -> str:
+    """`pods`, `services`, `events`, `trainjobs`, `trainjobs/status` from an API path (names and query left
+    out, so the series stay few)."""
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    parts = parts[parts.index("namespaces") + 2 :] if "namespaces" in parts else parts[-1:]
+    return "/".join(parts[:1] + parts[2:3])
+
+
+def count_request(method: str, path: str, code: str) -> None:
+    API_REQUESTS.labels(method=method, resource=resource_of(path), code=code).inc()
+
 
 def count_transitions(namespace: str, previous: Mapping[str, Any], status: Mapping[str, Any]) -> None:
     """Count what a status write changed: a group restart, a job that finished. Counted on the write that

@@ -93,11 +93,14 @@ class State:
             JobKey, set[str]
         ] = {}  # uids of pods found gone though still indexed (missed DELETE)
         self._leaving_since: dict[tuple[JobKey, str], float] = {}
+        # Namespaces being deleted -> uids of their TrainJobs known then (see end_namespace).
+        self._ending: dict[str, set[str]] = {}
 
     def job_event(self, type_: str | None, body: Mapping[str, Any]) -> JobKey | None:
         key = job_key(body)
         if key is None:
             return None
+        self._note_in_ending_namespace(type_, key)
         if type_ == "DELETED":
             self.jobs.pop(key, None)
             self.refused.pop(key, None)
@@ -109,6 +112,32 @@ class State:
         else:
             self.jobs[key] = slim(body)
         return key
+
+    def end_namespace(self, namespace: str) -> bool:
+        """The API server creates nothing in this namespace: it is being deleted, and its TrainJobs with it.
+        They are left alone until they are gone (no status writes, no creates that would be refused: while
+        the namespace controller deletes their pods, each job would otherwise see its group lost). True the
+        first time."""
+        if namespace in self._ending:
+            return False
+        self._ending[namespace] = {key.uid for key in self.jobs if key.namespace == namespace}
+        return True
+
+    def namespace_ending(self, namespace: str) -> bool:
+        return namespace in self._ending
+
+    def _note_in_ending_namespace(self, type_: str | None, key: JobKey) -> None:
+        known = self._ending.get(key.namespace)
+        if known is None:
+            return
+        if type_ == "DELETED":
+            known.discard(key.uid)
+            if not known:  # the last of them: the namespace is gone, or soon
+                del self._ending[key.namespace]
+        elif key.uid not in known:
+            # A namespace being deleted takes no new TrainJobs: one we did not know means it was created
+            # again (or a job's first event came late: then the next create finds the namespace ending again).
+            del self._ending[key.namespace]
 
     def forget_pod(self, key: JobKey, pod: WorkerPod) -> None:
         """The API server says this pod is gone, though its DELETE never reached the index."""

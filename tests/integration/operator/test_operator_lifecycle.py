@@ -1,14 +1,18 @@
 """TrainJobs carry no finalizer, so deleting a job, its namespace or the CRD never waits for the operator;
 a job made by an earlier version (with kopf's finalizer) loses it when the operator starts; a pod stuck
-Terminating is named in the status instead of a silent wait. On the real API server; outcomes only (the
-times are in bench/operator_bench.py)."""
+Terminating is named in the status instead of a silent wait; the jobs of a namespace being deleted are left
+alone. On the real API server; outcomes only (the times are in bench/operator_bench.py and
+bench/peer_bench.py)."""
 
 from __future__ import annotations
 
 import json
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -109,3 +113,57 @@ def test_the_crd_deletes_with_jobs_present_while_the_operator_is_stopped(
             what="the TrainJob resource served again",
         )
         operator.start()
+
+
+def creates_sent(operator) -> float:
+    """Pod and Service creates the operator has sent, by its own metric (answered or not)."""
+    url = f"http://127.0.0.1:{operator.metrics_port}/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "mwms_operator_api_requests_total"
+        and sample.labels["method"] == "POST"
+        and sample.labels["resource"] in ("pods", "services")
+    )
+
+
+def test_the_jobs_of_a_namespace_being_deleted_are_left_alone(
+    operator, make_standin, kubectl, namespace, wait_for
+):
+    """The namespace controller deletes a job's pods before the job: that is no lost group to recreate. One
+    refused create says the namespace is ending; after that nothing is sent for its jobs (before, every job
+    tried again on every event and resync, each try refused, slowing the namespace's deletion)."""
+    names = [f"ending-{i}" for i in range(3)]
+    jobs = [make_standin(name, 2, env={"STANDIN_SLEEP_SECONDS": "600"}) for name in names]
+    for job in jobs:
+        job["metadata"]["finalizers"] = [HOLD]  # the namespace stays Terminating with its jobs in it
+    kubectl.apply(jobs, "-n", namespace)
+    try:
+        for name in names:
+            wait_for(
+                lambda n=name: phase(kubectl, namespace, n) == "Running", timeout=120, what=f"{name} running"
+            )
+        kubectl("delete", "namespace", namespace, "--wait=false")
+        wait_for(
+            lambda: not kubectl.json("get", "pods", "-n", namespace)["items"],
+            timeout=120,
+            what="the pods deleted with their namespace",
+        )
+        wait_for(
+            lambda: f"namespace {namespace} is being deleted" in operator.log(),
+            timeout=30,
+            what="the operator noticing the namespace is being deleted",
+        )
+        sent = creates_sent(operator)
+        statuses = [kubectl.json("get", "trainjob", name, "-n", namespace)["status"] for name in names]
+        time.sleep(3)  # three resyncs here (MWMS_RECONCILE_INTERVAL_SECONDS=1), each a chance to try again
+        assert creates_sent(operator) == sent
+        assert [
+            kubectl.json("get", "trainjob", name, "-n", namespace)["status"] for name in names
+        ] == statuses
+    finally:
+        for name in names:
+            kubectl("patch", "trainjob", name, "-n", namespace, "--type=json", "-p",
+                    json.dumps([{"op": "remove", "path": "/metadata/finalizers"}]), check=False)  # fmt: skip

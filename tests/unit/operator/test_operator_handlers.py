@@ -26,12 +26,19 @@ class RecordingKube:
         self.refuse_pods: str | None = None
         self.refuse_for_now: set[str] = set()  # pod names the "quota" refuses (403)
         self.existing_pods: dict[str, str] = {}  # name -> uid
+        self.namespace_ending = False
+        self.events_refused_as_ending = False  # the namespace began ending after the creates
 
     def create_service(self, namespace: str, body: dict[str, Any]) -> bool:
         self.calls.append(("create_service", body["metadata"]["name"]))
+        if self.namespace_ending:
+            raise k8s.NamespaceEnding(f"unable to create new content in namespace {namespace} because ...")
         return True
 
     def create_pod(self, namespace: str, body: dict[str, Any]) -> bool:
+        if self.namespace_ending:
+            self.calls.append(("create_pod", body["metadata"]["name"]))
+            raise k8s.NamespaceEnding(f"unable to create new content in namespace {namespace} because ...")
         if self.refuse_pods:
             raise k8s.Rejected(self.refuse_pods)
         if body["metadata"]["name"] in self.refuse_for_now:
@@ -55,18 +62,20 @@ class RecordingKube:
         return {"metadata": {"resourceVersion": str(self.rv)}, "status": status}
 
     def post_event(self, job: Any, type_: str, reason: str, message: str) -> None:
+        if self.events_refused_as_ending:
+            raise k8s.NamespaceEnding("unable to create new content in namespace ... because ...")
         self.calls.append(("event", reason))
 
     def named(self, call: str) -> list[Any]:
         return [arg for name, arg in self.calls if name == call]
 
 
-def job_body(replicas: int = 2, **spec: Any) -> dict[str, Any]:
+def job_body(replicas: int = 2, key: JobKey = KEY, **spec: Any) -> dict[str, Any]:
     return {
         "metadata": {
-            "name": KEY.name,
-            "namespace": KEY.namespace,
-            "uid": KEY.uid,
+            "name": key.name,
+            "namespace": key.namespace,
+            "uid": key.uid,
             "generation": 1,
             "resourceVersion": "50",
             "creationTimestamp": "2026-12-02T10:00:00Z",
@@ -123,6 +132,14 @@ def test_no_handler_makes_kopf_put_a_finalizer_on_trainjobs():
     assert not registry._changing.get_all_handlers(), "on.create/update/delete handlers add kopf's finalizer"
     assert {h.id for h in registry._watching.get_all_handlers()} == {"trainjob", "pod", "service"}
     assert {h.id for h in registry._indexing.get_all_handlers()} == {"job_pods", "job_services"}
+
+
+def test_every_handler_runs_on_the_event_loop_not_in_kopfs_thread_pool():
+    """kopf runs a sync handler in a thread: the reconciler's queue and state belong to the event loop."""
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, OperatorConfig())
+    registered = [*registry._watching.get_all_handlers(), *registry._indexing.get_all_handlers()]
+    assert registered and all(asyncio.iscoroutinefunction(h.fn) for h in registered)
 
 
 def test_a_new_job_gets_its_service_and_pods_and_one_event_naming_them(reconciler):
@@ -188,6 +205,57 @@ def test_a_creation_refused_for_now_removes_the_partial_group_and_tries_again_af
     asyncio.run(reconciler.reconcile(KEY))
     assert kube.named("create_pod") == ["mnist-worker-0", "mnist-worker-0", "mnist-worker-1"]
     assert reconciler.state.creation_refused(KEY) is None
+
+
+def test_jobs_in_a_namespace_being_deleted_are_left_alone_until_it_is_created_again(reconciler):
+    """While the namespace controller deletes their pods, each job would see its group lost: one refused
+    create says the namespace is ending, and no job of it is written to or acted on after that."""
+    kube = reconciler.kube
+    other = JobKey(KEY.namespace, "other", "uid-2")
+    reconciler.job_event("ADDED", job_body())
+    reconciler.job_event("ADDED", job_body(key=other))
+    reconciler.queue._dirty.clear()
+    kube.namespace_ending = True
+    asyncio.run(reconciler.reconcile(KEY))
+    assert kube.named("create_service") == ["mnist"] and kube.named("event") == []
+    assert KEY not in reconciler.queue._dirty, "nothing to try again"
+    calls = len(kube.calls)
+    asyncio.run(reconciler.reconcile(KEY))
+    asyncio.run(reconciler.reconcile(other))
+    assert len(kube.calls) == calls, "no status write, create or event in a namespace being deleted"
+
+    reconciler.job_event("DELETED", job_body())
+    reconciler.job_event("DELETED", job_body(key=other))
+    kube.namespace_ending = False  # created again, with a new job
+    again = JobKey(KEY.namespace, "mnist", "uid-3")
+    reconciler.job_event("ADDED", job_body(key=again))
+    asyncio.run(reconciler.reconcile(again))
+    assert kube.named("create_pod") == ["mnist-worker-0", "mnist-worker-1"]
+
+
+def test_an_event_refused_as_its_namespace_ends_tells_as_much_as_a_refused_pod(reconciler):
+    """A group restart waits out its back-off before it creates anything: its event comes first."""
+    reconciler.job_event("ADDED", job_body())
+    reconciler.queue._dirty.clear()
+    reconciler.kube.events_refused_as_ending = True
+    asyncio.run(reconciler.reconcile(KEY))
+    assert reconciler.state.namespace_ending(KEY.namespace)
+    assert not reconciler.queue._dirty and not reconciler.queue.scheduled(KEY), "nothing to try again"
+
+
+def test_a_job_the_ending_namespace_did_not_hold_means_it_was_created_again(reconciler):
+    kube = reconciler.kube
+    reconciler.job_event("ADDED", job_body())
+    kube.namespace_ending = True
+    asyncio.run(reconciler.reconcile(KEY))
+    assert reconciler.state.namespace_ending(KEY.namespace)
+    # Its DELETE missed (say, while the operator's watch was down), yet the namespace was made anew.
+    kube.namespace_ending = False
+    again = JobKey(KEY.namespace, "mnist", "uid-3")
+    reconciler.job_event("ADDED", job_body(key=again))
+    assert not reconciler.state.namespace_ending(KEY.namespace)
+    asyncio.run(reconciler.reconcile(again))
+    assert "create_pod" in dict(kube.calls)
 
 
 def test_refusals_back_off_exponentially_up_to_five_minutes(reconciler):

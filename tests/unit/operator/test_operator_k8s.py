@@ -14,6 +14,7 @@ from typing import Any
 
 import kopf
 import pytest
+from prometheus_client import REGISTRY
 
 from mwms_dev import pki
 from mwms_operator import k8s
@@ -96,7 +97,7 @@ def kube_for(api: FakeApiServer, token: str = "t0k3n") -> k8s.Kube:
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}}
 
 
-def test_create_is_true_when_created_and_false_when_it_exists_or_its_namespace_goes(api):
+def test_create_is_true_when_created_false_when_it_exists_and_says_when_its_namespace_goes(api):
     kube = kube_for(api)
     api.reply(201, POD)
     assert kube.create_pod("ns", POD) is True
@@ -104,7 +105,33 @@ def test_create_is_true_when_created_and_false_when_it_exists_or_its_namespace_g
     assert kube.create_pod("ns", POD) is False
     api.refuse(403, 'services "x" is forbidden: unable to create new content in namespace ns because it is '
                     "being terminated")  # fmt: skip
-    assert kube.create_service("ns", {"kind": "Service"}) is False
+    with pytest.raises(k8s.NamespaceEnding, match="being terminated"):
+        kube.create_service("ns", {"kind": "Service"})
+
+
+def test_every_request_is_counted_by_method_resource_and_answer(api):
+    def count(method: str, resource: str, code: str) -> float:
+        labels = {"method": method, "resource": resource, "code": code}
+        return REGISTRY.get_sample_value("mwms_operator_api_requests_total", labels) or 0.0
+
+    kube = kube_for(api)
+    before = (
+        count("POST", "pods", "201"),
+        count("POST", "pods", "409"),
+        count("PATCH", "trainjobs/status", "200"),
+    )
+    api.reply(201, POD)
+    kube.create_pod("ns", POD)
+    api.refuse(409, 'pods "p" already exists')
+    kube.create_pod("ns", POD)
+    api.reply(200, {"status": {}})
+    kube.patch_status("ns", "mnist", {"phase": "Running"})
+    after = (
+        count("POST", "pods", "201"),
+        count("POST", "pods", "409"),
+        count("PATCH", "trainjobs/status", "200"),
+    )
+    assert [b - a for a, b in zip(before, after, strict=True)] == [1, 1, 1]
 
 
 def test_a_create_is_sent_for_strict_validation_with_the_token(api):
@@ -222,10 +249,13 @@ def test_an_event_names_the_trainjob_and_a_failed_post_is_only_logged(api, caplo
     assert (post.body["type"], post.body["reason"], post.body["message"]) == (
         "Normal", "PodsCreated", "created worker pods"
     )  # fmt: skip
-    api.refuse(403, "unable to create new content in namespace ns because it is being terminated")
+    api.refuse(403, 'events "mnist." is forbidden: exceeded quota: q, requested: count/events=1')
     with caplog.at_level("INFO", logger="mwms_operator.k8s"):
         kube.post_event(JOB, "Warning", "Failed", "x")
     assert "event Failed on ns/mnist not posted" in caplog.text
+    api.refuse(403, "unable to create new content in namespace ns because it is being terminated")
+    with pytest.raises(k8s.NamespaceEnding):
+        kube.post_event(JOB, "Warning", "Failed", "x")
 
 
 def test_one_thread_keeps_one_connection_and_survives_its_closing(api):
