@@ -188,6 +188,7 @@ def trainjob(
     checkpoint: dict[str, Any] | None = None,
     run_policy: dict[str, Any] | None = None,
     tolerations: list[dict[str, Any]] | None = None,
+    node_selector: dict[str, str] | None = None,
     standin: bool = False,
 ) -> dict[str, Any]:
     """A TrainJob of the lab's workers (the real trainer when lab.worker_command is None), or of the
@@ -202,6 +203,8 @@ def trainjob(
     pod_spec: dict[str, Any] = {"containers": [container]}
     if tolerations:
         pod_spec["tolerations"] = tolerations
+    if node_selector:
+        pod_spec["nodeSelector"] = node_selector
     spec: dict[str, Any] = {
         "replicas": replicas,
         "template": {"spec": pod_spec},
@@ -611,7 +614,11 @@ def node_agent_lost(lab: Lab, replicas: int = 2, timeout: float = 420) -> dict[s
     manager's node-monitor-grace-period (default 50 s; the launcher does not change it) and evicts pods
     after their toleration of node.kubernetes.io/unreachable (300 s by default; this job tolerates 5 s). A
     pod on an unreachable node stays Terminating until a kubelet confirms it, so we start the node agent
-    again after the eviction, as a rebooted kubelet would come back. Records what happens and when."""
+    again after the eviction, as a rebooted kubelet would come back. Records what happens and when.
+
+    A second, healthy node stands by and the job is pinned to node-1: when every Node of a cluster is
+    unhealthy, the node lifecycle controller takes it for a partition of the control plane and stops taint
+    evictions, so with node-1 alone the eviction raced that (and lost, on a quiet machine)."""
     namespace = new_namespace(lab, "chaos-node")
     name = "stranded"
     tolerations = [
@@ -620,10 +627,16 @@ def node_agent_lost(lab: Lab, replicas: int = 2, timeout: float = 420) -> dict[s
     ]
     env = {"STANDIN_SLEEP_SECONDS": "600"}
     agent = lab.cluster.node_agents["node-1"]
+    if "node-2" not in lab.cluster.node_agents:
+        lab.cluster.start_node_agent("node-2")  # the healthy bystander
+    pinned = {"kubernetes.io/hostname": "node-1"}
     result: dict[str, Any] = {}
     try:
         watch = PodWatch(lab, namespace, name)
-        apply(lab, namespace, trainjob(lab, name, replicas, env=env, tolerations=tolerations, standin=True))
+        job = trainjob(
+            lab, name, replicas, env=env, tolerations=tolerations, node_selector=pinned, standin=True
+        )
+        apply(lab, namespace, job)
         wait(lambda: running_group(lab, namespace, name, replicas), 300, "the group running")
         agent.kill()
         killed = time.monotonic()
