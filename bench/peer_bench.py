@@ -67,6 +67,11 @@ IMAGE = "registry.invalid/never-pulled:1"  # no node: nothing is pulled
 STAGES = ("latency", "delete", "burst", "present", "unrelated")
 
 
+def turns(kinds: dict[str, Kind], run: int) -> list[str]:
+    """The operators in the order of this run: the one that goes first alternates."""
+    return list(kinds) if run % 2 == 0 else list(reversed(kinds))
+
+
 def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
@@ -459,8 +464,7 @@ def main() -> None:
                 arrivals = {key: Arrivals(core, lat[key], kind.label) for key, kind in kinds.items()}
                 time.sleep(1)  # the watches are established
                 for run in range(args.runs):
-                    order = list(kinds) if run % 2 == 0 else list(reversed(kinds))
-                    for key in order:
+                    for key in turns(kinds, run):
                         kind, name = kinds[key], f"lat-{run}"
                         started = time.monotonic()
                         kind.create(lat[key], name, 4)
@@ -491,8 +495,7 @@ def main() -> None:
                 # 2. delete right after create, until the job and its pods are gone, interleaved.
                 deletes: dict[str, list[float]] = {"mwms": [], "peer": []}
                 for run in range(args.runs):
-                    order = list(kinds) if run % 2 == 0 else list(reversed(kinds))
-                    for key in order:
+                    for key in turns(kinds, run):
                         kind, name = kinds[key], f"del-{run}"
                         kind.create(lat[key], name, 4)
                         time.sleep(0.05)
@@ -517,7 +520,7 @@ def main() -> None:
                 result["burst"] = {"jobs": args.burst, "replicas_each": 2, "rounds": args.burst_rounds}
                 runs: dict[str, list[dict[str, float]]] = {key: [] for key in kinds}
                 for round_ in range(args.burst_rounds):  # ours first, then theirs first, ...
-                    for key in list(kinds) if round_ % 2 == 0 else list(reversed(kinds)):
+                    for key in turns(kinds, round_):
                         operator = ours if key == "mwms" else peer
                         runs[key].append(
                             burst_of(kinds[key], kubeconfig, args.burst, f"burst-{key}-{round_}", operator)

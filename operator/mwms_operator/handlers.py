@@ -141,10 +141,7 @@ class Reconciler:
             self.reconcile, workers=WORKERS, name="reconcile", expected=k8s.TRANSIENT_ERRORS
         )
         self.progress: WorkQueue[JobKey] = WorkQueue(
-            self.poll_progress,
-            workers=2,
-            name="progress",
-            expected=(*k8s.TRANSIENT_ERRORS, k8s.NamespaceEnding),
+            self.poll_progress, workers=2, name="progress", expected=k8s.TRANSIENT_ERRORS
         )
         self.reader = ProgressReader(config.tracking_access())
         self._resync: asyncio.Task[None] | None = None
@@ -208,13 +205,15 @@ class Reconciler:
             return  # gone or going (its pods too, e.g. with its namespace): nothing to recreate
         try:
             await self._reconcile(key, body)
-        except k8s.NamespaceEnding:
-            # A pod, the Service or an event refused: the namespace is being deleted, and its jobs with it.
-            if self.state.end_namespace(key.namespace):
-                log.info(
-                    "namespace %s is being deleted: its TrainJobs are left alone until they are gone",
-                    key.namespace,
-                )
+        except k8s.NamespaceEnding:  # a pod, the Service or an event refused
+            self._namespace_ending(key.namespace)
+
+    def _namespace_ending(self, namespace: str) -> None:
+        """The namespace is being deleted, and its jobs with it: leave them alone (said once)."""
+        if self.state.end_namespace(namespace):
+            log.info(
+                "namespace %s is being deleted: its TrainJobs are left alone until they are gone", namespace
+            )
 
     async def _reconcile(self, key: JobKey, body: Mapping[str, Any]) -> None:
         started = time.monotonic()
@@ -374,7 +373,10 @@ class Reconciler:
             epochs if isinstance(epochs, int) else None,
         )
         if isinstance(found, Skipped):  # a tracking server the administrator does not allow: said once
-            await asyncio.to_thread(self.kube.post_event, body, "Warning", found.reason, found.message)
+            try:
+                await asyncio.to_thread(self.kube.post_event, body, "Warning", found.reason, found.message)
+            except k8s.NamespaceEnding:
+                self._namespace_ending(key.namespace)
             return
         patch = status_patch(found, status, format_time(datetime.now(UTC))) if found else {}
         if patch:  # status.progress, and status.mlflow's run as soon as the chief opened it
