@@ -9,7 +9,8 @@ namespaces, kubelet's root dir, CNI config and IP reservations), so nothing clas
 or kubelet; containerd's root (its image store: content and unpacked snapshots) is kept between runs beside
 the node's parts (`image_store`): unpacking the ~1 GB trainer image takes minutes, and an image loaded before,
 or one that shares its layers, is not unpacked again. One real node runs per machine (kube-proxy's lock), so
-one store serves them in turn; its containers are removed at stop. Pods join the cluster's bridge `mwbr<N>`
+one store serves them in turn; its containers are removed at stop, images a rebuild replaced are removed, and
+a store that fails is emptied and filled again. Pods join the cluster's bridge `mwbr<N>`
 (CNI bridge + host-local in the upper half of its /16; the node agent's pods use the lower half) and their
 cgroups live under one cgroup root of their own. Pods resolve names only through the CoreDNS add-on, which
 serves cluster.local and forwards nothing, and an nftables table of ours drops anything a pod sends off the
@@ -27,8 +28,10 @@ import fcntl
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import time
 from collections.abc import Iterable, Sequence
@@ -695,9 +698,16 @@ def clean_dead_node(net: network.PodNetwork, node_dir: Path) -> None:
 class KubeletNode:
     """One real node of a LocalCluster. Its processes run under the cluster's Supervisor."""
 
-    def __init__(self, cluster: LocalCluster, parts: NodeParts, node_name: str = "node-1"):
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        parts: NodeParts,
+        node_name: str = "node-1",
+        image_store: Path | None = None,
+    ):
         self.cluster = cluster
         self.parts = parts
+        self.image_store = image_store or parts.image_store
         self.node_name = node_name
         self.dir = cluster.state_dir / "nodes" / node_name
         self.cgroup_root = f"{own_cgroup_parent()}/mwms-{cluster.net.bridge}-{node_name}"
@@ -727,10 +737,9 @@ class KubeletNode:
         created = make_cgroup_root(self.cgroup_root)
         (self.dir / "cgroups.json").write_text(json.dumps({"root": self.cgroup_root, "created": created}))
         credentials = self._write_credentials()
-        self._start_containerd()
         # busybox (2 MiB): a shell for looking around and for the node tests' pods.
         base = [self.parts.pause_archive, self.parts.coredns_archive, self.parts.busybox_archive]
-        self.load_images([*base, *images])
+        self.start_containerd(images=[*base, *images])
         self.timings["images_loaded"] = time.monotonic() - started
         save_kernel_tunables(self.dir / "kernel-tunables.json")
         self._start_kubelet(credentials["kubelet"])
@@ -783,9 +792,30 @@ class KubeletNode:
             raise NodeError(f"`{' '.join(argv)}` failed: {result.stderr.strip() or result.stdout.strip()}")
         return result
 
+    def start_containerd(self, images: Sequence[Path] = ()) -> None:
+        """Start containerd on the kept image store and load `images` (OCI archives) into it. The store is
+        a cache: one that fails (a metadata file cut short; an unpack that lost a parent snapshot, as a CI
+        run once did: "failed to prepare extraction snapshot ... parent snapshot ... does not exist") is
+        emptied and filled again, once, at the cost of unpacking everything."""
+        self._start_containerd()
+        try:
+            self.load_images(images)
+        except NodeError as exc:
+            print(
+                f"kubelet_node: the image store {self.image_store} failed ({exc}); emptying it and "
+                "loading the images again",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.cluster._supervisor.stop(self._key("containerd"))
+            shutil.rmtree(self.image_store)
+            self._start_containerd()
+            self.load_images(images)
+
     def load_images(self, archives: Iterable[Path]) -> list[str]:
         """Import OCI archives into containerd's k8s.io namespace, as `kind load image-archive` does; an
-        archive whose image the store already holds (same name, same manifest) is skipped."""
+        archive whose image the store already holds (same name, same manifest) is skipped. An image that
+        a rebuild replaced under its name is removed (`remove_replaced_images`)."""
         names = []
         held = self.image_digests()
         for archive in archives:
@@ -798,7 +828,19 @@ class KubeletNode:
             out = self.ctr("images", "import", "--no-unpack=false", str(archive)).stdout
             # "unpacking localhost/mwms/pause:3.10.2 (sha256:...)...done"
             names += [line.split()[1] for line in out.splitlines() if line.startswith("unpacking ")]
+        self.remove_replaced_images()
         return names
+
+    def remove_replaced_images(self) -> None:
+        """containerd's CRI plugin names every image also by its ID (`sha256:<config digest>`); when a
+        rebuild moves the image's name to a new manifest, that ID name alone keeps the old image and its
+        layers, so the kept store would grow by every rebuild. Remove such images."""
+        digests = self.image_digests()
+        ids = {name for name in digests if name.startswith("sha256:")}
+        named = {digest for name, digest in digests.items() if name not in ids}
+        replaced = [name for name in ids if digests[name] not in named]
+        if replaced:
+            self.ctr("images", "rm", *replaced)
 
     def image_digests(self) -> dict[str, str]:
         """{image name: manifest digest} of what the store holds."""
@@ -845,7 +887,7 @@ class KubeletNode:
         config = self.dir / "containerd.toml"
         config.write_text(
             containerd_config(
-                self.dir, self.parts.image_store, self.parts.cni_bin_dir, self.parts.image_names["pause"]
+                self.dir, self.image_store, self.parts.cni_bin_dir, self.parts.image_names["pause"]
             )
         )
         (self.dir / "cni/net.d/10-mwms.conflist").write_text(
