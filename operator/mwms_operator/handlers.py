@@ -107,8 +107,8 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
 
     # A pod or Service event (its index already updated) means: look at its job again.
     @kopf.on.event("pods", id="pod", registry=registry)
-    async def pod_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        memo.reconciler.owned_event(body)
+    async def pod_event(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        memo.reconciler.pod_event(type, body)
 
     @kopf.on.event("services", id="service", registry=registry)
     async def service_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -176,6 +176,12 @@ class Reconciler:
         if key is not None:
             self.queue.add(key)
 
+    def pod_event(self, type_: str | None, body: Mapping[str, Any]) -> None:
+        key, pod = owner_key(body), worker_pod(body)
+        if type_ == "DELETED" and key is not None and pod is not None:
+            self.state.pod_deleted(key, pod)
+        self.owned_event(body)
+
     def bind(self, pod_index: Mapping[Any, Any], service_index: Mapping[Any, Any]) -> None:
         """kopf hands its indexes to handlers only: the first TrainJob event brings them."""
         self.state.pod_index, self.state.service_index = pod_index, service_index
@@ -234,6 +240,7 @@ class Reconciler:
             refused=self.state.refused.get(key),
             creation_refused=creation_refused,
             template_error=template_error,
+            disrupted=self.state.disruptions(key),
         )
         # Status first, then actions, then events: a crash in between is repaired by the next reconcile.
         if not await self._write(meta, key, decision, previous):

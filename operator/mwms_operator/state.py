@@ -93,6 +93,8 @@ class State:
             JobKey, set[str]
         ] = {}  # uids of pods found gone though still indexed (missed DELETE)
         self._leaving_since: dict[tuple[JobKey, str], float] = {}
+        # (restart, index) -> disruption of pods whose DELETED event said they were disrupted.
+        self._disrupted: dict[JobKey, dict[tuple[int, int], str]] = {}
         # Namespaces being deleted -> uids of their TrainJobs known then (see end_namespace).
         self._ending: dict[str, set[str]] = {}
 
@@ -107,6 +109,7 @@ class State:
             self._creation_refused.pop(key, None)
             self._written.pop(key, None)
             self._gone.pop(key, None)
+            self._disrupted.pop(key, None)
             for mark in [m for m in self._leaving_since if m[0] == key]:
                 del self._leaving_since[mark]
         else:
@@ -138,6 +141,20 @@ class State:
             # A namespace being deleted takes no new TrainJobs: one we did not know means it was created
             # again (or a job's first event came late: then the next create finds the namespace ending again).
             del self._ending[key.namespace]
+
+    def pod_deleted(self, key: JobKey, pod: WorkerPod) -> None:
+        """A pod's DELETED event, with its last state. An evicted pod can be gone before a reconcile looks
+        at its job (evictions are quick when the trainer exits on SIGTERM); remembering that it was
+        disrupted keeps its group's restart free, as if it had been seen terminating."""
+        if not pod.disruption:
+            return
+        kept = {m: text for m, text in self._disrupted.get(key, {}).items() if m[0] >= pod.restart}
+        kept[(pod.restart, pod.index)] = pod.disruption
+        self._disrupted[key] = kept
+
+    def disruptions(self, key: JobKey) -> dict[tuple[int, int], str]:
+        """(restart, index) -> disruption, of this job's pods deleted as disrupted (pod_deleted)."""
+        return self._disrupted.get(key, {})
 
     def forget_pod(self, key: JobKey, pod: WorkerPod) -> None:
         """The API server says this pod is gone, though its DELETE never reached the index."""

@@ -248,10 +248,10 @@ def _truncate(text: str) -> str:
 
 def classify(pod: WorkerPod, *, missing: bool = False) -> Failure:
     """Exit 75 and >= 128 (signals), deleted and evicted pods are retryable; any other exit is permanent."""
-    if missing:
-        return Failure(pod, True, f"worker {pod.name} was deleted")
     if pod.disruption:  # whatever it exited with: it was told to go
         return Failure(pod, True, f"worker {pod.name} was disrupted ({pod.disruption})")
+    if missing:
+        return Failure(pod, True, f"worker {pod.name} was deleted")
     if pod.deleting:
         return Failure(pod, True, f"worker {pod.name} is being deleted")
     code = pod.trainer_exit
@@ -391,6 +391,7 @@ class _Facts:
     b: _Builder
     creation_refused: CreationRefused | None = None
     template_error: SpecError | None = None  # spec.template is invalid (`spec` was parsed without it)
+    disrupted: Mapping[tuple[int, int], str] = dataclasses.field(default_factory=dict)
 
     @property
     def restarts(self) -> int:
@@ -578,7 +579,16 @@ def _rule_worker_failures(f: _Facts) -> Decision | None:
         if f.b.previous_phase == RUNNING:
             present = {p.index for p in f.current}
             failures += [
-                classify(WorkerPod(pod_name(f.meta.name, i), i, f.restarts, "Unknown"), missing=True)
+                classify(
+                    WorkerPod(
+                        pod_name(f.meta.name, i),
+                        i,
+                        f.restarts,
+                        "Unknown",
+                        disruption=f.disrupted.get((f.restarts, i), ""),
+                    ),
+                    missing=True,
+                )
                 for i in range(f.parsed.replicas)
                 if i not in present
             ]
@@ -777,17 +787,29 @@ def decide(
     refused: str | None = None,
     creation_refused: CreationRefused | None = None,
     template_error: SpecError | None = None,
+    disrupted: Mapping[tuple[int, int], str] | None = None,
 ) -> Decision:
     """The new status and what to do, by the first of RULES that decides. `refused`: the API server's message
     when it refused to create this job's Service or a pod as invalid; `creation_refused`: when it refused
     them for now (quota, LimitRange, webhook); `template_error`: spec.template is invalid and `spec` was
-    parsed without it."""
+    parsed without it; `disrupted`: (restart, index) -> disruption of pods that were gone before this
+    decision saw them disrupted."""
     b = _Builder(meta, previous or {}, now)
     ordered = sorted(pods, key=lambda p: (p.restart, p.index))
     restarts = b.status["restarts"]
     current = [p for p in ordered if p.restart == restarts]
     facts = _Facts(
-        meta, spec, ordered, current, service_exists, now, refused, b, creation_refused, template_error
+        meta,
+        spec,
+        ordered,
+        current,
+        service_exists,
+        now,
+        refused,
+        b,
+        creation_refused,
+        template_error,
+        disrupted or {},
     )
     for name, rule in RULES:
         decision = rule(facts)

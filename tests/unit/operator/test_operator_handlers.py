@@ -280,6 +280,30 @@ def test_a_pod_whose_delete_was_missed_is_looked_up_after_the_grace_and_forgotte
     assert reconciler.kube.named("create_pod") == ["mnist-worker-0", "mnist-worker-1"]
 
 
+def test_a_worker_evicted_and_gone_before_its_job_was_looked_at_restarts_for_free(reconciler, indexes):
+    """The DELETED event of an evicted pod says it was disrupted; the reconcile may only run once the pod
+    has left the index."""
+    running = {"phase": "Running", "restarts": 0, "disruptions": 0, "startTime": "2026-12-02T10:00:01Z"}
+    reconciler.job_event("ADDED", dict(job_body(runPolicy={"backoffLimit": 0}), status=running))
+    indexes.pod(pod_body(0, phase="Running"))
+    evicted = pod_body(1, phase="Failed")
+    evicted["status"]["conditions"] = [
+        {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "EvictionByEvictionAPI",
+            "message": "evicted",
+        }
+    ]
+    reconciler.pod_event("MODIFIED", pod_body(1, phase="Running"))
+    reconciler.pod_event("DELETED", evicted)
+    assert reconciler.queue._dirty == {KEY}
+    asyncio.run(reconciler.reconcile(KEY))
+    status = reconciler.state.status(KEY)
+    assert status["phase"] == "Restarting" and status["disruptions"] == 1
+    assert reconciler.kube.named("delete_pod") == ["mnist-worker-0"]
+
+
 def test_a_pod_stuck_terminating_is_named_in_the_status(reconciler, indexes):
     clock = [0.0]
     reconciler.state.clock = lambda: clock[0]

@@ -581,6 +581,34 @@ def test_a_disruption_restarts_the_group_at_once_without_spending_the_backoff_li
     assert "restarted 0 times for failures" in d.events[0].message
 
 
+def test_a_disrupted_worker_gone_before_it_was_seen_restarts_the_group_for_free():
+    job = spec(runPolicy={"backoffLimit": 0})
+    gone = [pod(0), pod(2)]  # worker 1 was evicted and deleted between two looks
+    lost = step(running_status(), gone, at=60, job=job)
+    assert conditions(lost)["Failed"] == ("True", "BackoffLimitExceeded"), "a worker deleted by someone"
+    d = decide(
+        META,
+        job,
+        gone,
+        service_exists=True,
+        now=T0 + timedelta(seconds=60),
+        previous=running_status(),
+        disrupted={(0, 1): EVICTED, (0, 2): "of no matter: worker 2 is there"},
+    )
+    assert d.status["phase"] == "Restarting" and d.status["disruptions"] == 1
+    assert f"mnist-worker-1 was disrupted ({EVICTED})" in d.events[0].message
+    earlier_group = decide(
+        META,
+        job,
+        gone,
+        service_exists=True,
+        now=T0 + timedelta(seconds=60),
+        previous=running_status(),
+        disrupted={(1, 1): EVICTED},  # the disruption of another group says nothing about this one
+    )
+    assert conditions(earlier_group)["Failed"] == ("True", "BackoffLimitExceeded")
+
+
 def test_peers_failing_after_a_disruption_do_not_make_it_a_counted_restart():
     job = spec(runPolicy={"backoffLimit": 0})
     pods = [
