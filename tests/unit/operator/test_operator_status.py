@@ -41,9 +41,15 @@ def group(n=3, phase="Running", restart=0):
     return [pod(i, phase, restart) for i in range(n)]
 
 
-def step(previous, pods, *, at=0, job=None, service=True):
+def step(previous, pods, *, at=0, job=None, service=True, disrupted=None):
     return decide(
-        META, job or spec(), pods, service_exists=service, now=T0 + timedelta(seconds=at), previous=previous
+        META,
+        job or spec(),
+        pods,
+        service_exists=service,
+        now=T0 + timedelta(seconds=at),
+        previous=previous,
+        disrupted=disrupted,
     )
 
 
@@ -586,26 +592,17 @@ def test_a_disrupted_worker_gone_before_it_was_seen_restarts_the_group_for_free(
     gone = [pod(0), pod(2)]  # worker 1 was evicted and deleted between two looks
     lost = step(running_status(), gone, at=60, job=job)
     assert conditions(lost)["Failed"] == ("True", "BackoffLimitExceeded"), "a worker deleted by someone"
-    d = decide(
-        META,
-        job,
+    d = step(
+        running_status(),
         gone,
-        service_exists=True,
-        now=T0 + timedelta(seconds=60),
-        previous=running_status(),
+        at=60,
+        job=job,
         disrupted={(0, 1): EVICTED, (0, 2): "of no matter: worker 2 is there"},
     )
     assert d.status["phase"] == "Restarting" and d.status["disruptions"] == 1
     assert f"mnist-worker-1 was disrupted ({EVICTED})" in d.events[0].message
-    earlier_group = decide(
-        META,
-        job,
-        gone,
-        service_exists=True,
-        now=T0 + timedelta(seconds=60),
-        previous=running_status(),
-        disrupted={(1, 1): EVICTED},  # the disruption of another group says nothing about this one
-    )
+    # The disruption of another group says nothing about this one.
+    earlier_group = step(running_status(), gone, at=60, job=job, disrupted={(1, 1): EVICTED})
     assert conditions(earlier_group)["Failed"] == ("True", "BackoffLimitExceeded")
 
 
