@@ -56,7 +56,7 @@ def test_submitted_seed_script_gives_one_run_one_model_and_its_configmap_goes_wi
     run = check_mlflow(node_chain.mlflow_pod_url(), job)
     assert f"MLflow run ID: {run['runId']}" in done.stdout
     assert f"Model URI: {run['modelUri']}" in done.stdout
-    assert run["params"].get("num_slots") == "2", run["params"]  # the runner logs its num_slots
+    assert run["params"].get("replicas") == "2", run["params"]  # as the built-in trainer logs it
     assert set(printed_result(done.stdout)) >= CHIEFS_METRICS
     # Both workers ran in our trainer image's containers on the real node.
     pods = node_kubectl.json("get", "pods", "-n", user_namespace)["items"]

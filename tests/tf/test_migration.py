@@ -23,6 +23,7 @@ def test_ported_seed_gives_one_run_and_one_model(mlflow_server, mlflow_client, m
     run = runs[0]
     assert run.info.status == "FINISHED"
     assert run.data.tags["mwms.dev/job-uid"]
+    assert run.data.params["replicas"] == "2", "the key the built-in trainer logs, so the two paths compare"
     assert sorted(m.step for m in mlflow_client.get_metric_history(run.info.run_id, "loss")) == [0, 1, 2]
     models = models_of(run.info.experiment_id, run.info.run_id, mlflow_server.url)
     assert [m.name for m in models] == ["mymodel"]

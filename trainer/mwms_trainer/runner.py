@@ -67,7 +67,8 @@ def mlflow_callback() -> Any:
     return train.epoch_logger(_cluster().rank, None, tracker)
 
 
-def _open_tracker(environ: Mapping[str, str], cluster: cluster_mod.Cluster, num_slots: int) -> Any:
+def _open_tracker(environ: Mapping[str, str], cluster: cluster_mod.Cluster) -> Any:
+    """The chief's run logs `replicas` as the built-in trainer's does, so runs of either path compare."""
     from mwms_trainer import tracking
 
     uri = environ.get(constants.ENV_TRACKING_URI, "").strip()
@@ -81,7 +82,7 @@ def _open_tracker(environ: Mapping[str, str], cluster: cluster_mod.Cluster, num_
         job_namespace=environ.get(constants.ENV_JOB_NAMESPACE) or "default",
         job_uid=environ.get(constants.ENV_JOB_UID) or f"local-{uuid.uuid4()}",
         restart_count=int(environ.get(constants.ENV_RESTART_COUNT) or 0),
-        params={"num_slots": num_slots},
+        params={"replicas": cluster.num_workers},
         registered_model_name=environ.get(constants.ENV_REGISTERED_MODEL_NAME) or None,
     )
 
@@ -125,7 +126,7 @@ def run_here(
     def note(message: str) -> None:
         write_termination(path, message)
 
-    tracker = _open_tracker(os.environ, cluster, cluster.num_workers)
+    tracker = _open_tracker(os.environ, cluster)
     _state["tracker"] = tracker
     ok = False
     try:
