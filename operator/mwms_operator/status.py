@@ -45,6 +45,8 @@ DISRUPTION_CONDITIONS = ("DisruptionTarget", "TerminationTarget")
 # Conditions that follow the phase: the one of the current phase is True, the others False once set.
 PHASE_CONDITIONS = (RUNNING, RESTARTING, SUSPENDED, SUCCEEDED, FAILED)
 MAX_MESSAGE = 1024
+# The clocks of a group's start (startup timeout, container errors): stopped whenever that group ends.
+STOPPED_STARTUP_CLOCKS = {"stalledSince": None, "containerErrorSince": None}
 
 
 def format_time(moment: datetime) -> str:
@@ -421,7 +423,7 @@ class _Facts:
     def terminal(self, phase: str, reason: str, message: str, *, remove_active: bool = False) -> Decision:
         self.b.phase(phase, reason, message)
         self.b.status["completionTime"] = self.b.status["completionTime"] or format_time(self.now)
-        self.b.status.update(nextRestartTime=None, stalledSince=None, containerErrorSince=None)
+        self.b.status.update(STOPPED_STARTUP_CLOCKS, nextRestartTime=None)
         names = _cleanup(self.parsed, self.pods, remove_active=remove_active)
         if names:
             self.b.actions.append(DeletePods(names))
@@ -464,9 +466,7 @@ def _rule_suspended(f: _Facts) -> Decision | None:
     names = tuple(p.name for p in f.pods if not p.deleting)
     if names:
         f.b.actions.append(DeletePods(names))
-    f.b.status.update(
-        startTime=None, groupStartTime=None, nextRestartTime=None, stalledSince=None, containerErrorSince=None
-    )
+    f.b.status.update(STOPPED_STARTUP_CLOCKS, startTime=None, groupStartTime=None, nextRestartTime=None)
     f.b.phase(SUSPENDED, "Suspended", "spec.runPolicy.suspend is true: worker pods deleted")
     return f.finish()
 
@@ -612,9 +612,7 @@ def _rule_worker_failures(f: _Facts) -> Decision | None:
                 f"(spec.runPolicy.backoffLimit={limit}); last failure: {first.description}"
             ),
         )
-    f.b.status.update(
-        restarts=f.restarts + 1, groupStartTime=None, stalledSince=None, containerErrorSince=None
-    )
+    f.b.status.update(STOPPED_STARTUP_CLOCKS, restarts=f.restarts + 1, groupStartTime=None)
     names = tuple(p.name for p in f.pods if not p.deleting)
     if names:
         f.b.actions.append(DeletePods(names))
