@@ -158,9 +158,14 @@ def keep_fitted(directory: str, plain: Any, training_metrics: dict[str, float]) 
     os.replace(partial, os.path.join(directory, KEPT_METRICS))
 
 
+def fit_is_kept(directory: str | None) -> bool:
+    """Whether a chief of this job finished its fit and kept the model in `directory` (see keep_fitted)."""
+    return directory is not None and os.path.exists(os.path.join(directory, KEPT_METRICS))
+
+
 def load_kept(directory: str | None) -> tuple[Any, dict[str, float]] | None:
     """The model a previous chief fitted and kept, with its last epoch's training metrics; None if none."""
-    if directory is None or not os.path.exists(os.path.join(directory, KEPT_METRICS)):
+    if directory is None or not fit_is_kept(directory):
         return None
     with open(os.path.join(directory, KEPT_METRICS), encoding="utf-8") as f:
         training_metrics = {str(k): float(v) for k, v in json.load(f).items()}
@@ -244,7 +249,7 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
         split = data.load_split(settings.trainer, cluster.num_workers)
     kept_dir = kept_model_dir(settings)
     kept = load_kept(kept_dir) if cluster.is_chief else None
-    if kept_dir and not cluster.is_chief and os.path.exists(os.path.join(kept_dir, KEPT_METRICS)):
+    if not cluster.is_chief and fit_is_kept(kept_dir):
         log.info("worker %d: the fit is done (kept at %s); the chief uploads it", cluster.rank, kept_dir)
         return {"worker": cluster.rank, "status": "ok"}
     size_thread_pools(settings.threads)
