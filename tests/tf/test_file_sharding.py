@@ -13,9 +13,8 @@ import shutil
 import subprocess
 import sys
 
-import numpy as np
 import pytest
-from tf_support import POISON, group, models_of, runs_of, trainjob_spec
+from tf_support import POISON, group, models_of, runs_of, trainjob_spec, write_parts
 
 pytestmark = [
     pytest.mark.tf,
@@ -26,21 +25,6 @@ pytestmark = [
 ]
 
 FILES = 5
-ROWS = 400
-
-
-def write_parts(directory, files=FILES):
-    import pandas as pd
-
-    directory.mkdir()
-    rng = np.random.default_rng(7)
-    for part in range(files):
-        x = rng.normal(size=(ROWS, 3)) * [1.0, 10.0, 0.1] + [0.0, 5.0, -3.0]
-        label = (x[:, 0] + (x[:, 1] - 5.0) / 10.0 > 0).astype(np.int64)
-        frame = pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "c": x[:, 2], "label": label})
-        frame.to_parquet(directory / f"part-{part:05d}.snappy.parquet")
-    (directory / "_SUCCESS").write_text("")
-    return sorted(directory.glob("part-*.parquet"))
 
 
 def start_hiding(g, i, hidden, decoy):
@@ -60,7 +44,7 @@ def start_hiding(g, i, hidden, decoy):
 
 
 def test_each_worker_reads_only_its_own_files_and_the_fit_works(mlflow_server, mlflow_client, tmp_path):
-    parts = write_parts(tmp_path / "table.parquet")
+    parts = write_parts(tmp_path / "table.parquet", files=FILES)
     decoy = tmp_path / "not-yours.parquet"
     decoy.write_text("this file belongs to another worker\n")
     trainer = {

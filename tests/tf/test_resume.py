@@ -1,5 +1,6 @@
 """A fit killed mid-way and resumed from its checkpoint ends with the undisturbed fit's weights (not just the
-same rows seen: the same batches in the same order, epoch by epoch)."""
+same rows seen: the same batches in the same order, epoch by epoch), whether the data is loaded whole or
+streamed from the worker's own files (sharding: files)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,19 @@ import uuid
 
 import numpy as np
 import pytest
-from tf_support import group, trainjob_spec
+from tf_support import group, trainjob_spec, write_parts
 
 pytestmark = pytest.mark.tf
 EPOCHS = 10
-TRAINER = {"dataset": "synthetic", "syntheticSamples": 20000, "epochs": EPOCHS, "hiddenUnits": [16]}
+MODEL = {"epochs": EPOCHS, "hiddenUnits": [16]}
+
+
+def _trainer(data, tmp_path):
+    if data == "in-memory":
+        return {**MODEL, "dataset": "synthetic", "syntheticSamples": 20000}
+    table = tmp_path / "table.parquet"
+    write_parts(table, files=5, rows=4000)  # 4 files streamed, 1 held out
+    return {**MODEL, "dataset": "parquet", "dataPath": str(table), "sharding": "files", "testSize": 0.2}
 
 
 def _weights(server, summary):
@@ -23,13 +32,15 @@ def _weights(server, summary):
     return model.get_weights()
 
 
-def test_resumed_fit_ends_with_the_undisturbed_weights(mlflow_server, tmp_path):
-    spec = trainjob_spec("resume-undisturbed", 1, TRAINER, checkpoint=True)
+@pytest.mark.parametrize("data", ["in-memory", "files"])
+def test_resumed_fit_ends_with_the_undisturbed_weights(data, mlflow_server, tmp_path):
+    trainer = _trainer(data, tmp_path)
+    spec = trainjob_spec(f"resume-undisturbed-{data}", 1, trainer, checkpoint=True)
     undisturbed = group(spec, mlflow_server.url, tmp_path / "undisturbed").start()
     assert undisturbed.wait(timeout=400) == {0: 0}, undisturbed.log(0)[-3000:]
     expected = _weights(mlflow_server, undisturbed.summary())
 
-    spec = trainjob_spec("resume-killed", 1, TRAINER, checkpoint=True)
+    spec = trainjob_spec(f"resume-killed-{data}", 1, trainer, checkpoint=True)
     uid = str(uuid.uuid4())
     first = group(spec, mlflow_server.url, tmp_path / "killed", uid=uid).start()
     try:
