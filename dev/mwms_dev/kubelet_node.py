@@ -762,7 +762,7 @@ class KubeletNode:
         containerd = supervisor.processes.get(self._key("containerd"))
         if containerd is not None and containerd.poll() is None:
             self.remove_containers()
-        supervisor.stop(self._key("containerd"))
+        self.stop_containerd()
         self._clean()
         self._release_kube_proxy_lock()
 
@@ -797,7 +797,7 @@ class KubeletNode:
         a cache: one that fails (a metadata file cut short; an unpack that lost a parent snapshot, as a CI
         run once did: "failed to prepare extraction snapshot ... parent snapshot ... does not exist") is
         emptied and filled again, once, at the cost of unpacking everything."""
-        self._start_containerd()
+        self._spawn_containerd()
         try:
             self.load_images(images)
         except NodeError as exc:
@@ -807,10 +807,13 @@ class KubeletNode:
                 file=sys.stderr,
                 flush=True,
             )
-            self.cluster._supervisor.stop(self._key("containerd"))
+            self.stop_containerd()
             shutil.rmtree(self.image_store)
-            self._start_containerd()
+            self._spawn_containerd()
             self.load_images(images)
+
+    def stop_containerd(self) -> None:
+        self.cluster._supervisor.stop(self._key("containerd"))
 
     def load_images(self, archives: Iterable[Path]) -> list[str]:
         """Import OCI archives into containerd's k8s.io namespace, as `kind load image-archive` does; an
@@ -883,7 +886,7 @@ class KubeletNode:
             paths[stem] = path
         return paths
 
-    def _start_containerd(self) -> None:
+    def _spawn_containerd(self) -> None:
         config = self.dir / "containerd.toml"
         config.write_text(
             containerd_config(

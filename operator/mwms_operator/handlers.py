@@ -177,10 +177,13 @@ class Reconciler:
             self.queue.add(key)
 
     def pod_event(self, type_: str | None, body: Mapping[str, Any]) -> None:
-        key, pod = owner_key(body), worker_pod(body)
-        if type_ == "DELETED" and key is not None and pod is not None:
+        """As owned_event; a DELETED pod is parsed too, for its last state (was it disrupted?)."""
+        key = owner_key(body)
+        if key is None:
+            return
+        if type_ == "DELETED" and (pod := worker_pod(body)) is not None:
             self.state.pod_deleted(key, pod)
-        self.owned_event(body)
+        self.queue.add(key)
 
     def bind(self, pod_index: Mapping[Any, Any], service_index: Mapping[Any, Any]) -> None:
         """kopf hands its indexes to handlers only: the first TrainJob event brings them."""

@@ -39,15 +39,11 @@ def lone_containerd(cluster_platform: None, spare_subnet_index: int) -> Iterator
             unmount_below(Path(scratch))
 
 
-def stop_containerd(node) -> None:
-    node.cluster._supervisor.stop(node._key("containerd"))
-
-
 def test_a_broken_store_is_emptied_and_the_images_loaded_again(lone_containerd, capfd) -> None:
     node = lone_containerd
     busybox = node.parts.image_names["busybox"]
     node.start_containerd(images=[node.parts.busybox_archive])
-    stop_containerd(node)
+    node.stop_containerd()
     # A metadata file cut short: containerd starts, but its image service does not.
     with (node.image_store / "io.containerd.metadata.v1.bolt" / "meta.db").open("r+b") as meta:
         meta.write(bytes(16384))
