@@ -70,7 +70,7 @@ def test_changelog_top_entry_is_this_version():
     """Keep a Changelog: the newest entry is the version being built, with its link at the bottom."""
     text = (REPO / "CHANGELOG.md").read_text()
     entries = re.findall(r"^## \[([^\]]+)\]", text, re.MULTILINE)
-    assert entries and entries[0] == VERSION, f"CHANGELOG.md's top entry is {entries[:1]}, VERSION is {VERSION}"
+    assert entries and entries[0] == VERSION, f"CHANGELOG.md's top entry: {entries[:1]}, VERSION: {VERSION}"
     assert re.search(rf"^\[{re.escape(VERSION)}\]: https://", text, re.MULTILINE), "no link for the entry"
 
 
