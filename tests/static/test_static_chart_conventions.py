@@ -241,6 +241,16 @@ def test_prometheus_rule_alerts_on_exported_metrics(helm):
     assert "{{ $labels.namespace }}" in alerts["MWMSTrainJobsFailing"]["annotations"]["description"]
 
 
+def test_operator_down_alert_needs_the_service_monitor(helm):
+    """Without the ServiceMonitor the scrape job is unknown: no alert that would fire for ever."""
+    docs = load_all(
+        helm_template(helm, "--values", MONITORING_VALUES, "--set", "serviceMonitor.enabled=false")
+    )
+    (group,) = find(docs, "PrometheusRule", "mwms-operator")["spec"]["groups"]
+    alerts = {r["alert"] for r in group["rules"]}
+    assert "MWMSOperatorDown" not in alerts and "MWMSTrainJobsFailing" in alerts
+
+
 def test_grafana_dashboard_charts_exported_metrics(helm):
     docs = load_all(helm_template(helm, "--values", MONITORING_VALUES))
     config_map = find(docs, "ConfigMap", "mwms-operator-dashboard")
