@@ -14,6 +14,7 @@ from static_support import (
     CI_VALUES,
     KUBE_VERSIONS,
     MANIFESTS,
+    MONITORING_VALUES,
     REPO,
     container_env,
     find,
@@ -25,7 +26,12 @@ from static_support import (
 
 pytestmark = pytest.mark.static
 
-VALUE_SETS = {"default": [], "ci": ["--values", str(CI_VALUES)]}
+VALUE_SETS = {
+    "default": [],
+    "ci": ["--values", str(CI_VALUES)],
+    # Monitoring objects and the Kubernetes pass-through values (scheduling, volumes) set.
+    "monitoring": ["--values", str(MONITORING_VALUES)],
+}
 # What the chart's CRD adds to manifests/crd.yaml, so uninstalling never deletes the CRD (and every TrainJob).
 KEEP = {"helm.sh/resource-policy": "keep", "argocd.argoproj.io/sync-options": "Prune=false,Delete=false"}
 OPERATOR = "mwms-operator"  # the release name the tests use, so chart object names equal the manifests'

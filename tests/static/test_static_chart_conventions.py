@@ -12,6 +12,7 @@ from static_support import (
     CHART,
     CI_VALUES,
     KUBE_VERSIONS,
+    MONITORING_VALUES,
     REPO,
     find,
     helm_template,
@@ -22,7 +23,6 @@ from static_support import (
 
 pytestmark = pytest.mark.static
 
-MONITORING_VALUES = CHART / "ci" / "monitoring-values.yaml"
 VERSION = (REPO / "VERSION").read_text().strip()
 # Value sets for the label check: each turns on different objects; the release is not named as the chart.
 LABEL_VALUE_SETS = {
