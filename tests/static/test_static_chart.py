@@ -14,6 +14,7 @@ from static_support import (
     CI_VALUES,
     KUBE_VERSIONS,
     MANIFESTS,
+    MONITORING_VALUES,
     REPO,
     container_env,
     find,
@@ -25,7 +26,12 @@ from static_support import (
 
 pytestmark = pytest.mark.static
 
-VALUE_SETS = {"default": [], "ci": ["--values", str(CI_VALUES)]}
+VALUE_SETS = {
+    "default": [],
+    "ci": ["--values", str(CI_VALUES)],
+    # Monitoring objects and the Kubernetes pass-through values (scheduling, volumes) set.
+    "monitoring": ["--values", str(MONITORING_VALUES)],
+}
 # What the chart's CRD adds to manifests/crd.yaml, so uninstalling never deletes the CRD (and every TrainJob).
 KEEP = {"helm.sh/resource-policy": "keep", "argocd.argoproj.io/sync-options": "Prune=false,Delete=false"}
 OPERATOR = "mwms-operator"  # the release name the tests use, so chart object names equal the manifests'
@@ -130,7 +136,8 @@ def test_schema_is_strict_everywhere():
 
 
 def test_chart_crd_matches_manifests(rendered):
-    """Drift: the CRD the chart installs is manifests/crd.yaml plus the keep annotations, nothing else."""
+    """Drift: the CRD the chart installs is manifests/crd.yaml plus the keep annotations and the chart's
+    standard labels (a superset of the manifests' own), nothing else."""
     source = load_all((MANIFESTS / "crd.yaml").read_text())
     installed = [d for d in load_all(rendered["default"]) if d["kind"] == "CustomResourceDefinition"]
     assert [d["metadata"]["name"] for d in installed] == [d["metadata"]["name"] for d in source]
@@ -140,7 +147,9 @@ def test_chart_crd_matches_manifests(rendered):
             assert stripped["metadata"]["annotations"].pop(key) == value
         if not stripped["metadata"]["annotations"]:
             del stripped["metadata"]["annotations"]
-        original = next(d for d in source if d["metadata"]["name"] == crd["metadata"]["name"])
+        original = copy.deepcopy(next(d for d in source if d["metadata"]["name"] == crd["metadata"]["name"]))
+        labels = stripped["metadata"].pop("labels")
+        assert original["metadata"].pop("labels").items() <= labels.items()
         assert stripped == original, "templates/crds.yaml drifted: run hack/sync-chart-crds.py"
 
 

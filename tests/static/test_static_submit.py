@@ -25,8 +25,10 @@ def test_the_image_python_the_client_checks_is_the_trainer_images():
 
 
 def test_the_custom_image_example_installs_with_the_trainer_images_python():
-    assert python_minor("docs/examples/custom-trainer.Dockerfile", "PYTHON") == submit.IMAGE_PYTHON
     text = (REPO / "docs" / "examples" / "custom-trainer.Dockerfile").read_text()
+    # One stage, FROM the trainer image: its own pip and Python install the packages.
+    assert re.findall(r"^FROM\s+(\S+)", text, re.MULTILINE) == ["${TRAINER}"]
+    assert "python -m pip install" in text
     site = re.search(r"/opt/venv/lib/python(\d+)\.(\d+)/site-packages", text)
     assert site and (int(site.group(1)), int(site.group(2))) == submit.IMAGE_PYTHON
     assert "/opt/venv/lib/python3.11/site-packages" in (REPO / "trainer" / "Dockerfile").read_text()

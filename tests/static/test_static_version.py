@@ -19,6 +19,7 @@ COPIES = {
     "manifests/kustomization.yaml",
     "manifests/gitops/argocd-application.yaml",
     "manifests/gitops/flux-helmrelease.yaml",
+    "CHANGELOG.md",
 }
 # Not shipped: test data with fixed images, lock files (other projects' versions), recorded results.
 NOT_SHIPPED = ("tests/", "requirements/", "bench/results/")
@@ -63,6 +64,14 @@ def test_chart_images_default_to_app_version(helm):
         "mwms-operator",
     )
     assert container_env(pinned)["MWMS_TRAINER_IMAGE"] == "registry.local/trainer:dev"
+
+
+def test_changelog_top_entry_is_this_version():
+    """Keep a Changelog: the newest entry is the version being built, with its link at the bottom."""
+    text = (REPO / "CHANGELOG.md").read_text()
+    entries = re.findall(r"^## \[([^\]]+)\]", text, re.MULTILINE)
+    assert entries and entries[0] == VERSION, f"CHANGELOG.md's top entry: {entries[:1]}, VERSION: {VERSION}"
+    assert re.search(rf"^\[{re.escape(VERSION)}\]: https://", text, re.MULTILINE), "no link for the entry"
 
 
 def test_kustomize_tags_the_operator_image(kubectl):

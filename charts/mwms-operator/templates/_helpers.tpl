@@ -22,19 +22,45 @@
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Labels on every object of the release. */}}
-{{- define "mwms-operator.labels" -}}
+{{/* The labels every object carries whatever it is (Helm's and Kubernetes' recommended set, less name and
+instance, which each object's selector subset below adds). */}}
+{{- define "mwms-operator.commonLabels" -}}
 helm.sh/chart: {{ include "mwms-operator.chart" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: mwms
 {{- end }}
 
-{{/* Selector labels of the operator pod. */}}
-{{- define "mwms-operator.selectorLabels" -}}
+{{/* Labels on every object of the release but the bundled MLflow's: the full recommended set. */}}
+{{- define "mwms-operator.labels" -}}
+{{ include "mwms-operator.commonLabels" . }}
+{{ include "mwms-operator.instanceLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+
+{{/* Name and instance: the stable part of every selector. */}}
+{{- define "mwms-operator.instanceLabels" -}}
 app.kubernetes.io/name: {{ include "mwms-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Labels of the operator's Deployment, pod and Service: the full set plus its component. */}}
+{{- define "mwms-operator.operatorLabels" -}}
+{{ include "mwms-operator.labels" . }}
 app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* Selector labels of the operator pod: only labels that never change with an upgrade (a Deployment's
+selector is immutable). */}}
+{{- define "mwms-operator.selectorLabels" -}}
+{{ include "mwms-operator.instanceLabels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* Labels of the bundled MLflow's objects: the recommended set, named and versioned as MLflow. */}}
+{{- define "mwms-operator.mlflowLabels" -}}
+{{ include "mwms-operator.commonLabels" . }}
+{{ include "mwms-operator.mlflowSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.mlflow.image.tag | trunc 63 | trimSuffix "-" | quote }}
 {{- end }}
 
 {{/* Selector labels of the bundled MLflow pod. */}}
@@ -53,13 +79,19 @@ app.kubernetes.io/component: tracking
 {{- end }}
 {{- end }}
 
-{{/* Operator image reference: the digest wins over the tag; the tag defaults to appVersion. */}}
-{{- define "mwms-operator.image" -}}
-{{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{/* An image reference from {repository, tag, digest}: the digest wins over the tag; the tag defaults to
+`default` (called with a dict: image, default). */}}
+{{- define "mwms-operator.imageRef" -}}
+{{- if .image.digest }}
+{{- printf "%s@%s" .image.repository .image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- printf "%s:%s" .image.repository (default .default .image.tag) }}
 {{- end }}
+{{- end }}
+
+{{/* Operator image reference; its tag defaults to appVersion. */}}
+{{- define "mwms-operator.image" -}}
+{{- include "mwms-operator.imageRef" (dict "image" .Values.image "default" .Chart.AppVersion) }}
 {{- end }}
 
 {{/* Tracking URI the operator gives TrainJobs by default; empty leaves the operator's own default. */}}
