@@ -9,6 +9,7 @@ gradient of one worker (a partial last batch would split unevenly, and each work
 
 from __future__ import annotations
 
+import contextlib
 import glob
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ class Split:
     y_test: np.ndarray
     feature_names: tuple[str, ...]
     mean: np.ndarray  # StandardScaler statistics of the training split only
-    variance: np.ndarray
+    variance: np.ndarray  # scaler_variance: 1 for a constant column
     # MLflow column types by name ("double", "long") for a table's columns; None where the data has no column
     # names a user would hold (the built-in sets): the logged model then takes rows by position.
     column_types: tuple[str, ...] | None = None
@@ -70,7 +71,7 @@ def read_file(file: Path, dataset: str, chunk_rows: int | None = None) -> Iterat
     (the large-data path, streaming.py). A file the parser refuses exits 2 naming it."""
     import pandas as pd
 
-    try:
+    with readable(file, dataset):
         if chunk_rows is None:
             yield pd.read_csv(file) if dataset == "csv" else pd.read_parquet(file)
         elif dataset == "csv":
@@ -80,6 +81,13 @@ def read_file(file: Path, dataset: str, chunk_rows: int | None = None) -> Iterat
 
             for batch in pq.ParquetFile(file).iter_batches(batch_size=chunk_rows):
                 yield batch.to_pandas()
+
+
+@contextlib.contextmanager
+def readable(file: Path, dataset: str) -> Iterator[None]:
+    """Around a parser's read of `file`: a file the parser refuses exits 2 naming it."""
+    try:
+        yield
     except Exception as e:  # the parsers raise many types; all mean "not a usable file"
         raise ConfigError(f"{_SETTING}.dataPath", f"cannot read {str(file)!r} as {dataset}: {e}") from None
 
@@ -156,10 +164,23 @@ def check_finite(x: np.ndarray, names: tuple[str, ...]) -> None:
         )
 
 
+def scaler_variance(mean: np.ndarray, variance: np.ndarray, rows: int) -> np.ndarray:
+    """The variance the model's scaler divides by, for both data paths: StandardScaler's scale_**2.
+
+    A constant column's is 1 (not its variance, or the Normalization layer would divide by its epsilon and
+    turn a serving value 1 away from the constant into 1e7). Constant by scikit-learn's own rule
+    (StandardScaler's _is_constant_feature and _handle_zeros_in_scale): a variance within float64 rounding of
+    0 for this mean and row count, since a constant's variance summed in chunks (sharding: files) is ~1e-25.
+    """
+    eps = np.finfo(np.float64).eps
+    bound = rows * eps * variance + (rows * mean * eps) ** 2
+    constant = (variance <= bound) | (np.sqrt(variance) < 10 * eps)
+    return np.where(constant, 1.0, variance)
+
+
 def load_split(cfg: TrainerConfig, num_workers: int = 1) -> Split:
     """The seed's split (train_test_split with random_state=seed), identical on every worker."""
     from sklearn.model_selection import train_test_split
-    from sklearn.preprocessing import StandardScaler
 
     x, y, names, types = load_features(cfg)
     check_finite(x, names)
@@ -169,17 +190,15 @@ def load_split(cfg: TrainerConfig, num_workers: int = 1) -> Split:
             f"{_SETTING}.globalBatchSize",
             f"is larger than the {len(x_train)} training rows, so not one full batch exists",
         )
-    scaler = StandardScaler().fit(x_train)
+    mean = x_train.mean(axis=0)
     return Split(
         x_train=x_train.astype(np.float32),
         y_train=y_train.astype(np.float32),
         x_test=x_test.astype(np.float32),
         y_test=y_test.astype(np.float32),
         feature_names=names,
-        mean=scaler.mean_,
-        # scale_**2, not var_: a constant column's scale is 1 (StandardScaler's rule), where the model's
-        # Normalization layer would divide by its epsilon and turn a serving value 1 away into 1e7.
-        variance=scaler.scale_**2,
+        mean=mean,
+        variance=scaler_variance(mean, x_train.var(axis=0), len(x_train)),
         column_types=types,
     )
 

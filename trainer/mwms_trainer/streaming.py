@@ -4,7 +4,14 @@ For csv/parquet data larger than a worker's memory. Not N workers == 1 worker ex
 trains on its own rows, so the batches depend on the number of workers.
 
 - Split: the last round(testSize * files) files (at least one) in name order are held out; the chief alone
-  reads them, after the fit, to compute the held-out metrics. The other files are for training.
+  reads them: once before any peer is waited for (checks, so bad rows there exit 2 before a fit is spent) and
+  after the fit for the held-out metrics. The other files are for training.
+- Columns: read by name, so each file's column order does not matter; the model's features are in column-name
+  order, the one order every worker knows without reading another worker's files (the logged signature names
+  them, and MLflow takes a serving DataFrame's columns by name). Every file must hold the columns its worker's
+  first file holds, of the same types (parquet's declared types; csv declares none, so its features are
+  "double"), checked before its rows are read. Workers may open no other worker's files, so across workers
+  the first files' columns are compared after the workers meet, in the exchange before the statistics' one.
 - Shards: with at least as many training files as workers, training file i goes to worker i mod N and no
   worker opens another worker's files. With fewer, every worker streams all training files and keeps every
   N-th row (row i to worker i mod N).
@@ -13,7 +20,9 @@ trains on its own rows, so the batches depend on the number of workers.
   statistics, and every worker combines them in rank order: the mean and variance of all training rows,
   identical on every worker.
 - Steps per epoch: the fewest full per-worker batches any worker holds, so every worker takes the same number
-  of steps and none waits in a collective for a peer that ran out of rows.
+  of steps and none waits in a collective for a peer that ran out of rows. The rows past them are left out of
+  that epoch (logged, and the chief's run has param rowsLeftOutPerEpoch). Files cannot be balanced by rows
+  instead: the row counts are in each file's footer, which only its worker may open.
 - Order: epoch k reads the files in an order drawn from (seed, k) and shuffles rows within a buffer of
   SHUFFLE_ROWS rows drawn from (seed, k, worker); a resumed fit replays epoch k's order. Rows flow from a
   Python generator through tf.data, never into the graph as constants.
@@ -21,6 +30,7 @@ trains on its own rows, so the batches depend on the number of workers.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -72,14 +82,78 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class Columns:
+    """A table's columns and their MLflow types as one file (`file`) holds them: what every file must hold."""
+
+    file: str
+    types: dict[str, str]
+
+    def features(self, label: str) -> tuple[str, ...]:
+        """The model's features: every column but the label, in name order (see the module's docstring)."""
+        return tuple(sorted(name for name in self.types if name != label))
+
+    def check(self, file: str, types: dict[str, str]) -> None:
+        """Exit 2 naming the file and the column unless `types` are this file's columns and types."""
+        for name in sorted(self.types.keys() | types.keys()):
+            if name not in types:
+                wrong = f"{file!r} has no column {name!r}, which {self.file!r} has"
+            elif name not in self.types:
+                wrong = f"{file!r} has a column {name!r}, which {self.file!r} has not"
+            elif types[name] != self.types[name]:
+                wrong = (
+                    f"column {name!r} is {types[name]} in {file!r} but {self.types[name]} in {self.file!r}"
+                )
+            else:
+                continue
+            raise ConfigError(
+                f"{_SETTING}.dataPath",
+                f"{wrong}: every file of a table must hold the same columns of the same types (in any order)",
+            )
+
+
+def _arrow_type(arrow: Any) -> str:
+    """The MLflow type of a parquet column (as data._column_type names a pandas one); others by name."""
+    import pyarrow as pa
+
+    if pa.types.is_boolean(arrow):
+        return "boolean"
+    if pa.types.is_integer(arrow):
+        return "long"
+    if pa.types.is_floating(arrow):
+        return "double"
+    return str(arrow)  # not numeric: table_rows refuses it as a feature
+
+
+def file_columns(file: Path, dataset: str) -> dict[str, str]:
+    """A file's columns and their types, from its header alone (parquet: the footer's declared types)."""
+    with data.readable(file, dataset):
+        if dataset == "parquet":
+            import pyarrow.parquet as pq
+
+            return {field.name: _arrow_type(field.type) for field in pq.read_schema(file)}
+        import pandas as pd
+
+        # csv declares no types (pandas guesses per chunk): "double", which MLflow takes whole numbers for.
+        return {str(name): "double" for name in pd.read_csv(file, nrows=0).columns}
+
+
+@dataclass(frozen=True)
 class FileShards:
     """This worker's part of a file-sharded table, known before any peer is waited for."""
 
     cfg: TrainerConfig
     shard: Shard
     own: Stats
-    feature_names: tuple[str, ...]
-    column_types: tuple[str, ...]
+    columns: Columns  # this worker's first training file's
+    held_out_rows: int  # on the chief; 0 elsewhere
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return self.columns.features(self.cfg.labelColumn)
+
+    @property
+    def column_types(self) -> tuple[str, ...]:
+        return tuple(self.columns.types[name] for name in self.feature_names)
 
     @property
     def num_features(self) -> int:
@@ -101,20 +175,17 @@ def plan(files: list[Path], test_size: float, num_workers: int, rank: int) -> Sh
 
 
 def _rows(
-    files: tuple[Path, ...], cfg: TrainerConfig, stride: int = 1, offset: int = 0
-) -> Iterator[tuple[np.ndarray, np.ndarray, tuple[str, ...], tuple[str, ...]]]:
-    """Checked chunks of rows (x float64, y, names, types) of `files` in that order; with a stride, only rows
-    offset, offset + stride, ... counted across the files."""
+    files: tuple[Path, ...], columns: Columns, cfg: TrainerConfig, stride: int = 1, offset: int = 0
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Checked chunks of rows (x float64 in feature-name order, y) of `files` in that order, each file's
+    columns checked against `columns` first; with a stride, only rows offset, offset + stride, ... counted
+    across the files."""
+    names = columns.features(cfg.labelColumn)
     seen = 0
-    names: tuple[str, ...] | None = None
     for file in files:
+        columns.check(str(file), file_columns(file, cfg.dataset))
         for frame in data.read_file(file, cfg.dataset, CHUNK_ROWS):
-            x, y, chunk_names, types = data.table_rows(frame, cfg, str(file))
-            if names is not None and chunk_names != names:
-                raise ConfigError(
-                    f"{_SETTING}.dataPath", f"{str(file)!r} has columns {chunk_names}, the others {names}"
-                )
-            names = chunk_names
+            x, y, _, _ = data.table_rows(frame[[*names, cfg.labelColumn]], cfg, str(file))
             keep = slice((offset - seen) % stride, None, stride)
             seen += len(x)
             x, y = x[keep], y[keep]
@@ -123,53 +194,93 @@ def _rows(
                     data.check_finite(x, names)
                 except ConfigError as e:
                     raise ConfigError(e.setting, f"{str(file)!r}: {str(e).split(': ', 1)[1]}") from None
-                yield x, y, names, types
+                yield x, y
+
+
+def first_columns(file: Path, cfg: TrainerConfig) -> Columns:
+    """The columns of a worker's first training file, which its other files are checked against."""
+    columns = Columns(str(file), file_columns(file, cfg.dataset))
+    if cfg.labelColumn not in columns.types:
+        raise ConfigError(
+            f"{_SETTING}.labelColumn",
+            f"{cfg.labelColumn!r} is not a column of {str(file)!r}: {sorted(columns.types)}",
+        )
+    return columns
 
 
 def prepare(cfg: TrainerConfig, num_workers: int, rank: int) -> FileShards:
     """Plan this worker's shard and scan it once (checks and statistics), before any peer is waited for."""
     files = data.table_files(cfg.dataPath or "", cfg.dataset)
     shard = plan(files, cfg.testSize, num_workers, rank)
+    columns = first_columns(shard.files[0], cfg)
     stats: Stats | None = None
-    columns: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
-    for x, _, names, types in _rows(shard.files, cfg, shard.stride, shard.offset):
+    for x, _ in _rows(shard.files, columns, cfg, shard.stride, shard.offset):
         mean = x.mean(axis=0)
         chunk = Stats(len(x), mean, ((x - mean) ** 2).sum(axis=0))
         stats = chunk if stats is None else stats.combine(chunk)
-        columns = (names, types)
     if stats is None:
         where = list(map(str, shard.files))
         raise ConfigError(f"{_SETTING}.dataPath", f"worker {rank}'s files {where} hold no rows")
+    held_out = 0
+    if rank == 0:  # the chief: its held-out files are checked now, not after a whole fit
+        held_out = sum(len(y) for _, y in _rows(shard.validation_files, columns, cfg))
+        if held_out == 0:
+            where = list(map(str, shard.validation_files))
+            raise ConfigError(f"{_SETTING}.dataPath", f"the held-out files {where} hold no rows")
     log.info(
-        "worker %d reads %d of %d files (%d training rows%s)",
+        "worker %d reads %d of %d files (%d training rows%s%s)",
         rank,
         len(shard.files),
         len(files),
         stats.rows,
         f", the rows i with i mod {shard.stride} = {shard.offset}" if shard.stride > 1 else "",
+        f"; {held_out} held-out rows checked" if rank == 0 else "",
     )
-    return FileShards(cfg, shard, stats, *columns)
+    return FileShards(cfg, shard, stats, columns, held_out)
 
 
-def gather_stats(strategy: Any, own: Stats, num_workers: int, rank: int) -> list[Stats]:
-    """Every worker's statistics, on every worker: one all-reduce of a vector where each writes its slot."""
+def _gather(strategy: Any, own: np.ndarray, num_workers: int, rank: int) -> np.ndarray:
+    """Every worker's vector (one length on all), on every worker: one all-reduce where each fills its row."""
     tf = tensorflow()
-    width = 1 + 2 * len(own.mean)
-    slots = np.zeros((num_workers, width))
-    slots[rank] = np.concatenate([[own.rows], own.mean, own.m2])
+    slots = np.zeros((num_workers, len(own)))
+    slots[rank] = own
     value = strategy.experimental_distribute_values_from_function(lambda _: tf.constant(slots))
-    summed = strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None).numpy()
+    return np.asarray(strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None).numpy())
+
+
+def _gather_text(strategy: Any, own: str, num_workers: int, rank: int) -> list[str]:
+    """Every worker's text, on every worker: its length first, then its bytes padded to the longest."""
+    raw = np.frombuffer(own.encode(), dtype=np.uint8)
+    lengths = _gather(strategy, np.array([len(raw)], dtype=np.float64), num_workers, rank)[:, 0].astype(int)
+    padded = np.zeros(lengths.max())
+    padded[: len(raw)] = raw
+    rows = _gather(strategy, padded, num_workers, rank).astype(np.uint8)
+    return [bytes(row[:n]).decode() for row, n in zip(rows, lengths, strict=True)]
+
+
+def gather_stats(strategy: Any, shards: FileShards, num_workers: int, rank: int) -> list[Stats]:
+    """Every worker's statistics, on every worker, once every worker's columns are known to be the same.
+
+    A worker may open only its own files, so each sends its first file's columns and every worker checks all
+    of them against the chief's: a difference exits 2 on every worker with the same message (naming both
+    files and the column), and the statistics, whose width is the number of features, are gathered only then.
+    """
+    own = shards.own
+    sent = json.dumps({"file": shards.columns.file, "types": shards.columns.types})
+    every_columns = [Columns(**json.loads(text)) for text in _gather_text(strategy, sent, num_workers, rank)]
+    for columns in every_columns[1:]:
+        every_columns[0].check(columns.file, columns.types)
+    summed = _gather(strategy, np.concatenate([[own.rows], own.mean, own.m2]), num_workers, rank)
     features = len(own.mean)
     return [Stats(int(round(s[0])), s[1 : 1 + features], s[1 + features :]) for s in summed]
 
 
 def scaler(every: list[Stats]) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and variance of all training rows; a constant column's variance is 1 (StandardScaler's scale)."""
+    """Mean and variance of all training rows, the variance as the exact path's (data.scaler_variance)."""
     total = every[0]
     for s in every[1:]:
         total = total.combine(s)
-    variance = total.m2 / total.rows
-    return total.mean, np.where(np.sqrt(variance) < 10 * np.finfo(np.float64).eps, 1.0, variance)
+    return total.mean, data.scaler_variance(total.mean, total.m2 / total.rows, total.rows)
 
 
 def steps_per_epoch(every: list[Stats], cfg: TrainerConfig) -> int:
@@ -181,6 +292,12 @@ def steps_per_epoch(every: list[Stats], cfg: TrainerConfig) -> int:
             f"a worker holds only {min(s.rows for s in every)} training rows, not one batch of {per_worker}",
         )
     return steps
+
+
+def rows_left_out(every: list[Stats], steps: int, cfg: TrainerConfig) -> list[int]:
+    """Each worker's training rows that an epoch of `steps` per-worker batches does not reach."""
+    per_worker = cfg.globalBatchSize // len(every)
+    return [s.rows - steps * per_worker for s in every]
 
 
 def _shuffled(xs: list[np.ndarray], ys: list[np.ndarray], rng: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -206,7 +323,9 @@ def batches(
         left = steps
         held_x: list[np.ndarray] = []
         held_y: list[np.ndarray] = []
-        for x, y, _, _ in _rows(tuple(shard.files[i] for i in order), cfg, shard.stride, shard.offset):
+        for x, y in _rows(
+            tuple(shard.files[i] for i in order), shards.columns, cfg, shard.stride, shard.offset
+        ):
             held_x.append(x.astype(np.float32))
             held_y.append(y.astype(np.float32))
             if sum(map(len, held_x)) < SHUFFLE_ROWS:
@@ -246,5 +365,4 @@ def train_dataset(strategy: Any, shards: FileShards, rank: int, steps: int, firs
 
 def held_out_rows(shards: FileShards) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The held-out files' rows, streamed in chunks (for model.held_out_metrics on the chief)."""
-    for x, y, _, _ in _rows(shards.shard.validation_files, shards.cfg):
-        yield x, y
+    yield from _rows(shards.shard.validation_files, shards.columns, shards.cfg)

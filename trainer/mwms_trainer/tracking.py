@@ -45,6 +45,9 @@ class NullTracker:
     def note_resume(self, epoch: int) -> None:
         pass
 
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        pass
+
     def log_model(self, model: Any, signature: Any, metrics: Mapping[str, float]) -> str | None:
         return None
 
@@ -164,6 +167,10 @@ class MlflowTracker:
 
     def note_resume(self, epoch: int) -> None:
         self._retry("tags", lambda: self._mlflow.set_tag(TAG_RESUMED_FROM_EPOCH, str(epoch)))
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Params known only once the workers have met (a restarted group logs the same values again)."""
+        self._retry("params", lambda: self._mlflow.log_params({k: _param(v) for k, v in params.items()}))
 
     def _ready_model_uri(self) -> str | None:
         """The run's one READY model, after deleting what uploads that died (PENDING) or failed (FAILED) left

@@ -45,10 +45,11 @@ def params_of(settings: Settings, split: data.Split | streaming.FileShards) -> d
     tf, k = tensorflow(), keras()
     n = settings.cluster.num_workers
     if isinstance(split, streaming.FileShards):
-        # The row counts are known only once the workers have met (train.fit logs them).
+        # The training row counts are known only once the workers have met (train.fit logs them).
         sizes: dict[str, Any] = {
             "trainFiles": split.shard.training_files,
             "heldOutFiles": len(split.shard.validation_files),
+            "testRows": split.held_out_rows,
         }
     else:
         sizes = {
@@ -186,15 +187,26 @@ def fit(
     strategy = startup.create_strategy(cluster, deadline, note, peers_by)
     if isinstance(split, streaming.FileShards):
         with startup.peer_loss_is_retryable("while gathering the data's statistics"):
-            every = streaming.gather_stats(strategy, split.own, cluster.num_workers, cluster.rank)
+            every = streaming.gather_stats(strategy, split, cluster.num_workers, cluster.rank)
         mean, variance = streaming.scaler(every)
         steps = streaming.steps_per_epoch(every, cfg)
+        left_out = streaming.rows_left_out(every, steps, cfg)
         log.info(
-            "worker %d: %d training rows on %d workers, %d steps per epoch",
+            "worker %d: %d training rows on %d workers, %d steps per epoch; each epoch leaves out %d rows "
+            "(per worker: %s), as every worker takes the steps of the one with the fewest rows",
             cluster.rank,
             sum(s.rows for s in every),
             len(every),
             steps,
+            sum(left_out),
+            ", ".join(map(str, left_out)),
+        )
+        tracker.log_params(
+            {
+                "trainRows": sum(s.rows for s in every),
+                "stepsPerEpoch": steps,
+                "rowsLeftOutPerEpoch": sum(left_out),
+            }
         )
     else:
         mean, variance = split.mean, split.variance

@@ -10,7 +10,7 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
 from mwms_trainer.config import TrainerConfig, parse_trainer_config
-from mwms_trainer.data import epoch_order, load_split, steps_per_epoch, worker_slice
+from mwms_trainer.data import epoch_order, load_split, scaler_variance, steps_per_epoch, worker_slice
 from mwms_trainer.errors import ConfigError
 
 
@@ -150,6 +150,18 @@ def test_a_constant_column_is_scaled_by_1_like_standard_scaler(tmp_path):
     scaler = StandardScaler().fit(split.x_train)
     np.testing.assert_allclose(np.sqrt(split.variance), scaler.scale_)
     assert split.variance[1] == 1.0  # (x - 7) / 1: a serving value of 8 becomes 1, not 1e7
+
+
+def test_the_scalers_variance_is_standard_scalers_scale_squared_on_both_paths():
+    """data.scaler_variance is the one zero-variance rule (streaming.scaler calls it too): scikit-learn's."""
+    rng = np.random.default_rng(0)
+    noise = rng.normal(size=500)
+    # spread; a constant; within rounding of a constant for its mean; tiny but real; zero
+    x = np.column_stack([noise, np.full(500, 2024.3), 1e9 + 1e-7 * noise, 1e-3 * noise, np.zeros(500)])
+    scaler = StandardScaler().fit(x)
+    variance = scaler_variance(x.mean(axis=0), x.var(axis=0), len(x))
+    np.testing.assert_allclose(variance, scaler.scale_**2, rtol=1e-9)
+    assert list(variance[[1, 2, 4]]) == [1.0, 1.0, 1.0] and variance[3] < 1e-5
 
 
 def test_tables_keep_their_column_types_for_the_model_signature(tmp_path):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.preprocessing import StandardScaler
 
 from mwms_trainer import streaming
 from mwms_trainer.config import parse_trainer_config
@@ -57,8 +59,6 @@ def write_table(directory, parts, rows, features=3, seed=0):
 
 
 def config(path, **extra):
-    import json
-
     return parse_trainer_config(
         json.dumps({"dataset": "parquet", "dataPath": str(path), "sharding": "files", **extra}), 2
     )
@@ -80,6 +80,103 @@ def test_a_constant_column_is_scaled_by_1():
     every = [streaming.Stats(3, np.array([2.0, 1.0]), np.array([0.0, 6.0]))]
     _, variance = streaming.scaler(every)
     np.testing.assert_array_equal(variance, [1.0, 2.0])
+
+
+def chunk_stats(x):
+    mean = x.mean(axis=0)
+    return streaming.Stats(len(x), mean, ((x - mean) ** 2).sum(axis=0))
+
+
+def test_a_constant_column_read_in_uneven_chunks_is_scaled_by_1_as_on_the_exact_path():
+    """The chunks' means differ from 2024.3 by rounding, so their combined variance is ~1e-25, not 0."""
+    rng = np.random.default_rng(3)
+    chunks = [np.column_stack([np.full(n, 2024.3), rng.normal(size=n)]) for n in (400, 250, 370, 310)]
+    every = [chunk_stats(chunks[0]).combine(chunk_stats(chunks[2])), chunk_stats(chunks[1])]
+    every.append(chunk_stats(chunks[3]))
+    assert every[0].combine(every[1]).combine(every[2]).m2[0] > 0  # what the old zero test missed
+    mean, variance = streaming.scaler(every)
+    rows = np.concatenate(chunks)
+    scaler = StandardScaler().fit(rows)
+    assert variance[0] == 1.0 == scaler.scale_[0]
+    np.testing.assert_allclose(np.sqrt(variance), scaler.scale_, rtol=1e-12)
+    np.testing.assert_allclose(mean, scaler.mean_, rtol=1e-12)
+
+
+def test_columns_are_read_by_name_so_each_files_order_does_not_matter(tmp_path):
+    """Worker 1's files and the held-out file hold the columns in another order: the same table."""
+    frames = write_table(tmp_path / "t", 5, 200)
+    ordered = [streaming.prepare(config(tmp_path / "t", testSize=0.2), 2, rank) for rank in (0, 1)]
+    for part in (1, 3, 4):
+        frames[part][["label", "f2", "f0", "f1"]].to_parquet(tmp_path / "t" / f"part-{part:03d}.parquet")
+    cfg = config(tmp_path / "t", testSize=0.2)
+    shuffled = [streaming.prepare(cfg, 2, rank) for rank in (0, 1)]
+    assert [s.feature_names for s in shuffled] == [("f0", "f1", "f2")] * 2
+    for a, b in zip(ordered, shuffled, strict=True):
+        np.testing.assert_array_equal(a.own.mean, b.own.mean)
+        np.testing.assert_array_equal(a.own.m2, b.own.m2)
+    training = pd.concat(frames[:-1])[["f0", "f1", "f2"]].to_numpy()
+    np.testing.assert_allclose(streaming.scaler([s.own for s in shuffled])[0], training.mean(axis=0))
+    held_out = np.concatenate([x for x, _ in streaming.held_out_rows(shuffled[0])])
+    np.testing.assert_array_equal(held_out, frames[4][["f0", "f1", "f2"]].to_numpy())
+    assert shuffled[0].column_types == ("double", "double", "double")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda f: f.astype({"f1": "int64"}), r"column 'f1' is long in '\S*part-003.parquet' but double in "),
+        (lambda f: f.drop(columns=["f2"]), r"'\S*part-003.parquet' has no column 'f2', which '\S*part-001"),
+        (lambda f: f.assign(extra=1.0), r"'\S*part-003.parquet' has a column 'extra', which '\S*part-001"),
+    ],
+)
+def test_a_file_with_other_columns_or_types_exits_2_naming_it_and_the_column(tmp_path, change, message):
+    frames = write_table(tmp_path / "t", 5, 50)
+    change(frames[3]).to_parquet(tmp_path / "t" / "part-003.parquet")
+    cfg = config(tmp_path / "t", testSize=0.2)
+    with pytest.raises(ConfigError, match=message + r".*same columns of the same types") as err:
+        streaming.prepare(cfg, 2, 1)  # worker 1: files 1 and 3
+    assert err.value.setting == "MWMS_TRAINER_CONFIG.dataPath"
+    streaming.prepare(cfg, 2, 0)  # worker 0 never opens file 3; the workers' exchange compares the two
+
+
+def test_csv_columns_are_read_by_name_and_declared_double(tmp_path):
+    directory = tmp_path / "t"
+    directory.mkdir()
+    (directory / "a.csv").write_text("\n".join(["n,x,label"] + [f"{i},{i / 3},{i % 2}" for i in range(40)]))
+    (directory / "b.csv").write_text("\n".join(["label,x,n"] + [f"{i % 2},{i / 3},{i}" for i in range(40)]))
+    (directory / "c.csv").write_text("\n".join(["x,n,label"] + [f"{i / 3},{i},{i % 2}" for i in range(40)]))
+    raw = {"dataset": "csv", "dataPath": str(directory), "sharding": "files", "testSize": 0.3}
+    shards = streaming.prepare(parse_trainer_config(json.dumps(raw), 1), 1, 0)
+    assert (shards.feature_names, shards.column_types) == (("n", "x"), ("double", "double"))
+    np.testing.assert_allclose(shards.own.mean, [19.5, 6.5])
+    assert shards.held_out_rows == 40
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (lambda f: f.assign(f2=f["f2"].where(f.index != 7)), r"part-004.parquet': 1 of 50 rows .* 'f2'"),
+        (
+            lambda f: f.assign(f0=f["f0"].where(f.index != 7, 1e39)),
+            r"part-004.parquet': 1 of 50 rows .* 'f0'",
+        ),
+        (lambda f: f.assign(label=f["label"] + 1), r"'label' must hold 0/1 labels"),
+    ],
+)
+def test_the_chief_checks_the_held_out_files_before_the_fit(tmp_path, bad, message):
+    frames = write_table(tmp_path / "t", 5, 50)
+    bad(frames[4]).to_parquet(tmp_path / "t" / "part-004.parquet")
+    cfg = config(tmp_path / "t", testSize=0.2)
+    with pytest.raises(ConfigError, match=message):
+        streaming.prepare(cfg, 2, 0)
+    assert streaming.prepare(cfg, 2, 1).held_out_rows == 0  # the other workers never open the held-out files
+
+
+def test_the_rows_each_epoch_leaves_out_are_each_workers_rows_past_the_common_steps():
+    stats = [streaming.Stats(n, np.zeros(1), np.zeros(1)) for n in (800, 650)]
+    cfg = config("x", globalBatchSize=32)
+    steps = streaming.steps_per_epoch(stats, cfg)
+    assert streaming.rows_left_out(stats, steps, cfg) == [800 - 40 * 16, 650 - 40 * 16]
 
 
 def test_steps_are_the_fewest_full_batches_of_any_worker():
