@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mwms_operator import __version__, constants
-from mwms_operator.tracking import ANY, TrackingAccess, TrackingCredentials, origin
+from mwms_operator.tracking import ANY, TrackingAccess, TrackingCredentials, server_base, without_userinfo
 
 # The trainer image of this operator's own release: the two images are versioned together.
 DEFAULT_TRAINER_IMAGE = f"{constants.TRAINER_IMAGE}:{__version__}"
@@ -32,16 +32,16 @@ class OperatorConfig:
     # Events drive reconciles; this slow resync of every running or pending TrainJob is only a safety net.
     reconcile_interval_seconds: float = 60.0
     log_level: str = "INFO"
-    # Tracking servers (origins) besides tracking_uri whose progress the operator may read; "*" allows any.
+    # Tracking servers (base URIs) besides tracking_uri whose progress the operator may read; "*" allows any.
     allowed_tracking_uris: tuple[str, ...] = ()
     # For tracking_uri's server only; repr shows just the kind, never a value.
     tracking_credentials: TrackingCredentials = TrackingCredentials()
 
     def tracking_access(self) -> TrackingAccess:
-        origins = frozenset(o for o in map(origin, self.allowed_tracking_uris) if o is not None)
+        bases = frozenset(b for b in map(server_base, self.allowed_tracking_uris) if b is not None)
         return TrackingAccess(
-            own_origin=origin(self.tracking_uri),
-            allowed_origins=origins,
+            own_base=server_base(self.tracking_uri),
+            allowed_bases=bases,
             allow_any=ANY in self.allowed_tracking_uris,
             credentials=self.tracking_credentials,
         )
@@ -81,14 +81,20 @@ class OperatorConfig:
             uri.strip() for uri in environ.get("MWMS_ALLOWED_TRACKING_URIS", "").split(",") if uri.strip()
         )
         for uri in allowed:
-            if uri != ANY and origin(uri) is None:
+            if uri != ANY and server_base(uri) is None:
                 raise ConfigError(
-                    f"MWMS_ALLOWED_TRACKING_URIS: {uri!r} is not an http(s) URI with a host "
-                    f"(or {ANY!r} for any)"
+                    f"MWMS_ALLOWED_TRACKING_URIS: {uri!r} is not an http(s) URI with a host and no query or "
+                    f"fragment (or {ANY!r} for any)"
                 )
+        tracking_uri = text("MWMS_TRACKING_URI", DEFAULT_TRACKING_URI)
+        if tracking_uri.lower().startswith(("http://", "https://")) and server_base(tracking_uri) is None:
+            raise ConfigError(
+                f"MWMS_TRACKING_URI={without_userinfo(tracking_uri)!r}: an http(s) tracking server is a host "
+                "and a base path, without a query or fragment"
+            )
         return cls(
             trainer_image=text("MWMS_TRAINER_IMAGE", DEFAULT_TRAINER_IMAGE),
-            tracking_uri=text("MWMS_TRACKING_URI", DEFAULT_TRACKING_URI),
+            tracking_uri=tracking_uri,
             cluster_domain=text("MWMS_CLUSTER_DOMAIN", "").strip("."),
             watch_namespaces=namespaces,
             metrics_port=port("MWMS_METRICS_PORT", 8000),

@@ -1,7 +1,8 @@
 """status.progress from the job's MLflow run, through MLflow's REST API (no MLflow client, no TensorFlow).
 
 Short timeouts and no exceptions: an unreachable tracking server only leaves progress stale. Only servers the
-administrator allows are called (see tracking.py), and never a server they redirect to.
+administrator allows are called (see tracking.py), only at the two MLflow REST paths built here under the
+allowed base, and never a server they redirect to.
 """
 
 from __future__ import annotations
@@ -156,24 +157,22 @@ class ProgressReader:
     def read(
         self, job_uid: str, tracking_uri: str, experiment: str, epochs: int | None
     ) -> dict[str, Any] | Skipped | None:
-        if not self.access.allows(tracking_uri):
+        # The allowed base, not the job's string: nothing the job added to it reaches a request.
+        server = self.access.server(tracking_uri)
+        if server is None:
             if job_uid in self.told:
                 return None
             self.told.add(job_uid)
             return Skipped(
                 TRACKING_SERVER_NOT_ALLOWED,
                 f"status.progress is not read from {without_userinfo(tracking_uri)!r}: the operator reads "
-                "progress only from its own tracking server and the ones its administrator allows "
-                "(chart values operator.trackingUri and operator.allowedTrackingUris); training and "
+                "progress only from its own tracking server and the ones its administrator allows, each at "
+                "its base path exactly, without a query (chart values operator.trackingUri and "
+                "operator.allowedTrackingUris); training and "
                 "MLflow logging are not affected",
             )
         return fetch_progress(
-            tracking_uri,
-            experiment,
-            job_uid,
-            epochs,
-            timeout=self.timeout,
-            headers=self.access.headers(tracking_uri),
+            server, experiment, job_uid, epochs, timeout=self.timeout, headers=self.access.headers(server)
         )
 
     def forget(self, job_uid: str) -> None:

@@ -2,7 +2,8 @@
 
 A TrainJob names its own `spec.mlflow.trackingUri`. The operator must not call any server a job author
 names (that would let anyone who can create a TrainJob make the operator send requests to internal hosts):
-it reads progress only from the administrator's servers, compared by origin (scheme, host, port).
+it reads progress only from the administrator's servers, each a base URI (scheme, host, port and path), and
+calls only the MLflow REST paths it builds under that base itself: nothing of a job's path or query is sent.
 """
 
 from __future__ import annotations
@@ -15,20 +16,22 @@ ANY = "*"  # an allowlist entry that allows every http(s) server: the old, trust
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def origin(uri: str) -> str | None:
-    """`scheme://host:port` of an http(s) URI (lower-cased, default port filled in); None for others."""
+def server_base(uri: str) -> str | None:
+    """`scheme://host:port/path` of an http(s) tracking server (scheme and host lower-cased, the default port
+    filled in, userinfo and trailing slashes dropped); None for other schemes and for a URI with a query or a
+    fragment: a tracking server is a base path, and anything else would be a request the job author chose."""
     try:
         parts = urllib.parse.urlsplit(uri.strip())
         port = parts.port
     except ValueError:  # a port that is not a number, or out of range
         return None
     scheme = parts.scheme.lower()
-    if scheme not in DEFAULT_PORTS or not parts.hostname:
+    if scheme not in DEFAULT_PORTS or not parts.hostname or parts.query or parts.fragment:
         return None
     host = parts.hostname.lower()
     if ":" in host:  # IPv6: urlsplit gives it without brackets
         host = f"[{host}]"
-    return f"{scheme}://{host}:{port or DEFAULT_PORTS[scheme]}"
+    return f"{scheme}://{host}:{port or DEFAULT_PORTS[scheme]}{parts.path.rstrip('/')}"
 
 
 def without_userinfo(uri: str) -> str:
@@ -64,23 +67,30 @@ class TrackingCredentials:
 
 @dataclass(frozen=True)
 class TrackingAccess:
-    """The servers progress may be read from: the operator's tracking URI plus the allowlist."""
+    """The servers progress may be read from: the operator's tracking URI plus the allowlist, as base URIs.
 
-    own_origin: str | None
-    allowed_origins: frozenset[str] = frozenset()
+    A job's URI is allowed only when its base is one of them exactly (`http://mlflow:5000/base` allows that
+    base, not `/base/other` nor `/`), so a job cannot steer the operator's requests to another path."""
+
+    own_base: str | None
+    allowed_bases: frozenset[str] = frozenset()
     allow_any: bool = False
     credentials: TrackingCredentials = TrackingCredentials()
 
-    def allows(self, uri: str) -> bool:
-        found = origin(uri)
+    def server(self, uri: str) -> str | None:
+        """The base the operator calls for a job's tracking URI, or None: not allowed, no request."""
+        found = server_base(uri)
         if found is None:
-            return False
-        return self.allow_any or found == self.own_origin or found in self.allowed_origins
+            return None
+        return found if self.allow_any or found == self.own_base or found in self.allowed_bases else None
+
+    def allows(self, uri: str) -> bool:
+        return self.server(uri) is not None
 
     def headers(self, uri: str) -> dict[str, str]:
-        """Credentials only for the operator's own server: another allowed server (another team's, say) must
-        not receive them."""
+        """Credentials only for the operator's own server: another allowed server (another team's, say), or
+        another path of the same host, must not receive them."""
         authorization = self.credentials.authorization()
-        if authorization and self.own_origin is not None and origin(uri) == self.own_origin:
+        if authorization and self.own_base is not None and server_base(uri) == self.own_base:
             return {"Authorization": authorization}
         return {}

@@ -34,18 +34,10 @@ class Split:
     feature_names: tuple[str, ...]
     mean: np.ndarray  # StandardScaler statistics of the training split only
     variance: np.ndarray  # scaler_variance: 1 for a constant column
-    # MLflow column types by name ("double", "long") for a table's columns; None where the data has no column
-    # names a user would hold (the built-in sets): the logged model then takes rows by position.
-    column_types: tuple[str, ...] | None = None
 
     @property
     def num_features(self) -> int:
         return int(self.x_train.shape[1])
-
-
-def _column_type(dtype: Any) -> str:
-    """The MLflow type a serving frame's column must have (or upcast to): the training column's kind."""
-    return {"b": "boolean", "i": "long", "u": "long"}.get(np.dtype(dtype).kind, "double")
 
 
 def table_files(data_path: str, dataset: str) -> list[Path]:
@@ -92,10 +84,8 @@ def readable(file: Path, dataset: str) -> Iterator[None]:
         raise ConfigError(f"{_SETTING}.dataPath", f"cannot read {str(file)!r} as {dataset}: {e}") from None
 
 
-def table_rows(
-    frame: Any, cfg: TrainerConfig, where: str
-) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], tuple[str, ...]]:
-    """Feature rows (float64), 0/1 labels, feature names and their MLflow types of one table frame."""
+def table_rows(frame: Any, cfg: TrainerConfig, where: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    """Feature rows (float64), 0/1 labels and feature names of one table frame."""
     import pandas as pd
 
     if cfg.labelColumn not in frame.columns:
@@ -112,11 +102,10 @@ def table_rows(
     labels = frame[cfg.labelColumn].to_numpy()
     if not set(np.unique(labels)).issubset({0, 1}):
         raise ConfigError(f"{_SETTING}.labelColumn", f"{cfg.labelColumn!r} must hold 0/1 labels")
-    types = tuple(_column_type(features[c].dtype) for c in features.columns)
-    return features.to_numpy(dtype=np.float64), labels, tuple(str(c) for c in features.columns), types
+    return features.to_numpy(dtype=np.float64), labels, tuple(str(c) for c in features.columns)
 
 
-def _read_table(cfg: TrainerConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], tuple[str, ...]]:
+def _read_table(cfg: TrainerConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     import pandas as pd
 
     path = cfg.dataPath or ""
@@ -127,13 +116,13 @@ def _read_table(cfg: TrainerConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, 
 
 def load_features(
     cfg: TrainerConfig,
-) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], tuple[str, ...] | None]:
-    """Rows, labels, feature names and, for a table, its columns' MLflow types."""
+) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    """Rows, labels and feature names."""
     if cfg.dataset == "breast_cancer":
         from sklearn.datasets import load_breast_cancer
 
         bunch: Any = load_breast_cancer()
-        return bunch.data, bunch.target, tuple(str(n) for n in bunch.feature_names), None
+        return bunch.data, bunch.target, tuple(str(n) for n in bunch.feature_names)
     if cfg.dataset == "synthetic":
         from sklearn.datasets import make_classification
 
@@ -143,7 +132,7 @@ def load_features(
             n_informative=max(2, cfg.syntheticFeatures // 2),
             random_state=cfg.seed,
         )
-        return x, y, tuple(f"f{i}" for i in range(cfg.syntheticFeatures)), None
+        return x, y, tuple(f"f{i}" for i in range(cfg.syntheticFeatures))
     return _read_table(cfg)
 
 
@@ -182,7 +171,7 @@ def load_split(cfg: TrainerConfig, num_workers: int = 1) -> Split:
     """The seed's split (train_test_split with random_state=seed), identical on every worker."""
     from sklearn.model_selection import train_test_split
 
-    x, y, names, types = load_features(cfg)
+    x, y, names = load_features(cfg)
     check_finite(x, names)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=cfg.testSize, random_state=cfg.seed)
     if len(x_train) < cfg.globalBatchSize:
@@ -199,7 +188,6 @@ def load_split(cfg: TrainerConfig, num_workers: int = 1) -> Split:
         feature_names=names,
         mean=mean,
         variance=scaler_variance(mean, x_train.var(axis=0), len(x_train)),
-        column_types=types,
     )
 
 

@@ -70,14 +70,19 @@ class JobClient:
     def own_configmap(self, name: str, owner: Mapping[str, Any]) -> None:
         """The TrainJob owns its code: garbage collection deletes the ConfigMap with the job."""
         patch = {"metadata": {"ownerReferences": [dict(owner)]}}
-        self._core.patch_namespaced_config_map(name, self.namespace, patch)
+        try:
+            self._core.patch_namespaced_config_map(name, self.namespace, patch)
+        except self._errors as e:
+            raise self._refused(
+                f"making TrainJob {owner.get('name')} the owner of ConfigMap {name}", e
+            ) from None
 
     def delete_configmap(self, name: str) -> None:
         try:
             self._core.delete_namespaced_config_map(name, self.namespace)
         except self._errors as e:
             if e.status != 404:
-                raise
+                raise self._refused(f"deleting ConfigMap {name}", e) from None
 
     def get_trainjob(self, name: str) -> dict[str, Any] | None:
         try:
@@ -101,7 +106,7 @@ class JobClient:
             )
         except self._errors as e:
             if e.status != 404:
-                raise
+                raise self._refused(f"deleting TrainJob {name}", e) from None
 
     def get_pod(self, name: str) -> dict[str, Any] | None:
         try:

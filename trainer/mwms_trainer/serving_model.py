@@ -1,8 +1,12 @@
 """The logged model's code (MLflow "models from code"): MLflow saves this file with every model the trainer
 logs and runs it where the model is loaded, so it imports nothing of mwms_trainer.
 
-Rows arrive as MLflow's column-based signature has cast them (a DataFrame, columns in the training order):
-the Keras model (scaler inside) takes them as float32. `unwrap_python_model().keras_model` is the Keras model.
+The model takes rows of the training columns in their training order (a numpy array or a list of lists, of
+any numeric dtype) and DataFrames (or dicts of columns) by column name, in any order, other columns ignored;
+the Keras model (scaler inside) takes them as float32. Its signature has no input schema because MLflow's
+would refuse arrays or drop columns before this code runs (tracking.model_signature says how), so the checks
+are here, against the training columns in the model's config (`model_config["columns"]`, also shown as
+`unwrap_python_model().columns`). `unwrap_python_model().keras_model` is the Keras model.
 """
 
 from __future__ import annotations
@@ -12,26 +16,63 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from mlflow.exceptions import MlflowException
 from mlflow.models import set_model
 from mlflow.pyfunc import PythonModel
 
 
+def _refused(message: str) -> MlflowException:
+    """A 400 (not a 500) from MLflow's scoring server: the caller's input is wrong."""
+    return MlflowException.invalid_parameter_value(message)
+
+
+def feature_rows(model_input: Any, columns: list[str]) -> np.ndarray:
+    """float32 rows of `columns` from what a caller holds, or an error naming what does not fit."""
+    if isinstance(model_input, dict):
+        model_input = pd.DataFrame(model_input)
+    # A frame with named columns is read by name; pd.DataFrame(array) (columns 0..n-1) stays positional.
+    if isinstance(model_input, pd.DataFrame) and not isinstance(model_input.columns, pd.RangeIndex):
+        missing = [c for c in columns if c not in model_input.columns]
+        if missing:
+            known = set(columns)
+            extra = [str(c) for c in model_input.columns if c not in known]
+            raise _refused(
+                f"the input lacks the model's column(s) {missing}"
+                + (f" and has column(s) it does not know: {extra}" if extra else "")
+                + f". The model takes its {len(columns)} training columns by name (any order, other columns "
+                "ignored), or rows of that many values in the training order as an array or a list"
+            )
+        model_input = model_input[columns]
+        text = [c for c in columns if not pd.api.types.is_numeric_dtype(model_input[c])]
+        if text:
+            raise _refused(f"column(s) {text} must hold numbers")
+    try:
+        rows = np.asarray(model_input, dtype=np.float32)
+    except (TypeError, ValueError) as e:
+        raise _refused(f"the input rows must hold numbers only: {e}") from None
+    if rows.ndim != 2 or rows.shape[1] != len(columns):
+        raise _refused(
+            f"the model takes rows of {len(columns)} values (its training columns, in order); got input of "
+            f"shape {rows.shape}"
+        )
+    return rows
+
+
 class KerasRows(PythonModel):  # type: ignore[misc]
     keras_model: Any = None
+    columns: list[str] = []
 
     def load_context(self, context: Any) -> None:
         os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # the model is a tf-keras model
         import tf_keras
 
         self.keras_model = tf_keras.models.load_model(context.artifacts["keras_model"], compile=False)
+        self.columns = [str(c) for c in context.model_config["columns"]]
 
-    # No type hints here: MLflow would read them as a second input schema (the signature is the one).
+    # No type hints here: MLflow would read them as an input schema and check the input against it.
     def predict(self, context, model_input, params=None):  # type: ignore[no-untyped-def]
         """One probability of the positive class per row."""
-        if isinstance(model_input, pd.DataFrame):
-            rows = model_input.to_numpy(dtype=np.float32)
-        else:
-            rows = np.asarray(model_input, dtype=np.float32)
+        rows = feature_rows(model_input, self.columns)
         return np.asarray(self.keras_model.predict(rows, verbose=0)).reshape(-1)
 
 

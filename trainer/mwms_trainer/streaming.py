@@ -7,8 +7,8 @@ trains on its own rows, so the batches depend on the number of workers.
   reads them: once before any peer is waited for (checks, so bad rows there exit 2 before a fit is spent) and
   after the fit for the held-out metrics. The other files are for training.
 - Columns: read by name, so each file's column order does not matter; the model's features are in column-name
-  order, the one order every worker knows without reading another worker's files (the logged signature names
-  them, and MLflow takes a serving DataFrame's columns by name). Every file must hold the columns its worker's
+  order, the one order every worker knows without reading another worker's files (the logged model keeps
+  them and takes a serving DataFrame's columns by name). Every file must hold the columns its worker's
   first file holds, of the same types (parquet's declared types; csv declares none, so its features are
   "double"), checked before its rows are read. Workers may open no other worker's files, so across workers
   the first files' columns are compared after the workers meet, in the exchange before the statistics' one.
@@ -152,10 +152,6 @@ class FileShards:
         return self.columns.features(self.cfg.labelColumn)
 
     @property
-    def column_types(self) -> tuple[str, ...]:
-        return tuple(self.columns.types[name] for name in self.feature_names)
-
-    @property
     def num_features(self) -> int:
         return len(self.feature_names)
 
@@ -185,7 +181,7 @@ def _rows(
     for file in files:
         columns.check(str(file), file_columns(file, cfg.dataset))
         for frame in data.read_file(file, cfg.dataset, CHUNK_ROWS):
-            x, y, _, _ = data.table_rows(frame[[*names, cfg.labelColumn]], cfg, str(file))
+            x, y, _ = data.table_rows(frame[[*names, cfg.labelColumn]], cfg, str(file))
             keep = slice((offset - seen) % stride, None, stride)
             seen += len(x)
             x, y = x[keep], y[keep]

@@ -32,16 +32,27 @@ MAX_CODE_BYTES = 1024 * 1024 - 16 * 1024
 IMAGE_PYTHON = (3, 11)
 PICKLED_FUNCTION = "function.pkl.b64"
 PICKLED_ENTRYPOINT = "mwms_trainer.usercode:run_pickled"
-SKIPPED_DIRS = {
-    ".git",
-    "__pycache__",
-    ".venv",
-    "venv",
-    ".mwms",
-    ".ipynb_checkpoints",
-    "mlruns",
-    "node_modules",
-}
+# Left out of a working directory by default (gitignore syntax), before its .gitignore and .mwmsignore files,
+# whose `!pattern` lines may take a file back: the code ConfigMap is readable by everyone who may read the
+# namespace's ConfigMaps, so secrets never go by accident, and neither do what is never source.
+DEFAULT_IGNORED = (
+    ".git/",
+    ".env*",
+    "*.pem",
+    "*.key",
+    "id_rsa*",
+    ".kube/",
+    ".aws/",
+    "__pycache__/",
+    "*.pyc",
+    ".venv/",
+    "venv/",
+    ".mwms/",
+    ".ipynb_checkpoints/",
+    "mlruns/",
+    "node_modules/",
+)
+IGNORE_FILES = (".gitignore", ".mwmsignore")  # in every directory, for it and below; the later file wins
 TERMINAL = ("Succeeded", "Failed")
 
 
@@ -53,6 +64,8 @@ class Code:
     items: list[tuple[str, str]] = field(default_factory=list)
     entrypoint: str = ""
     requirements: str | None = None
+    # What the working directory's ignore rules left out (a directory ends in /), to tell the user.
+    left_out: list[str] = field(default_factory=list)
 
 
 def _key(path: str, used: set[str]) -> str:
@@ -75,17 +88,84 @@ def _text(path: Path, shown: str) -> str:
         ) from None
 
 
+def _ignore_rules(directory: Path) -> Any:
+    """The patterns of `directory`'s ignore files, or None when it has none."""
+    import pathspec  # gitignore's own rules (negation, anchoring, `**`, directory-only patterns)
+
+    lines = [
+        line
+        for name in IGNORE_FILES
+        if (directory / name).is_file()
+        for line in (directory / name).read_text(encoding="utf-8", errors="replace").splitlines()
+    ]
+    return pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
+
+
+def working_files(root: Path) -> tuple[dict[str, Path], list[str]]:
+    """The files of `root` to pack by relative path, and what was left out. As git does: a directory's ignore
+    files apply below it, a deeper file's patterns win, and nothing inside a left-out directory comes back."""
+    import pathspec
+
+    files: dict[str, Path] = {}
+    left_out: list[str] = []
+
+    def ignored(relative: str, rules: list[tuple[str, Any]]) -> bool:
+        for base, spec in reversed(rules):
+            decided = spec.check_file(relative[len(base) :]).include
+            if decided is not None:
+                return bool(decided)
+        return False
+
+    def visit(directory: Path, base: str, rules: list[tuple[str, Any]]) -> None:
+        own = _ignore_rules(directory)
+        rules = [*rules, (base, own)] if own is not None else rules
+        for entry in sorted(directory.iterdir()):
+            is_dir = entry.is_dir() and not entry.is_symlink()  # a linked directory may lead anywhere
+            relative = f"{base}{entry.name}/" if is_dir else f"{base}{entry.name}"
+            if ignored(relative, rules):
+                left_out.append(relative)
+            elif is_dir:
+                visit(entry, relative, rules)
+            elif entry.is_file():
+                files[relative] = entry
+
+    visit(root, "", [("", pathspec.GitIgnoreSpec.from_lines(DEFAULT_IGNORED))])
+    return files, left_out
+
+
+def configmap_bytes(files: Mapping[str, int]) -> int:
+    """What the ConfigMap's data weighs: each key and its text (sizes in bytes by key)."""
+    return sum(len(key.encode()) + size for key, size in files.items())
+
+
+def check_size(sizes: Mapping[str, int], keys: Mapping[str, str]) -> None:
+    """Refuses code whose ConfigMap would pass the limit, naming the largest files (sizes by relative path,
+    their keys by relative path): the whole, not each file, is what etcd refuses."""
+    total = configmap_bytes({keys[rel]: n for rel, n in sizes.items()})
+    if total > MAX_CODE_BYTES:
+        biggest = ", ".join(
+            f"{rel} ({n / 1e6:.1f} MB)" for rel, n in sorted(sizes.items(), key=lambda x: -x[1])[:3]
+        )
+        raise SubmitError(
+            f"the code is {total / 1e6:.1f} MB, above the {MAX_CODE_BYTES / 1e6:.1f} MB a ConfigMap can hold "
+            f"(largest: {biggest}); leave data out of the working directory (list it in .mwmsignore and read "
+            "it from a volume or an object store), or build an image FROM the trainer image (docs/submit.md)"
+        )
+
+
 def pack(
     script: Path,
     working_dir: Path | None = None,
     requirements: Path | None = None,
     extra: Mapping[str, str] | None = None,
 ) -> Code:
-    """The script alone, or every file of `working_dir` (which must hold the script); refuses above the
-    ConfigMap size limit, naming the biggest files."""
+    """The script alone, or the files of `working_dir` (which must hold the script) that no ignore rule leaves
+    out; the script and the requirements file always go (they were named). Refuses above the ConfigMap size
+    limit, naming the biggest files."""
     if not script.is_file():
         raise SubmitError(f"{script}: no such file")
     paths: dict[str, Path] = {}
+    left_out: list[str] = []
     if working_dir is None:
         entrypoint = script.name
         paths[entrypoint] = script
@@ -95,10 +175,9 @@ def pack(
             entrypoint = script.resolve().relative_to(root).as_posix()
         except ValueError:
             raise SubmitError(f"{script} is not inside the working directory {working_dir}") from None
-        for path in sorted(root.rglob("*")):
-            relative = path.relative_to(root)
-            if path.is_file() and not set(relative.parts[:-1]) & SKIPPED_DIRS and path.suffix != ".pyc":
-                paths[relative.as_posix()] = path
+        paths, left_out = working_files(root)
+        paths[entrypoint] = script
+        left_out = [rel for rel in left_out if rel != entrypoint]
     required = None
     if requirements is not None:
         if not requirements.is_file():
@@ -107,26 +186,31 @@ def pack(
         paths[required] = requirements
     sizes = {rel: p.stat().st_size for rel, p in paths.items()}
     sizes.update({rel: len(text.encode()) for rel, text in (extra or {}).items()})
-    total = sum(sizes.values())
-    if total > MAX_CODE_BYTES:
-        biggest = ", ".join(
-            f"{rel} ({n / 1e6:.1f} MB)" for rel, n in sorted(sizes.items(), key=lambda x: -x[1])[:3]
-        )
-        raise SubmitError(
-            f"the code is {total / 1e6:.1f} MB, above the {MAX_CODE_BYTES / 1e6:.1f} MB a ConfigMap can hold "
-            f"(largest: {biggest}); leave data out of the working directory (read it from a volume or an "
-            "object store), or build an image FROM the trainer image (docs/submit.md)"
-        )
-    files: dict[str, str] = {}
-    items: list[tuple[str, str]] = []
     used: set[str] = set()
+    keys = {rel: _key(rel, used) for rel in sizes}
+    check_size(sizes, keys)  # before reading: a data file may be large
     texts = {rel: _text(p, rel) for rel, p in paths.items()} | dict(extra or {})
-    for rel, text in texts.items():
-        key = _key(rel, used)
-        files[key] = text
-        items.append((key, rel))
+    files = {keys[rel]: text for rel, text in texts.items()}
+    items = [(keys[rel], rel) for rel in texts]
     nested = any(key != rel for key, rel in items)
-    return Code(files=files, items=items if nested else [], entrypoint=entrypoint, requirements=required)
+    return Code(
+        files=files,
+        items=items if nested else [],
+        entrypoint=entrypoint,
+        requirements=required,
+        left_out=left_out,
+    )
+
+
+def dry_run(code: Code, out: IO[str]) -> None:
+    """What `--dry-run` prints: each file and its size, the total against the limit, what was left out."""
+    paths = dict(code.items)
+    for key, text in code.files.items():
+        out.write(f"{len(text.encode()):>10,} B  {paths.get(key, key)}\n")
+    total = configmap_bytes({key: len(text.encode()) for key, text in code.files.items()})
+    out.write(f"{len(code.files)} files, {total:,} of the {MAX_CODE_BYTES:,} bytes a ConfigMap holds\n")
+    if code.left_out:
+        out.write(f"left out: {', '.join(code.left_out)}\n")
 
 
 def job_name(script: str) -> str:
@@ -180,24 +264,39 @@ def trainjob(
 
 
 def submit(client: JobClient, name: str, code: Code, **job: Any) -> dict[str, Any]:
-    """ConfigMap, then TrainJob, then the job owns the ConfigMap; nothing is left behind on a refusal."""
-    configmap = code_configmap(name, code)
-    client.create_configmap(configmap)
+    """ConfigMap, then TrainJob, then the job owns the ConfigMap. A refusal after the ConfigMap was created
+    takes back what this call created: the ConfigMap (readable in the namespace, and owned by nothing) and
+    the job (it would run without its code's owner, or without its code)."""
+    body = code_configmap(name, code)
+    configmap = body["metadata"]["name"]
+    client.create_configmap(body)
+    created = None
     try:
         created = client.create_trainjob(trainjob(name, code, **job))
-        client.own_configmap(
-            configmap["metadata"]["name"],
-            {
-                "apiVersion": constants.API_VERSION,
-                "kind": constants.KIND,
-                "name": name,
-                "uid": created["metadata"]["uid"],
-            },
-        )
-    except BaseException:
-        client.delete_configmap(configmap["metadata"]["name"])
+        owner = {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "name": name}
+        client.own_configmap(configmap, {**owner, "uid": created["metadata"]["uid"]})
+    except BaseException as error:
+        left = take_back(client, configmap, name if created is not None else None)
+        if left and isinstance(error, SubmitError):
+            raise SubmitError(f"{error}; {left}") from error
         raise
     return created
+
+
+def take_back(client: JobClient, configmap: str, job: str | None) -> str:
+    """Deletes the job (when created) and the ConfigMap; "" when done, else what the user must delete."""
+    left = []
+    for kind, name, delete in (
+        ("trainjob", job, client.delete_trainjob),
+        ("configmap", configmap, client.delete_configmap),
+    ):
+        if name is None:
+            continue
+        try:
+            delete(name)
+        except Exception as e:  # said to the user with what to delete by hand, not raised over the refusal
+            left.append(f"{e}: kubectl delete {kind} {name} -n {client.namespace}")
+    return "; ".join(left)
 
 
 @dataclass
@@ -358,12 +457,10 @@ def pack_function(function: Callable[..., Any], kwargs: Mapping[str, Any], use_c
             source = inspect.getsourcefile(module)
     if source and "site-packages" not in source:
         extra[f"{module.__name__}.py"] = Path(source).read_text(encoding="utf-8")  # type: ignore[union-attr]
-    for rel, text in extra.items():
-        if len(text.encode()) > MAX_CODE_BYTES:
-            raise SubmitError(f"{rel} is {len(text) / 1e6:.1f} MB, above what a ConfigMap holds")
     used: set[str] = set()
-    files = {_key(rel, used): text for rel, text in extra.items()}
-    return Code(files=files, entrypoint=PICKLED_ENTRYPOINT)
+    keys = {rel: _key(rel, used) for rel in extra}
+    check_size({rel: len(text.encode()) for rel, text in extra.items()}, keys)
+    return Code(files={keys[rel]: text for rel, text in extra.items()}, entrypoint=PICKLED_ENTRYPOINT)
 
 
 def run_function(
@@ -403,7 +500,15 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config")
     parser.add_argument("--experiment", help="MLflow experiment (default: the job's name)")
     parser.add_argument("--image", help="trainer image (default: the operator's)")
-    parser.add_argument("--working-dir", type=Path, help="pack this directory (it must hold the script)")
+    parser.add_argument(
+        "--working-dir",
+        type=Path,
+        help="pack this directory (it must hold the script), less what its .gitignore and .mwmsignore files "
+        "and the defaults (.git/, .env*, keys, .kube/, .aws/) leave out",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="list the files it would pack and their size; create nothing"
+    )
     parser.add_argument("--requirements", type=Path, help="a pip requirements file installed on each worker")
     parser.add_argument("--name", help="the TrainJob's name (default: the script's name and a suffix)")
     parser.add_argument("--follow", "-f", action="store_true", help="show progress and the chief's log")
@@ -419,6 +524,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         code = pack(args.script, args.working_dir, args.requirements)
+        if args.dry_run:
+            dry_run(code, sys.stdout)
+            return constants.EXIT_SUCCESS
+        if code.left_out:
+            print(f"mwms submit: left out (ignored): {', '.join(code.left_out)}", file=sys.stderr)
         client = JobClient(Cluster(namespace=args.namespace, kubeconfig=args.kubeconfig))
         name = args.name or job_name(args.script.name)
         submit(

@@ -48,7 +48,7 @@ class NullTracker:
     def log_params(self, params: Mapping[str, Any]) -> None:
         pass
 
-    def log_model(self, model: Any, signature: Any, metrics: Mapping[str, float]) -> str | None:
+    def log_model(self, model: Any, columns: Sequence[str], metrics: Mapping[str, float]) -> str | None:
         return None
 
     def close(self, ok: bool) -> None:
@@ -211,7 +211,7 @@ class MlflowTracker:
             log.info("registering %s as %s", uri, name)
             self._mlflow.register_model(uri, name)
 
-    def _upload(self, model: Any, signature: Any) -> str:
+    def _upload(self, model: Any, columns: Sequence[str]) -> str:
         existing = self._ready_model_uri()  # again on every attempt: a lost answer may hide a finished upload
         if existing is not None:
             log.info("run %s already has its model %s; not logging a second one", self.run_id, existing)
@@ -223,16 +223,18 @@ class MlflowTracker:
                 name=MODEL_NAME,
                 python_model=SERVING_MODEL_CODE,
                 artifacts={"keras_model": keras_path},
-                signature=signature,
+                signature=model_signature(),
+                model_config={"columns": list(columns)},  # serving_model.py checks its input against them
                 registered_model_name=self._registered_model_name,
                 pip_requirements=serving_requirements(),
             )
         return str(info.model_uri)
 
-    def log_model(self, model: Any, signature: Any, metrics: Mapping[str, float]) -> str:
-        """Held-out metrics and the run's one READY model (a retried chief reuses the model it logged)."""
+    def log_model(self, model: Any, columns: Sequence[str], metrics: Mapping[str, float]) -> str:
+        """Held-out metrics and the run's one READY model (a retried chief reuses the model it logged);
+        `columns`: the training columns, in the order the model takes them."""
         self._retry("final metrics", lambda: self._mlflow.log_metrics(dict(metrics)))
-        return self._retry("model upload", lambda: self._upload(model, signature))
+        return self._retry("model upload", lambda: self._upload(model, columns))
 
     def close(self, ok: bool) -> None:
         try:
@@ -241,22 +243,17 @@ class MlflowTracker:
             log.warning("could not close MLflow run %s: %s", self.run_id, e)
 
 
-def model_signature(num_features: int, names: Sequence[str], column_types: Sequence[str] | None) -> Any:
-    """Column-based, so MLflow casts what users hold instead of refusing it (a float32 tensor signature
-    refuses float64 arrays, DataFrames and lists).
-
-    With column types (a table's columns): named columns of the training columns' types, so a DataFrame of
-    that table is taken by column name, in any order, extra columns (the label) ignored. Without: `double`
-    columns by position, so float32 or float64 rows, lists and frames of those rows are all taken.
-    """
+def model_signature() -> Any:
+    """Outputs only: the model checks its input itself (serving_model.py, against the training columns in its
+    model_config). MLflow 3.17 enforces an input schema before the model sees the input, and no column-based
+    schema takes both arrays and frames by name: with named columns it turns an array or a list into a frame
+    of columns 0..n-1 and refuses it (missing inputs); without names it keeps a frame's first n columns by
+    position, so a feature placed after an extra column (the label) is dropped. A tensor schema takes one
+    dtype only: float32 refuses float64 rows (and the reverse), and it refuses lists."""
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, Schema
 
-    if column_types is None:
-        inputs = Schema([ColSpec("double") for _ in range(num_features)])
-    else:
-        inputs = Schema([ColSpec(t, n) for n, t in zip(names, column_types, strict=True)])
-    return ModelSignature(inputs=inputs, outputs=Schema([ColSpec("float")]))
+    return ModelSignature(inputs=None, outputs=Schema([ColSpec("float")]))
 
 
 def serving_requirements() -> list[str]:

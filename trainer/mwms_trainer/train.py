@@ -283,9 +283,8 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
             held_out = model_mod.held_out_metrics(plain, streaming.held_out_rows(split))
         else:
             held_out = model_mod.held_out_metrics(plain, [(split.x_test, split.y_test)])
-        signature = tracking.model_signature(split.num_features, split.feature_names, split.column_types)
         try:
-            model_uri = tracker.log_model(plain, signature, held_out)
+            model_uri = tracker.log_model(plain, split.feature_names, held_out)
         except RetryableError as e:
             if kept_dir:
                 kept_note = f"the fitted model is kept in {kept_dir}, a restart uploads it"

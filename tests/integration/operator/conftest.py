@@ -242,6 +242,15 @@ def start_operator(cluster: Any, kubectl: Any, tmp_path: Path) -> Iterator[Any]:
         process.stop()
 
 
+@pytest.fixture
+def account_kubeconfig(cluster: Any, kubectl: Any, tmp_path: Path) -> Any:
+    """`account_kubeconfig(account, account_namespace)`: a kubeconfig logged in as that ServiceAccount, so a
+    client run with it has that account's rights, not the admin's."""
+    return lambda account, account_namespace: service_account_kubeconfig(
+        kubectl, cluster, tmp_path / f"{account}.kubeconfig", account, account_namespace
+    )
+
+
 @pytest.fixture(scope="session")
 def helm_binary() -> str:
     """The pinned helm that hack/tools.sh links next to the test Python."""

@@ -83,6 +83,39 @@ def test_submitted_seed_script_gives_one_run_one_model_and_the_chiefs_value(
     )
 
 
+@pytest.mark.parametrize(
+    ("configmap_verbs", "left_behind"),
+    [("create,get,delete", False), ("create,get", True)],
+    ids=["taken-back", "named-to-delete"],
+)
+def test_a_refused_owner_reference_takes_back_the_job_and_its_code(
+    crd, kubectl, namespace, account_kubeconfig, tmp_path, wait_for, configmap_verbs, left_behind
+):
+    """A user who may create ConfigMaps and TrainJobs but not patch ConfigMaps: the job is created, making it
+    the ConfigMap's owner is refused. Nothing may stay behind (a job without its code's owner, code readable
+    in the namespace and owned by nothing), or the message names what to delete."""
+    kubectl("create", "serviceaccount", "submitter", "-n", namespace)
+    kubectl("create", "role", "code", f"--verb={configmap_verbs}", "--resource=configmaps", "-n", namespace)
+    kubectl(
+        "create", "role", "jobs", "--verb=create,get,delete", "--resource=trainjobs.mwms.dev", "-n", namespace
+    )
+    for role in ("code", "jobs"):
+        account = f"--serviceaccount={namespace}:submitter"
+        kubectl("create", "rolebinding", role, f"--role={role}", account, "-n", namespace)
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+
+    done = run_mwms(
+        account_kubeconfig("submitter", namespace), namespace, "submit", str(script), "--name", "cut"
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "refused making TrainJob cut the owner of ConfigMap cut-code" in done.stderr, done.stderr
+    wait_for(lambda: jobs_in(kubectl, namespace) == [], timeout=60, what="the refused TrainJob to be gone")
+    configmaps = [c["metadata"]["name"] for c in kubectl.json("get", "configmaps", "-n", namespace)["items"]]
+    assert ("cut-code" in configmaps) == left_behind
+    assert (f"kubectl delete configmap cut-code -n {namespace}" in done.stderr) == left_behind
+
+
 def test_a_failing_script_fails_at_once_with_its_traceback_line(operator, mwms, kubectl, namespace):
     done = mwms("submit", str(FAILING_SCRIPT), "--replicas", "1", "--follow")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]

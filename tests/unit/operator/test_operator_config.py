@@ -65,6 +65,8 @@ def test_config_is_frozen():
         ({"MWMS_ALLOWED_TRACKING_URIS": "mlflow.example:5000"}, "MWMS_ALLOWED_TRACKING_URIS"),
         ({"MWMS_ALLOWED_TRACKING_URIS": "file:///mlruns"}, "MWMS_ALLOWED_TRACKING_URIS"),
         ({"MWMS_ALLOWED_TRACKING_URIS": "http://host:port"}, "MWMS_ALLOWED_TRACKING_URIS"),
+        ({"MWMS_ALLOWED_TRACKING_URIS": "http://mlflow:5000/base?x=1"}, "MWMS_ALLOWED_TRACKING_URIS"),
+        ({"MWMS_TRACKING_URI": "http://mlflow:5000/?token=x"}, "MWMS_TRACKING_URI"),
         ({"MWMS_TRACKING_USERNAME": "ada"}, "MWMS_TRACKING_PASSWORD"),
         ({"MWMS_TRACKING_PASSWORD": "pw"}, "MWMS_TRACKING_USERNAME"),
         (
@@ -89,14 +91,19 @@ def test_allowed_tracking_servers_are_the_operators_own_and_the_listed_ones():
     access = config.tracking_access()
     allowed = [
         "http://mlflow.mwms-system.svc:5000",
-        "http://mlflow.mwms-system.svc:5000/some/path",
+        "http://mlflow.mwms-system.svc:5000/",
         "https://mlflow.team-a.example",
-        "https://mlflow.team-a.example:443/x",  # the default port, spelt out
-        "http://10.0.0.7:8080",  # an origin: any path on it
+        "https://mlflow.team-a.example:443",  # the default port, spelt out
+        "http://10.0.0.7:8080/prefix/",
     ]
     refused = [
         "http://mlflow.mwms-system.svc:5001",  # another port
         "https://mlflow.mwms-system.svc:5000",  # another scheme
+        "http://mlflow.mwms-system.svc:5000/some/path",  # another path: the base is pinned
+        "http://mlflow.mwms-system.svc:5000/?x=1",  # a query the operator would send
+        "https://mlflow.team-a.example:443/x",
+        "http://10.0.0.7:8080",  # the allowed entry is /prefix only
+        "http://10.0.0.7:8080/prefix/../admin",
         "http://mlflow.team-a.example",
         "http://169.254.169.254/latest/meta-data",
         "http://10.0.0.7:8080@169.254.169.254/",  # userinfo that looks like an allowed host
@@ -112,6 +119,8 @@ def test_allowed_tracking_servers_are_the_operators_own_and_the_listed_ones():
 def test_a_star_allows_every_http_server_and_nothing_else():
     access = OperatorConfig.from_env({"MWMS_ALLOWED_TRACKING_URIS": "*"}).tracking_access()
     assert access.allows("http://anything.example:1234")
+    assert access.server("http://anything.example:1234/base/") == "http://anything.example:1234/base"
+    assert not access.allows("http://anything.example:1234/base?x=1")  # a query is never sent
     assert not access.allows("file:///etc/passwd")
 
 
@@ -132,6 +141,7 @@ def test_credentials_go_to_the_operators_own_server_only():
     access = config.tracking_access()
     assert access.headers("https://mlflow.example/") == {"Authorization": "Bearer s3cr3t-token"}
     assert access.headers("https://other.example") == {}
+    assert access.headers("https://mlflow.example/elsewhere") == {}  # the same host at another path
 
 
 def test_username_and_password_become_basic_auth():

@@ -237,6 +237,35 @@ def test_credentials_reach_the_operators_server_and_no_other(recorders):
     assert {auth for _, auth in other.requests} == {None}
 
 
+@pytest.mark.parametrize(
+    "added",
+    ["/any/path?x=", "", "/base/other", "/base?x=1", "/base/..", "/base#top", "/Base", "/base/api/2.0"],
+)
+def test_a_job_uri_off_the_allowed_base_path_gets_no_request_and_no_token(recorders, added):
+    """The allowlist pins the base path: the same host at another path, or with a query, is another server."""
+    own = recorders()
+    progress = reader(own.uri + "/base", token="tok-123")
+    told = progress.read("u", own.uri + added, "e", None)
+    assert isinstance(told, Skipped) and told.reason == "TrackingServerNotAllowed"
+    assert own.requests == []
+
+
+def test_an_allowed_base_path_gets_requests_at_mlflow_api_paths_only(recorders):
+    own, team = recorders(), recorders()
+    progress = reader(own.uri + "/base/", team.uri + "/team", token="tok-123")
+    assert progress.read("u", own.uri.replace("http://", "HTTP://") + "/base", "my exp", None)["epoch"] == 5
+    assert isinstance(progress.read("u2", own.uri + "/base/admin?drop=1", "my exp", None), Skipped)
+    assert own.requests == [
+        ("/base/api/2.0/mlflow/experiments/get-by-name?experiment_name=my+exp", "Bearer tok-123"),
+        ("/base/api/2.0/mlflow/runs/search", "Bearer tok-123"),
+    ]
+    assert progress.read("u", team.uri + "/team/", "e", None)["epoch"] == 5
+    assert team.requests == [
+        ("/team/api/2.0/mlflow/experiments/get-by-name?experiment_name=e", None),
+        ("/team/api/2.0/mlflow/runs/search", None),
+    ]
+
+
 def test_without_credentials_a_secured_server_gives_no_progress(recorders):
     secured = recorders(require="Bearer tok-123")
     assert reader(secured.uri).read("u", secured.uri, "e", None) is None

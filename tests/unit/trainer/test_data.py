@@ -164,14 +164,6 @@ def test_the_scalers_variance_is_standard_scalers_scale_squared_on_both_paths():
     assert list(variance[[1, 2, 4]]) == [1.0, 1.0, 1.0] and variance[3] < 1e-5
 
 
-def test_tables_keep_their_column_types_for_the_model_signature(tmp_path):
-    path = tmp_path / "d.csv"
-    path.write_text("\n".join(["count,ratio,label"] + [f"{i},{i / 3},{i % 2}" for i in range(50)]))
-    split = load_split(parse_trainer_config(f'{{"dataset": "csv", "dataPath": "{path}"}}'))
-    assert split.column_types == ("long", "double")
-    assert load_split(TrainerConfig()).column_types is None  # breast_cancer: rows by position
-
-
 @given(first=st.integers(min_value=0, max_value=6), seed=st.integers(min_value=0, max_value=2**16))
 def test_an_epochs_order_depends_only_on_seed_and_epoch(first, seed):
     """A fit resumed at epoch `first` reads exactly the batches the undisturbed fit read from there on."""

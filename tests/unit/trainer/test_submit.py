@@ -38,11 +38,93 @@ def test_a_working_dir_keeps_its_layout_through_items(tmp_path):
     )
 
 
+def working_dir(root):
+    """A project as users have them: code, secrets, data and ignore files (nested ones too)."""
+    files = {
+        "train.py": "import pkg.model\n",
+        "pkg/model.py": "X = 1\n",
+        ".gitignore": "data/\n*.log\n!keep.log\n",
+        ".mwmsignore": "notes.txt\n!.env.example\n",
+        ".env": "TOKEN=SECRET-1\n",
+        ".env.example": "TOKEN=\n",
+        "id_rsa": "SECRET-2\n",
+        "id_rsa.pub": "ssh-rsa AAAA\n",
+        "server.key": "SECRET-3\n",
+        "cert.pem": "SECRET-4\n",
+        ".kube/config": "token: SECRET-5\n",
+        ".aws/credentials": "aws_secret_access_key = SECRET-6\n",
+        ".git/config": "[core]\n",
+        "data/big.csv": "1,2\n",
+        "run.log": "log\n",
+        "keep.log": "kept\n",
+        "notes.txt": "todo\n",
+        "sub/.gitignore": "local.py\n",
+        "sub/local.py": "SECRET = 'SECRET-7'\n",
+        "sub/ok.py": "OK = 1\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root / "train.py"
+
+
+def test_a_working_dir_leaves_out_secrets_and_what_its_ignore_files_name(tmp_path):
+    code = submit.pack(working_dir(tmp_path), tmp_path)
+    packed = {path: code.files[key] for key, path in code.items}
+    assert sorted(packed) == [
+        ".env.example",  # taken back by .mwmsignore's !.env.example
+        ".gitignore",
+        ".mwmsignore",
+        "keep.log",  # taken back by .gitignore's !keep.log
+        "pkg/model.py",
+        "sub/.gitignore",
+        "sub/ok.py",
+        "train.py",
+    ]
+    assert "SECRET" not in "".join(packed.values())
+    assert code.left_out == [
+        ".aws/", ".env", ".git/", ".kube/", "cert.pem", "data/", "id_rsa", "id_rsa.pub", "notes.txt",
+        "run.log", "server.key", "sub/local.py",
+    ]  # fmt: skip
+
+
+def test_dry_run_lists_the_files_their_size_and_what_is_left_out_without_a_cluster(tmp_path, capsys):
+    script = working_dir(tmp_path / "project")
+    nowhere = str(tmp_path / "no-such-kubeconfig")  # any cluster call would fail on it
+    args = [str(script), "--working-dir", str(script.parent), "--kubeconfig", nowhere, "--dry-run"]
+    assert submit.main(args) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "         7 B  .env.example",
+        "        22 B  .gitignore",
+        "        24 B  .mwmsignore",
+        "         5 B  keep.log",
+        "         6 B  pkg/model.py",
+        "         9 B  sub/.gitignore",
+        "         7 B  sub/ok.py",
+        "        17 B  train.py",
+        "8 files, 184 of the 1,032,192 bytes a ConfigMap holds",  # 97 B of text, 87 B of keys
+        "left out: .aws/, .env, .git/, .kube/, cert.pem, data/, id_rsa, id_rsa.pub, notes.txt, run.log, "
+        "server.key, sub/local.py",
+    ]
+
+
 def test_above_the_configmap_limit_it_refuses_naming_the_biggest_file(tmp_path):
     (tmp_path / "train.py").write_text("pass\n")
     (tmp_path / "data.csv").write_text("1,2\n" * 300_000)
     with pytest.raises(SubmitError, match=r"above the 1\.0 MB a ConfigMap can hold \(largest: data\.csv"):
         submit.pack(tmp_path / "train.py", tmp_path)
+
+
+def test_a_function_and_its_module_are_refused_when_together_above_the_limit(tmp_path, monkeypatch):
+    """Each below the limit, the two above it: the ConfigMap holds them together."""
+    (tmp_path / "bigmodule.py").write_text(
+        "# " + "x" * 400_000 + "\ndef train(blob):\n    return len(blob)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import bigmodule
+
+    with pytest.raises(SubmitError, match=r"the code is 1\.\d MB, above .*largest: function\.pkl\.b64"):
+        submit.pack_function(bigmodule.train, {"blob": "y" * 500_000}, use_custom_strategy=False)
 
 
 def test_binary_files_are_refused_by_name(tmp_path):
