@@ -175,6 +175,18 @@ NOTES = {
 }
 
 
+# docs/reliability.md below this marker is written by hand (failure modes and what a user sees): kept as is.
+HAND_WRITTEN = (
+    "<!-- Written by hand from here on; bench/chaos/run.py keeps it when it rewrites the part above. -->"
+)
+
+
+def hand_written_part(doc: str) -> str:
+    """The hand-written tail of the document, marker included; empty when there is none."""
+    at = doc.find(HAND_WRITTEN)
+    return doc[at:] if at >= 0 else ""
+
+
 def write_doc(result: dict[str, Any]) -> None:
     lines = [
         "# Reliability: fault experiments",
@@ -239,7 +251,8 @@ def write_doc(result: dict[str, Any]) -> None:
         for name, r in failures:
             lines.append(f"- {name} trial {r['trial']}: {json.dumps(r)[:600]}")
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text("\n".join(lines) + "\n")
+    kept = hand_written_part(DOC.read_text()) if DOC.exists() else ""
+    DOC.write_text("\n".join(lines) + "\n" + ("\n" + kept if kept else ""))
 
 
 def main() -> None:
