@@ -43,5 +43,7 @@ def test_a_value_above_1_mib_fails_the_job_saying_so():
 
 
 def test_without_mlflow_a_value_above_the_message_fails_naming_the_tracking_server():
-    with pytest.raises(ResultError, match=r"without MLflow only 3000 bytes fit .*\(spec\.mlflow\.trackingUri"):
+    with pytest.raises(
+        ResultError, match=r"without MLflow only 3000 bytes fit .*\(spec\.mlflow\.trackingUri"
+    ):
         result.summary_fields("x" * 5000, no_mlflow)
