@@ -45,6 +45,8 @@ def log_model(model: Any, name: str = "model", **kwargs: Any) -> Any:
 
     Collective-safe: the chief logs a plain copy built from the weights (model.plain_copy), so no worker has
     to take part and nothing blocks. Call it on every worker anyway: the code stays the same everywhere.
+    Inside run_here MLflow's transient failures are retried and a restarted group reuses the READY model of
+    that name (tracking.MlflowTracker.models_logged_once; plain mlflow.<flavor>.log_model calls get it too).
     """
     if not is_chief():
         return None
