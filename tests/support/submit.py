@@ -32,15 +32,16 @@ def run_mwms(
     )
 
 
-def seed_function() -> ModuleType:
-    """tests/data/submit/seed_function.py imported as a user's own module (`seed_function`), so its source
-    travels with the pickled function as it would from a user's project."""
+def user_module(name: str = "seed_function") -> ModuleType:
+    """tests/data/submit/<name>.py imported as a user's own module, so its source travels with the pickled
+    function as it would from a user's project."""
+    import importlib
+
     sys.path.insert(0, str(DATA))
     try:
-        import seed_function
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(DATA))
-    return seed_function
 
 
 def run_seed_function(namespace: str, kubeconfig: Path) -> Any:
@@ -53,7 +54,7 @@ def run_seed_function(namespace: str, kubeconfig: Path) -> Any:
         use_custom_strategy=True,
         cluster=Cluster(namespace=namespace, kubeconfig=str(kubeconfig)),
     )
-    return runner.run(seed_function().train, epochs=2)
+    return runner.run(user_module().train, epochs=2)
 
 
 def jobs_in(kubectl: Any, namespace: str) -> list[dict[str, Any]]:

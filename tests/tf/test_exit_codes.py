@@ -70,19 +70,33 @@ def test_peer_loss_errors_are_retryable_everywhere(monkeypatch, tmp_path, where,
         assert str(err.value).endswith(f"{name}: injected")
 
 
-def test_a_runners_own_strategy_gets_the_startup_backstop(tmp_path):
+# Every way a user's code makes the strategy; the last binds the name when the script is imported, before the
+# runner is called.
+CONSTRUCTORS = {
+    "v2": ("import tensorflow as tf", "tf.distribute.MultiWorkerMirroredStrategy()"),
+    "experimental": ("import tensorflow as tf", "tf.distribute.experimental.MultiWorkerMirroredStrategy()"),
+    "bound-at-import": (
+        "import tensorflow as tf; MWMS = tf.distribute.MultiWorkerMirroredStrategy",
+        "MWMS()",
+    ),
+}
+
+
+@pytest.mark.parametrize("constructor", CONSTRUCTORS)
+def test_a_runners_own_strategy_gets_the_startup_backstop(tmp_path, constructor):
     """A peer that answered the rendezvous but never registers: SIGALRM at the deadline, not an hour later."""
     ports = free_ports(2)
     hosts = [f"127.0.0.1:{p}" for p in ports]
     script = tmp_path / "train.py"
+    imports, strategy = CONSTRUCTORS[constructor]
     script.write_text(
         textwrap.dedent(
-            """
-            import tensorflow as tf
+            f"""
+            {imports}
             from mwms_trainer import MirroredStrategyRunner
 
             def train():
-                return tf.distribute.MultiWorkerMirroredStrategy().num_replicas_in_sync
+                return {strategy}.num_replicas_in_sync
 
             MirroredStrategyRunner(num_slots=2, use_custom_strategy=True).run(train)
             """

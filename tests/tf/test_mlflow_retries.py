@@ -61,3 +61,27 @@ def test_an_unreachable_server_is_retried_then_retryable(monkeypatch):
     with pytest.raises(RetryableError, match=f"MLflow at {url} is unavailable"):
         with_retries("experiment lookup", url, call, DELAYS)
     assert len(calls) == len(DELAYS) + 1
+
+
+def test_an_error_of_the_model_itself_is_not_retried_but_mlflows_are():
+    """User code's models: a layer that cannot be saved is the user's error (exit 1, its own traceback), not
+    an MLflow outage to retry and hand to the operator as exit 75."""
+    from mlflow.exceptions import MlflowException
+
+    from mwms_trainer.tracking import came_from_mlflow
+
+    def unsavable():
+        raise NotImplementedError("Layer MyLayer has no get_config()")
+
+    call, calls = _counted(unsavable)
+    with pytest.raises(NotImplementedError, match="get_config"):
+        with_retries("log_model of 'm'", "http://mlflow", call, DELAYS, retried_if=came_from_mlflow)
+    assert len(calls) == 1
+
+    def outage():
+        raise MlflowException("API request failed: too many 503 error responses")
+
+    call, calls = _counted(outage)
+    with pytest.raises(RetryableError, match="log_model of 'm' failed 4 times"):
+        with_retries("log_model of 'm'", "http://mlflow", call, DELAYS, retried_if=came_from_mlflow)
+    assert len(calls) == len(DELAYS) + 1

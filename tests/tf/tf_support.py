@@ -45,17 +45,19 @@ def write_parts(directory: Path, files: int, rows: int = 400) -> list[Path]:
 def trainjob_spec(
     name: str,
     replicas: int,
-    trainer: Mapping[str, Any],
+    trainer: Mapping[str, Any] | None,
     *,
     checkpoint: bool = False,
     startup_timeout: int = 120,
+    code: Mapping[str, Any] | None = None,
 ) -> TrainJobSpec:
+    """`code` (spec.code) instead of `trainer`: give the group MWMS_CODE_DIR, where the files are."""
     spec: dict[str, Any] = {
         "replicas": replicas,
-        "trainer": dict(trainer),
         "mlflow": {"experiment": name},
         "runPolicy": {"startupTimeoutSeconds": startup_timeout},
     }
+    spec.update({"code": dict(code)} if code is not None else {"trainer": dict(trainer or {})})
     if checkpoint:
         spec["checkpoint"] = {"hostPath": {"path": "/unused-locally"}}
     return parse_trainjob({"metadata": {"name": name}, "spec": spec}, OperatorConfig())

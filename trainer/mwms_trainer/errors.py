@@ -32,3 +32,8 @@ class MlflowRefusedError(TrainerError):
 
 class DivergedError(TrainerError):
     """The loss became NaN or infinite: permanent, a restart would diverge the same way."""
+
+
+class ResultError(TrainerError):
+    """The chief's return value cannot be the job's result (not JSON, or too big): permanent, the same code
+    returns the same value."""

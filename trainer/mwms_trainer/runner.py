@@ -45,6 +45,8 @@ def log_model(model: Any, name: str = "model", **kwargs: Any) -> Any:
 
     Collective-safe: the chief logs a plain copy built from the weights (model.plain_copy), so no worker has
     to take part and nothing blocks. Call it on every worker anyway: the code stays the same everywhere.
+    Inside run_here MLflow's transient failures are retried and a restarted group reuses the READY model of
+    that name (tracking.MlflowTracker.models_logged_once; plain mlflow.<flavor>.log_model calls get it too).
     """
     if not is_chief():
         return None
@@ -95,9 +97,10 @@ def run_here(
 ) -> Any:
     """Run train_fn on this worker of the cluster TF_CONFIG describes; its result on the chief, else None.
 
-    `summary` (when given) receives the chief's runId, experimentId and modelUri. Called again from inside
-    train_fn (a spec.code script that calls MirroredStrategyRunner.run itself), it runs the inner function in
-    the run already open: the peers are there and the job has its one MLflow run.
+    `summary` (when given: the job's result is asked for) receives the chief's runId, experimentId,
+    modelUri and its return value (mwms_trainer.result: ResultError when it cannot be the job's). Called again
+    from inside train_fn (a spec.code script that calls MirroredStrategyRunner.run itself), it runs the inner
+    function in the run already open: the peers are there and the job has its one MLflow run.
     """
     if "tracker" in _state:
         if use_custom_strategy:
@@ -139,21 +142,29 @@ def run_here(
             with (
                 startup.backstopped_user_strategy(deadline, note),
                 startup.peer_loss_is_retryable("in train_fn"),
+                tracker.models_logged_once(),
             ):
                 result = train_fn(**kwargs)
         else:
             strategy = startup.create_strategy(cluster, deadline, note, peers_by)
-            with strategy.scope(), startup.peer_loss_is_retryable("in train_fn"):
+            with (
+                strategy.scope(),
+                startup.peer_loss_is_retryable("in train_fn"),
+                tracker.models_logged_once(),
+            ):
                 result = train_fn(**kwargs)
-        ok = True
         if summary is not None:
-            summary["chief"] = cluster.is_chief
+            if cluster.is_chief:  # the job's result: checked before the run is marked FINISHED
+                from mwms_trainer import result as job_result
+
+                summary.update(job_result.summary_fields(result, tracker.log_text))
             fields = {
                 "runId": tracker.run_id,
                 "experimentId": tracker.experiment_id,
                 "modelUri": _state.get("model_uri"),
             }
             summary.update({k: v for k, v in fields.items() if v is not None})
+        ok = True
         return result if cluster.is_chief else None
     finally:
         tracker.close(ok)

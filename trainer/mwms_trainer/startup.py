@@ -199,23 +199,22 @@ def create_strategy(
 
 @contextlib.contextmanager
 def backstopped_user_strategy(deadline: float, on_backstop: Callable[[str], None]) -> Iterator[None]:
-    """While a user's train_fn runs: the MultiWorkerMirroredStrategy() it creates gets the same backstop.
+    """While a user's train_fn runs: every MultiWorkerMirroredStrategy it creates gets the same backstop.
 
-    tf.distribute.MultiWorkerMirroredStrategy is swapped for a subclass whose constructor runs inside
-    registration_backstop (isinstance checks still hold), and put back afterwards.
+    The class's own __init__ is wrapped, not the name tf.distribute.MultiWorkerMirroredStrategy: the
+    experimental class (a subclass) and names the user's module bound at import time reach it too.
     """
     from mwms_trainer.tfenv import tensorflow
 
-    tf = tensorflow()
-    original = tf.distribute.MultiWorkerMirroredStrategy
+    strategy_class = tensorflow().distribute.MultiWorkerMirroredStrategy
+    original = strategy_class.__dict__["__init__"]
 
-    class MultiWorkerMirroredStrategy(original):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            with registration_backstop(deadline, on_backstop):
-                super().__init__(*args, **kwargs)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        with registration_backstop(deadline, on_backstop):
+            original(self, *args, **kwargs)
 
-    tf.distribute.MultiWorkerMirroredStrategy = MultiWorkerMirroredStrategy
+    strategy_class.__init__ = __init__
     try:
         yield
     finally:
-        tf.distribute.MultiWorkerMirroredStrategy = original
+        strategy_class.__init__ = original

@@ -12,6 +12,7 @@ import argparse
 import base64
 import contextlib
 import json
+import os
 import re
 import secrets
 import sys
@@ -307,6 +308,9 @@ class Outcome:
     model_uri: str | None = None
     result: Any = None
     has_result: bool = False
+    result_artifact: str | None = None  # a result above a few KB: an artifact of the job's MLflow run
+    result_bytes: int | None = None
+    tracking_uri: str | None = None  # the chief's MLflow, where result_artifact is
 
 
 def chief_summary(pod: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -320,6 +324,15 @@ def chief_summary(pod: Mapping[str, Any] | None) -> dict[str, Any]:
             if isinstance(data, dict):
                 return data
     return {}
+
+
+def chief_tracking_uri(pod: Mapping[str, Any] | None) -> str | None:
+    """The MLflow tracking URI the chief ran with (pod as the kubernetes client's to_dict() gives it)."""
+    for container in ((pod or {}).get("spec") or {}).get("containers") or []:
+        if container.get("name") == constants.CONTAINER_NAME:
+            env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+            return env.get(constants.ENV_TRACKING_URI) or None
+    return None
 
 
 def outcome(job: Mapping[str, Any], chief: Mapping[str, Any] | None) -> Outcome:
@@ -336,8 +349,22 @@ def outcome(job: Mapping[str, Any], chief: Mapping[str, Any] | None) -> Outcome:
         run_id=mlflow.get("runId") or summary.get("runId"),
         model_uri=mlflow.get("modelUri") or summary.get("modelUri"),
         result=summary.get("result"),
-        has_result="result" in summary,
+        has_result="result" in summary or "resultArtifact" in summary,
+        result_artifact=summary.get("resultArtifact"),
+        result_bytes=summary.get("resultBytes"),
+        tracking_uri=chief_tracking_uri(chief),
     )
+
+
+def chiefs_value(result: Outcome, environ: Mapping[str, str]) -> Any:
+    """The chief's return value, whole: from its termination message, or from MLflow when it was too big for
+    it (at this machine's MLFLOW_TRACKING_URI, else the chief's)."""
+    if result.result_artifact is None:
+        return result.result
+    from mwms_trainer import result as job_result
+
+    uri = environ.get(constants.ENV_TRACKING_URI) or result.tracking_uri
+    return job_result.read(result.result_artifact, uri)
 
 
 def progress_line(progress: Mapping[str, Any], tty: bool) -> str:
@@ -423,7 +450,9 @@ class Follower:
 def report(result: Outcome, out: IO[str]) -> int:
     if result.phase == "Succeeded":
         out.write(f"Succeeded. MLflow run ID: {result.run_id}\nModel URI: {result.model_uri}\n")
-        if result.has_result and result.result is not None:
+        if result.result_artifact is not None:  # up to 1 MiB: not for a terminal
+            out.write(f"Result: {result.result_bytes} bytes of JSON, in MLflow at {result.result_artifact}\n")
+        elif result.has_result and result.result is not None:
             out.write(f"Result: {json.dumps(result.result)}\n")
         return constants.EXIT_SUCCESS
     out.write(f"Failed: {result.message}\n")
@@ -481,7 +510,7 @@ def run_function(
     result = Follower(client, name, stream, tty=stream.isatty()).follow()
     if result.phase != "Succeeded":
         raise RuntimeError(f"TrainJob {client.namespace}/{name} failed: {result.message}")
-    return result.result
+    return chiefs_value(result, os.environ)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

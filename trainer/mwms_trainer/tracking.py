@@ -6,11 +6,13 @@ one, so a restarted group (or an operator-retried chief) continues the same run 
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -51,6 +53,12 @@ class NullTracker:
     def log_model(self, model: Any, columns: Sequence[str], metrics: Mapping[str, float]) -> str | None:
         return None
 
+    def models_logged_once(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def log_text(self, text: str, artifact_file: str) -> str | None:
+        return None
+
     def close(self, ok: bool) -> None:
         pass
 
@@ -70,15 +78,29 @@ def is_permanent(error: BaseException) -> bool:
     return 400 <= status < 500 and status not in TRANSIENT_CLIENT_STATUSES
 
 
+def came_from_mlflow(error: BaseException) -> bool:
+    """Whether an error is MLflow's or the network's (its client's, requests', sockets'), not the model's own
+    (a layer that cannot be saved): that one no retry cures, and it stays the user's error (exit 1)."""
+    package = type(error).__module__.split(".")[0]
+    return package in ("mlflow", "requests", "urllib3") or isinstance(error, ConnectionError | TimeoutError)
+
+
 def with_retries(
-    what: str, uri: str, call: Callable[[], T], delays: tuple[float, ...] = RETRY_DELAYS_SECONDS
+    what: str,
+    uri: str,
+    call: Callable[[], T],
+    delays: tuple[float, ...] = RETRY_DELAYS_SECONDS,
+    retried_if: Callable[[BaseException], bool] = lambda error: True,
 ) -> T:
     """Call, retrying transient failures with backoff; RetryableError (exit 75) once the delays are used up,
-    MlflowRefusedError (exit 1) at once when MLflow refuses the request itself."""
+    MlflowRefusedError (exit 1) at once when MLflow refuses the request itself. Errors `retried_if` rejects
+    propagate as they are."""
     for attempt, delay in enumerate((*delays, None), start=1):
         try:
             return call()
         except Exception as e:
+            if not retried_if(e):
+                raise
             if is_permanent(e):
                 code = getattr(e, "error_code", "")
                 raise MlflowRefusedError(f"MLflow at {uri} refused {what} ({code}): {e}") from None
@@ -173,43 +195,8 @@ class MlflowTracker:
         self._retry("params", lambda: self._mlflow.log_params({k: _param(v) for k, v in params.items()}))
 
     def _ready_model_uri(self) -> str | None:
-        """The run's one READY model, after deleting what uploads that died (PENDING) or failed (FAILED) left
-        behind: a model without all its artifacts must never be handed out, nor stay beside the real one."""
-        models = self._mlflow.search_logged_models(
-            experiment_ids=[self.experiment_id],
-            filter_string=f"source_run_id = '{self.run_id}'",
-            order_by=[{"field_name": "creation_time", "ascending": True}],
-            output_format="list",
-        )
-        ready = next((m for m in models if str(m.status) == "READY"), None)
-        for m in models:
-            if m is not ready:
-                log.info("deleting model %s (%s), left by an interrupted upload", m.model_id, m.status)
-                self._client.delete_logged_model(m.model_id)
-        if ready is None:
-            return None
-        uri = f"models:/{ready.model_id}"
-        if self._registered_model_name:
-            self._register_once(self._registered_model_name, uri, ready.model_id)
-        return uri
-
-    def _register_once(self, name: str, uri: str, model_id: str) -> None:
-        """The READY model is registered exactly once: a chief that died between the upload and the
-        registration left it unregistered; a registration that did not finish is deleted and redone."""
-        versions = [
-            v
-            for v in self._client.search_model_versions(f"name = '{name}' and run_id = '{self.run_id}'")
-            # The REST search leaves model_id empty; the source (the model's artifact location) names it.
-            if v.model_id == model_id or model_id in (v.source or "")
-        ]
-        keep = next((v for v in versions if str(v.status) == "READY"), None)
-        for v in versions:
-            if v is not keep:
-                log.info("deleting version %s of registered model %s (%s)", v.version, name, v.status)
-                self._client.delete_model_version(name, v.version)
-        if keep is None:
-            log.info("registering %s as %s", uri, name)
-            self._mlflow.register_model(uri, name)
+        ready = ready_model(self._client, self.experiment_id, self.run_id, None, self._registered_model_name)
+        return None if ready is None else f"models:/{ready.model_id}"
 
     def _upload(self, model: Any, columns: Sequence[str]) -> str:
         existing = self._ready_model_uri()  # again on every attempt: a lost answer may hide a finished upload
@@ -236,11 +223,110 @@ class MlflowTracker:
         self._retry("final metrics", lambda: self._mlflow.log_metrics(dict(metrics)))
         return self._retry("model upload", lambda: self._upload(model, columns))
 
+    @contextlib.contextmanager
+    def models_logged_once(self) -> Iterator[None]:
+        """While user code runs on the chief: each model it logs into this run (every flavour's log_model ends
+        in mlflow.models.Model.log) is retried as the built-in upload is, and logged once per name, so a
+        restarted group reuses the READY model instead of logging a second one."""
+        from mlflow.models import Model
+
+        original = Model.__dict__["log"]  # the classmethod itself, to put back
+        log_model = original.__func__
+        parameters = inspect.signature(log_model)
+        tracker = self
+
+        def log(cls: type, *args: Any, **kwargs: Any) -> Any:
+            given = parameters.bind(cls, *args, **kwargs).arguments
+            if given.get("model_id") or given.get("run_id") not in (None, tracker.run_id):
+                return log_model(cls, *args, **kwargs)  # into another model or run: not the job's to dedupe
+            name = given.get("name") or given.get("artifact_path")
+            if name is None:  # MLflow would pick a random name, which a restart could not recognise
+                name = kwargs["name"] = MODEL_NAME
+            registered = given.get("registered_model_name")
+            return tracker._log_once(name, registered, lambda: log_model(cls, *args, **kwargs))
+
+        Model.log = classmethod(log)  # type: ignore[method-assign, assignment]
+        try:
+            yield
+        finally:
+            Model.log = original  # type: ignore[method-assign]
+
+    def _log_once(self, name: str, registered_model_name: str | None, upload: Callable[[], Any]) -> Any:
+        def attempt() -> Any:
+            # Again on every attempt: a lost answer may hide a finished upload.
+            ready = ready_model(self._client, self.experiment_id, self.run_id, name, registered_model_name)
+            if ready is None:
+                return upload()
+            log.info(
+                "run %s already has its model %r (%s): not logging it again",
+                self.run_id,
+                name,
+                ready.model_id,
+            )
+            return self._mlflow.models.Model.load(f"models:/{ready.model_id}").get_model_info(ready)
+
+        return with_retries(f"log_model of {name!r}", self._uri, attempt, self._delays, came_from_mlflow)
+
+    def log_text(self, text: str, artifact_file: str) -> str:
+        """`text` as an artifact of the run (the same file again on a retry); its runs:/ URI."""
+        self._retry(artifact_file, lambda: self._mlflow.log_text(text, artifact_file))
+        return f"runs:/{self.run_id}/{artifact_file}"
+
     def close(self, ok: bool) -> None:
         try:
             self._mlflow.end_run(status="FINISHED" if ok else "FAILED")
         except Exception as e:
             log.warning("could not close MLflow run %s: %s", self.run_id, e)
+
+
+def ready_model(
+    client: Any, experiment_id: str, run_id: str, name: str | None, registered_model_name: str | None
+) -> Any | None:
+    """The run's one READY model (of that name, when given), after deleting what uploads that died (PENDING)
+    or failed (FAILED) left behind: a model without all its artifacts must never be handed out, nor stay
+    beside the real one. Registered exactly once under registered_model_name, when given."""
+    import mlflow
+
+    models = [
+        m
+        for m in mlflow.search_logged_models(
+            experiment_ids=[experiment_id],
+            filter_string=f"source_run_id = '{run_id}'",
+            order_by=[{"field_name": "creation_time", "ascending": True}],
+            output_format="list",
+        )
+        if name is None or m.name == name
+    ]
+    ready = next((m for m in models if str(m.status) == "READY"), None)
+    for m in models:
+        if m is not ready:
+            log.info("deleting model %s (%s), left by an interrupted upload", m.model_id, m.status)
+            client.delete_logged_model(m.model_id)
+    if ready is not None and registered_model_name:
+        register_once(client, registered_model_name, run_id, ready.model_id)
+    return ready
+
+
+def register_once(client: Any, name: str, run_id: str, model_id: str) -> None:
+    """The READY model is registered exactly once: a chief that died between the upload and the
+    registration left it unregistered; a registration that did not finish is deleted and redone."""
+    import mlflow
+
+    versions = [
+        v
+        for v in client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
+        # The REST search leaves model_id empty; the source (the model's artifact location) names it.
+        if v.model_id == model_id or model_id in (v.source or "")
+    ]
+    keep = next((v for v in versions if str(v.status) == "READY"), None)
+    for v in versions:
+        if v is not keep:
+            log.info("deleting version %s of registered model %s (%s)", v.version, name, v.status)
+            client.delete_model_version(name, v.version)
+    if keep is None:
+        uri = f"models:/{model_id}"
+        log.info("registering %s as %s", uri, name)
+        mlflow.register_model(uri, name)
 
 
 def model_signature() -> Any:

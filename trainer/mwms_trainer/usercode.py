@@ -8,7 +8,8 @@ with the job's uid), and a lost peer exits 75. A script that itself calls
 run, and the value `run` returns on the chief becomes the job's result.
 
 The chief's termination message carries runId, experimentId, modelUri (what `log_model` logged) and the
-result (when it is JSON and small); `mwms submit` and `Cluster` read them back.
+result (JSON up to 1 MiB; above a few KB it names an artifact of the run: see result.py); `mwms submit` and
+`Cluster` read them back.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from mwms_operator import constants
 from mwms_trainer.errors import ConfigError
 
 log = logging.getLogger("mwms_trainer")
-MAX_RESULT_BYTES = 3000  # what is left of the kubelet's 4 KiB termination message after the run's fields
 
 
 def _is_function_entrypoint(entrypoint: str) -> bool:
@@ -42,7 +42,11 @@ def load_entrypoint(
     code_dir: Path, entrypoint: str, args: list[str], source: str = "configMap"
 ) -> Callable[[], Any]:
     """A callable that runs the entrypoint. ConfigError (exit 2, names the field) when it is not there;
-    anything the user's code raises on import propagates as it is. source: spec.code's configMap or volume."""
+    anything the user's code raises on import propagates as it is. source: spec.code's configMap or volume.
+
+    The module is imported by the callable, not here: its top-level code may create the strategy and the
+    model, which needs the peers there, the startup backstop and peer loss made retryable (runner.run_here).
+    """
     files = sorted(p.name for p in code_dir.iterdir()) if code_dir.is_dir() else []
     if not [f for f in files if not f.startswith("..")]:  # a ConfigMap volume's own ..data links
         why = (
@@ -59,13 +63,16 @@ def load_entrypoint(
             raise ConfigError(
                 "spec.code.entrypoint", f"no module {module_name!r} in the code directory (files: {files})"
             )
-        module = importlib.import_module(module_name)
-        function = getattr(module, function_name, None)
-        if not callable(function):
-            raise ConfigError(
-                "spec.code.entrypoint", f"module {module_name!r} has no function {function_name!r}"
-            )
-        return function
+
+        def run_function() -> Any:
+            function = getattr(importlib.import_module(module_name), function_name, None)
+            if not callable(function):
+                raise ConfigError(
+                    "spec.code.entrypoint", f"module {module_name!r} has no function {function_name!r}"
+                )
+            return function()
+
+        return run_function
     script = code_dir / entrypoint
     if not script.is_file():
         raise ConfigError(
@@ -123,14 +130,6 @@ def last_traceback_line(error: BaseException, code_dir: Path) -> str:
     return f"{text} ({name}, line {where[1]})"
 
 
-def _jsonable(result: Any) -> Any:
-    try:
-        text = json.dumps(result)
-    except (TypeError, ValueError):
-        return repr(result)[:MAX_RESULT_BYTES]
-    return result if len(text) <= MAX_RESULT_BYTES else repr(result)[:MAX_RESULT_BYTES]
-
-
 def run(environ: Mapping[str, str]) -> dict[str, Any]:
     """Run spec.code on this worker; the termination summary (the chief's carries the run and the result)."""
     from mwms_trainer import runner
@@ -150,10 +149,7 @@ def run(environ: Mapping[str, str]) -> dict[str, Any]:
     source = environ.get(constants.ENV_CODE_SOURCE) or "configMap"
     function = load_entrypoint(code_dir, entrypoint, [str(a) for a in args], source)
     summary: dict[str, Any] = {}
-    result = runner.run_here(lambda: function(), {}, use_custom_strategy=True, summary=summary)
-    if summary.get("chief"):
-        summary["result"] = _jsonable(result)
-    summary.pop("chief", None)
+    runner.run_here(function, {}, use_custom_strategy=True, summary=summary)
     return summary
 
 

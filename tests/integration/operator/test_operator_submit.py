@@ -19,6 +19,7 @@ from support.submit import (
     printed_result,
     run_mwms,
     run_seed_function,
+    user_module,
 )
 
 pytestmark = pytest.mark.integration
@@ -217,6 +218,28 @@ def test_a_function_from_python_returns_the_chiefs_value(
     assert job["spec"]["code"]["entrypoint"] == "mwms_trainer.usercode:run_pickled"
     runs, models = mlflow_runs(mlflow_uri, job["metadata"]["name"])
     assert len(runs) == 1 and [m.name for m in models] == ["mymodel"]
+
+
+def test_a_100_kb_result_comes_back_whole_and_a_too_big_one_fails_saying_so(
+    operator, mlflow_uri, cluster, namespace, monkeypatch
+):
+    """Above what the chief's termination message holds, the value goes through an artifact of the job's run
+    and the caller reads it back (at the chief's tracking URI); above 1 MiB the job fails saying so."""
+    from mwms_trainer import Cluster, MirroredStrategyRunner
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    runner = MirroredStrategyRunner(
+        num_slots=1,
+        use_custom_strategy=True,
+        cluster=Cluster(namespace=namespace, kubeconfig=str(cluster.kubeconfig)),
+    )
+    train = user_module("big_result").train
+    assert runner.run(train, size=100_000) == ["x" * 98] * 1000
+    with pytest.raises(
+        RuntimeError, match=r"return value is \d+ bytes as JSON, above the 1048576 bytes \(1 MiB\)"
+    ):
+        runner.run(train, size=2_000_000)
 
 
 def test_code_from_a_volume_runs_like_a_configmap(operator, kubectl, namespace, tmp_path):

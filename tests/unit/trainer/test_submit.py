@@ -180,6 +180,22 @@ def test_the_outcome_carries_the_run_and_the_chiefs_result():
     assert out.getvalue() == 'Succeeded. MLflow run ID: r1\nModel URI: models:/m-1\nResult: {"loss": 0.5}\n'
 
 
+def test_a_result_stored_in_mlflow_is_read_from_there_not_printed_whole():
+    """Above a few KB the chief's message names an artifact of its run: the caller reads it at this machine's
+    MLFLOW_TRACKING_URI, else at the chief's."""
+    job = {"status": {"phase": "Succeeded", "mlflow": {"runId": "r1", "modelUri": "models:/m-1"}}}
+    message = {"runId": "r1", "resultArtifact": "runs:/r1/mwms/result.json", "resultBytes": 102400}
+    pod = chief_pod(json.dumps(message))
+    pod["spec"] = {
+        "containers": [{"name": "trainer", "env": [{"name": "MLFLOW_TRACKING_URI", "value": "http://m"}]}]
+    }
+    result = submit.outcome(job, pod)
+    assert (result.result_artifact, result.tracking_uri) == ("runs:/r1/mwms/result.json", "http://m")
+    out = io.StringIO()
+    assert submit.report(result, out) == 0
+    assert out.getvalue().endswith("Result: 102400 bytes of JSON, in MLflow at runs:/r1/mwms/result.json\n")
+
+
 def test_a_failed_job_exits_1_with_its_condition_message():
     job = {"status": {"phase": "Failed", "conditions": [{"type": "Failed", "message": "worker x exited 1"}]}}
     out = io.StringIO()

@@ -26,10 +26,24 @@ def test_a_missing_script_names_the_entrypoint(tmp_path):
 def test_a_missing_function_names_the_entrypoint(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "mwms_test_mod_a.py").write_text("def other(): pass\n")
+    run = usercode.load_entrypoint(tmp_path, "mwms_test_mod_a:train", [])
     with pytest.raises(
         ConfigError, match="spec.code.entrypoint: module 'mwms_test_mod_a' has no function 'train'"
     ):
-        usercode.load_entrypoint(tmp_path, "mwms_test_mod_a:train", [])
+        run()
+
+
+def test_a_module_is_imported_when_its_function_runs_not_before(tmp_path, monkeypatch):
+    """Its top-level code may create the strategy: that needs the peers, the backstop, retryable peer loss."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "mwms_test_mod_c.py").write_text(
+        "import sys\nsys.mwms_test_imported = True\ndef train(): pass\n"
+    )
+    monkeypatch.setattr("sys.mwms_test_imported", False, raising=False)
+    run = usercode.load_entrypoint(tmp_path, "mwms_test_mod_c:train", [])
+    assert __import__("sys").mwms_test_imported is False
+    run()
+    assert __import__("sys").mwms_test_imported is True
 
 
 def test_a_module_function_is_found_in_the_code_dir(tmp_path, monkeypatch):

@@ -1,0 +1,75 @@
+"""The chief's return value as the job's result: JSON, whole, up to MAX_RESULT_BYTES (1 MiB).
+
+A small value (up to INLINE_BYTES) travels in the chief's termination message, which the kubelet cuts at 4 KiB
+and which also carries the run's fields; a larger one is an artifact of the job's MLflow run (ARTIFACT), named
+in the message, and read back from there by the caller. A value that is not JSON, above the limit, or above
+INLINE_BYTES for a job without MLflow fails the job (exit 1, saying which) instead of arriving cut.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mwms_trainer.errors import ResultError
+
+MAX_RESULT_BYTES = 1024 * 1024
+INLINE_BYTES = 3000  # what is left of the kubelet's 4 KiB termination message after the run's fields
+ARTIFACT = "mwms/result.json"
+KEEP_IT_SMALL = "log bigger things to the run (mlflow.log_dict, mlflow.log_artifact) and return their names"
+
+
+def encode(value: Any) -> str:
+    """The value as JSON; ResultError when it is not JSON or above MAX_RESULT_BYTES."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError) as e:
+        raise ResultError(
+            f"the chief's return value is not JSON ({type(e).__name__}: {e}): return dicts, lists, strings "
+            f"and numbers (an array's .tolist()); {KEEP_IT_SMALL}"
+        ) from None
+    size = len(text.encode())
+    if size > MAX_RESULT_BYTES:
+        raise ResultError(
+            f"the chief's return value is {size} bytes as JSON, above the {MAX_RESULT_BYTES} bytes (1 MiB) "
+            f"a job returns: {KEEP_IT_SMALL}"
+        )
+    return text
+
+
+def summary_fields(value: Any, log_text: Callable[[str, str], str | None]) -> dict[str, Any]:
+    """What the chief's termination message says of its value: the value itself, or where in MLflow it is.
+    log_text(text, artifact_file) stores it in the job's run and returns its URI (None: no MLflow)."""
+    text = encode(value)
+    size = len(text.encode())
+    if size <= INLINE_BYTES:
+        return {"result": value}
+    uri = log_text(text, ARTIFACT)
+    if uri is None:
+        raise ResultError(
+            f"the chief's return value is {size} bytes as JSON; without MLflow only {INLINE_BYTES} bytes fit "
+            "in its termination message: give the job a tracking server (spec.mlflow.trackingUri, or the "
+            f"operator's) to return up to 1 MiB, or {KEEP_IT_SMALL}"
+        )
+    return {"resultArtifact": uri, "resultBytes": size}
+
+
+def read(artifact_uri: str, tracking_uri: str | None) -> Any:
+    """The value the chief stored in MLflow (client side); RuntimeError naming the server when unreadable."""
+    import mlflow
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="mwms-result-") as tmp:
+            path = mlflow.artifacts.download_artifacts(
+                artifact_uri=artifact_uri, dst_path=tmp, tracking_uri=tracking_uri
+            )
+            return json.loads(Path(path).read_text(encoding="utf-8"))
+    except Exception as e:
+        raise RuntimeError(
+            f"the chief's result is in MLflow ({artifact_uri}) but could not be read from {tracking_uri}: "
+            f"{type(e).__name__}: {e}. Set MLFLOW_TRACKING_URI to an address of that tracking server this "
+            "machine reaches"
+        ) from e
