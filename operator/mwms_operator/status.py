@@ -24,7 +24,20 @@ TERMINAL = (SUCCEEDED, FAILED)
 CREATED = "Created"
 PODS_CREATED = "PodsCreated"  # the Created condition's reason and the event the handler posts
 WAITING_FOR_OLD_PODS = "WaitingForOldPods"
-CREATE_PODS_REFUSED = "CreatePodsRefused"  # the Running condition's reason and the event the handler posts
+# Why creating the workers (or the Service) was refused for now: the Running condition's reason and the
+# event the handler posts, one per meaning, with what the condition's message starts with.
+CREATE_PODS_REFUSED = "CreatePodsRefused"  # a policy: a ResourceQuota, a LimitRange, a webhook's denial
+WEBHOOK_UNAVAILABLE = "WebhookUnavailable"  # a webhook with failurePolicy Fail could not be called
+API_SERVER_THROTTLED = "ApiServerThrottled"  # 429: too many requests
+API_SERVER_ERROR = "ApiServerError"  # another 5xx
+NAME_CONFLICT = "NameConflict"  # a pod or Service of the name the job needs is not the job's
+REFUSALS = {
+    CREATE_PODS_REFUSED: "the API server refused to create the workers",
+    WEBHOOK_UNAVAILABLE: "an admission webhook the workers need could not be called",
+    API_SERVER_THROTTLED: "the API server asked the operator to slow down (429)",
+    API_SERVER_ERROR: "the API server failed to create the workers",
+    NAME_CONFLICT: "a name the job needs is taken",
+}
 INVALID_SPEC = "InvalidSpec"
 # False while spec.template is invalid: the running group is left alone; the next one needs a valid template.
 TEMPLATE_ACCEPTED = "TemplateAccepted"
@@ -227,14 +240,14 @@ class Decision:
 
 @dataclass(frozen=True)
 class CreationRefused:
-    """The API server refused to create this job's workers for now (a ResourceQuota, a LimitRange, a
-    validating webhook): its message, how many tries were refused, when the next one is, and how long until
-    then."""
+    """The API server refused to create this job's workers for now (a reason of REFUSALS): its message, how
+    many tries were refused, when the next one is, and how long until then."""
 
     message: str
     tries: int
     next_try: datetime
     wait_seconds: float = 0.0
+    reason: str = CREATE_PODS_REFUSED
 
 
 @dataclass(frozen=True)
@@ -549,11 +562,11 @@ def _rule_creation_refused(f: _Facts) -> Decision | None:
     if names:
         f.b.actions.append(DeletePods(names))
     message = (
-        f"the API server refused to create the workers ({refusal.tries} "
+        f"{REFUSALS[refusal.reason]} ({refusal.tries} "
         f"{'try' if refusal.tries == 1 else 'tries'}): {refusal.message}; no worker pod is kept while "
         f"waiting; next try at {format_time(refusal.next_try)}"
     )
-    f.b.condition(RUNNING, False, CREATE_PODS_REFUSED, _truncate(message))
+    f.b.condition(RUNNING, False, refusal.reason, _truncate(message))
     return f.finish()
 
 
