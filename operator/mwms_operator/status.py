@@ -554,9 +554,12 @@ def _rule_deadline_exceeded(f: _Facts) -> Decision | None:
 def _rule_creation_refused(f: _Facts) -> Decision | None:
     """Pod creation was refused for now: hold no part of the group while waiting (a partial MWMS group only
     holds quota others could use), say why, and let the next try (when due, with no pod left) create it all.
-    Before worker-failures: the pods removed here are not lost workers."""
+    Before worker-failures: the pods removed here are not lost workers. A whole group is never removed for
+    a refused Service (a running job's lost Service is made again by create-missing at each look)."""
+    assert f.parsed is not None
     refusal = f.creation_refused
-    if refusal is None or (refusal.wait_seconds <= 0 and not f.pods):
+    complete = {p.index for p in f.current if not p.deleting} >= set(range(f.parsed.replicas))
+    if refusal is None or complete or (refusal.wait_seconds <= 0 and not f.pods):
         return None
     names = tuple(p.name for p in f.pods if not p.deleting)
     if names:

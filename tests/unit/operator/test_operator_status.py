@@ -465,6 +465,15 @@ def test_each_kind_of_refusal_is_its_own_reason_in_the_running_condition(reason,
     assert running["message"].startswith(f"{says} (2 tries): the server's message;")
 
 
+def test_a_refused_service_never_removes_a_whole_group_that_runs():
+    """A running job's Service deleted, its name taken or its re-creation refused by a 5xx: the workers are
+    already connected, so they keep running and the Service is asked for again."""
+    refusal = dataclasses.replace(QUOTA_REFUSAL, reason="NameConflict")
+    d = decide(META, spec(), group(), service_exists=False, now=T0, previous=running_status(),
+               creation_refused=refusal)  # fmt: skip
+    assert d.status["phase"] == "Running" and d.actions == (CreateService(),)
+
+
 def test_once_the_next_try_is_due_and_no_pod_is_left_the_whole_group_is_created_again():
     first = step(None, [], service=False)
     due = CreationRefused("exceeded quota", 2, T0, wait_seconds=0.0)
