@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 
 from mwms_dev import pki
-
-from .conftest import free_port
+from mwms_dev.cluster import free_port
 
 pytestmark = pytest.mark.integration
 
