@@ -2,6 +2,7 @@
 
 import dataclasses
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +10,7 @@ from mwms_operator.config import OperatorConfig
 from mwms_operator.spec import SpecError, parse_trainjob
 from mwms_operator.status import (
     CONTAINER_ERROR_GRACE_SECONDS,
+    REFUSALS,
     RULES,
     CreatePods,
     CreateService,
@@ -472,6 +474,12 @@ def test_a_refused_service_never_removes_a_whole_group_that_runs():
     d = decide(META, spec(), group(), service_exists=False, now=T0, previous=running_status(),
                creation_refused=refusal)  # fmt: skip
     assert d.status["phase"] == "Running" and d.actions == (CreateService(),)
+
+
+def test_every_refusal_reason_is_in_the_readmes_troubleshooting_table():
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    table = readme.split("## Troubleshooting", 1)[1].split("\n## ", 1)[0]
+    assert [r for r in REFUSALS if f"`{r}`" not in table] == []
 
 
 def test_once_the_next_try_is_due_and_no_pod_is_left_the_whole_group_is_created_again():
