@@ -24,7 +24,6 @@ from mwms_operator.progress import ProgressReader, Skipped, status_patch
 from mwms_operator.spec import SpecError, TrainJobSpec, parse_trainjob
 from mwms_operator.state import JobKey, State, owner_key
 from mwms_operator.status import (
-    CREATE_PODS_REFUSED,
     PODS_CREATED,
     RUNNING,
     SUSPENDED,
@@ -249,18 +248,19 @@ class Reconciler:
         if not await self._write(meta, key, decision, previous):
             return
         try:
-            await self._act(body, meta, spec, decision)
+            await self._act(body, meta, spec, decision, dry_run_first=creation_refused is not None)
         except k8s.Rejected as error:
             # e.g. an invalid spec.template: the next run (right away) fails the job with this message.
             self.state.refused[key] = str(error)
             self.queue.add(key)
         except k8s.Refused as error:
-            # Quota, LimitRange, a webhook: the next run (right away) says so in status and removes what
-            # was created; the run after the backoff tries again. Not an error of the operator: no traceback.
-            tries, delay = self.state.refuse_creation(key, str(error))
+            # Quota, LimitRange, a webhook, 429/5xx, a name taken: the next run (right away) says so in status
+            # and removes what was created; the run after the backoff tries again. Not an error of the
+            # operator: no traceback.
+            tries, delay = self.state.refuse_creation(key, error.reason, str(error))
             log.info("%s/%s: creation refused (try %d, again in %.0f s): %s", *key[:2], tries, delay, error)
             message = f"{error} (try {tries}; trying again in {delay:.0f}s)"
-            await asyncio.to_thread(self.kube.post_event, body, "Warning", CREATE_PODS_REFUSED, message)
+            await asyncio.to_thread(self.kube.post_event, body, "Warning", error.reason, message)
             self.queue.add(key)
         for event in decision.events:
             await asyncio.to_thread(self.kube.post_event, body, event.type, event.reason, event.message)
@@ -313,27 +313,46 @@ class Reconciler:
         return True
 
     async def _act(
-        self, body: Mapping[str, Any], meta: JobMeta, spec: TrainJobSpec | SpecError, decision: Decision
+        self,
+        body: Mapping[str, Any],
+        meta: JobMeta,
+        spec: TrainJobSpec | SpecError,
+        decision: Decision,
+        *,
+        dry_run_first: bool,
     ) -> None:
-        kube = self.kube
+        kube, key = self.kube, JobKey(meta.namespace, meta.name, meta.uid)
         for action in decision.actions:
             if isinstance(action, DeletePods):
-                await asyncio.gather(
-                    *(asyncio.to_thread(kube.delete_pod, meta.namespace, n) for n in action.names)
-                )
+                # By uid: only the pods the index holds as this job's, never another's that took a name.
+                uids = {p.name: p.uid for p in self.state.pods_of(key)}
+                await self._delete_pods(meta.namespace, [(n, uids[n]) for n in action.names if n in uids])
             elif isinstance(action, DeleteJob):
-                await asyncio.to_thread(kube.delete_trainjob, meta.namespace, meta.name)
+                await asyncio.to_thread(kube.delete_trainjob, meta.namespace, meta.name, meta.uid)
             elif isinstance(spec, TrainJobSpec) and isinstance(action, CreateService):
                 service = builders.build_service(
                     spec, job_name=meta.name, namespace=meta.namespace, uid=meta.uid
                 )
                 await asyncio.to_thread(kube.create_service, meta.namespace, service)
             elif isinstance(spec, TrainJobSpec) and isinstance(action, CreatePods):
-                await self._create_pods(body, meta, spec, action)
+                await self._create_pods(body, meta, spec, action, dry_run_first=dry_run_first)
+
+    async def _delete_pods(self, namespace: str, pods: list[tuple[str, str]]) -> None:
+        """(name, uid) pairs: each is deleted only while its name is still that uid's."""
+        await asyncio.gather(*(asyncio.to_thread(self.kube.delete_pod, namespace, n, u) for n, u in pods))
 
     async def _create_pods(
-        self, body: Mapping[str, Any], meta: JobMeta, spec: TrainJobSpec, action: CreatePods
+        self,
+        body: Mapping[str, Any],
+        meta: JobMeta,
+        spec: TrainJobSpec,
+        action: CreatePods,
+        *,
+        dry_run_first: bool,
     ) -> None:
+        """After a refusal, every pod of the group is first tried as a dry run (admission only, nothing
+        stored): a group that would be refused again (its quota still full, the webhook still down) is not
+        created in part only to be deleted."""
         hosts = worker_hosts(meta.name, meta.namespace, spec.replicas, spec.port, self.config.cluster_domain)
         pods = [
             builders.build_worker_pod(
@@ -347,21 +366,36 @@ class Reconciler:
             )
             for i in action.indices
         ]
+        if dry_run_first:
+            await self._create_all(meta.namespace, pods, dry_run=True)
+        created = await self._create_all(meta.namespace, pods, dry_run=False)
+        self.state.creation_accepted(JobKey(meta.namespace, meta.name, meta.uid))
+        if created:
+            names = ", ".join(name for name, _ in created)
+            message = f"created worker pods {names} (restart {action.restart_count})"
+            await asyncio.to_thread(self.kube.post_event, body, "Normal", PODS_CREATED, message)
+
+    async def _create_all(
+        self, namespace: str, pods: list[dict[str, Any]], *, dry_run: bool
+    ) -> list[tuple[str, str]]:
+        """Creates the pods at once: the (name, uid) of those really created (None = the job's pod was there
+        already: a retried or lagging reconcile, no event spam). If any is refused, those created are
+        deleted again (the others must not hold quota or wait for peers meanwhile) and the worst error is
+        raised."""
         results = await asyncio.gather(
-            *(asyncio.to_thread(self.kube.create_pod, meta.namespace, pod) for pod in pods),
+            *(asyncio.to_thread(self.kube.create_pod, namespace, pod, dry_run=dry_run) for pod in pods),
             return_exceptions=True,
         )
-        # Only what was really created (409 = a retried or lagging reconcile): no event spam.
-        names = [pod["metadata"]["name"] for pod, new in zip(pods, results, strict=True) if new is True]
+        created = [
+            (pod["metadata"]["name"], uid)
+            for pod, uid in zip(pods, results, strict=True)
+            if isinstance(uid, str) and not dry_run
+        ]
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
-            # Some workers refused: the others must not hold quota (or wait for peers) meanwhile.
-            await asyncio.gather(*(asyncio.to_thread(self.kube.delete_pod, meta.namespace, n) for n in names))
+            await self._delete_pods(namespace, created)
             raise _worst(errors)
-        self.state.creation_accepted(JobKey(meta.namespace, meta.name, meta.uid))
-        if names:
-            message = f"created worker pods {', '.join(names)} (restart {action.restart_count})"
-            await asyncio.to_thread(self.kube.post_event, body, "Normal", PODS_CREATED, message)
+        return created
 
     # --- progress from MLflow
 

@@ -3,8 +3,9 @@ http.client) on the credentials kopf logs in with, so the operator has one sourc
 `kubernetes` client is not used: its generated models cost ~30 MiB of memory for the seven calls below.
 
 Calls are blocking; handlers run them with asyncio.to_thread, and each of those threads keeps one keep-alive
-connection. Creates are idempotent (409 means it is there), deletes too (404 means it is gone), so a retried
-or repeated reconcile is harmless.
+connection. Creates are idempotent (a 409 for an object this job owns means it is there; one it does not own
+is a NameTaken), deletes too (404 means it is gone) and carry the uid they mean, so a retried or repeated
+reconcile is harmless and never touches an object that is not the job's.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ from typing import Any
 import kopf
 
 from mwms_operator import __version__, constants, metrics
+from mwms_operator.status import (
+    API_SERVER_ERROR,
+    API_SERVER_THROTTLED,
+    CREATE_PODS_REFUSED,
+    NAME_CONFLICT,
+    WEBHOOK_UNAVAILABLE,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +40,7 @@ EVENT_TIMEOUT_SECONDS = 10.0
 # Creates are checked by the API server against the full schema: an unknown field (a typo such as
 # `resourcez`) is refused with 400 naming it, instead of being dropped silently.
 STRICT = "?fieldValidation=Strict"
+DRY_RUN = "&dryRun=All"  # admission (quota, LimitRange, webhooks) answers; nothing is stored
 TRAINJOBS_PATH = f"/apis/{constants.GROUP}/{constants.VERSION}/namespaces/{{namespace}}/{constants.PLURAL}"
 
 
@@ -58,8 +67,26 @@ class NamespaceEnding(Exception):
 
 
 class Refused(Exception):
-    """The API server refused to create the object for now (403: a ResourceQuota exceeded, a LimitRange, a
-    validating webhook): it may be accepted once that changes, so it is worth trying again later."""
+    """The API server refused to create the object for now: it may be accepted once that changes, so it is
+    worth trying again later. `reason` says what refused, for the TrainJob's condition and event: a policy
+    (403: a ResourceQuota exceeded, a LimitRange, a validating webhook's denial), a webhook that could not
+    be called (500 "failed calling webhook"), throttling (429) or another server error (5xx)."""
+
+    def __init__(self, message: str, reason: str = CREATE_PODS_REFUSED) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class NameTaken(Refused):
+    """An object of the name the job needs exists and is not the job's (no controller reference to its uid):
+    it is left alone, and the create is tried again later (the name may be freed)."""
+
+    def __init__(self, kind: str, name: str, owner: str) -> None:
+        super().__init__(
+            f"{kind} {name} exists and is not this TrainJob's (owner: {owner}); the operator leaves it "
+            "alone: delete or rename it and the job goes on",
+            NAME_CONFLICT,
+        )
 
 
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -212,31 +239,42 @@ class Kube:
                 raise NamespaceEnding(error.message) from None
             raise
 
-    def _create(self, path: str, body: Mapping[str, Any]) -> bool:
-        try:
-            self._post(path + STRICT, body)
-        except ApiError as error:
-            if error.status == 409:
-                return False
-            # 400: invalid (an unknown field too); 422: invalid value; 403 from Pod Security admission: the
-            # template breaks the namespace's policy.
-            invalid = error.status in (400, 422)
-            if invalid or (error.status == 403 and "violates PodSecurity" in error.message):
-                raise Rejected(error.message) from None
-            if error.status == 403:  # quota, LimitRange, a validating webhook: the message says which
-                raise Refused(error.message) from None
-            raise
-        return True
+    def _create(self, path: str, body: Mapping[str, Any], *, dry_run: bool = False) -> str | None:
+        """The new object's uid; None if this job's object of that name is there already (a retried or
+        lagging reconcile). NameTaken if it is there and is not this job's; Rejected/Refused as _refusal."""
+        meta = body.get("metadata") or {}
+        name, owner = str(meta.get("name")), _controller_uid(body)
+        for _ in range(2):  # the object went between the 409 and the read: sent again, once
+            try:
+                created = self._post(path + STRICT + (DRY_RUN if dry_run else ""), body)
+                return str((created.get("metadata") or {}).get("uid") or "")
+            except ApiError as error:
+                if error.status != 409:
+                    raise _refusal(error) from None
+                conflict = error
+            existing = self._request_unless_gone("GET", f"{path}/{_quote(name)}")
+            if existing is not None:
+                if owner is not None and _controller_uid(existing) == owner:
+                    return None
+                raise NameTaken(str(body.get("kind") or "object"), name, _owner_text(existing))
+        raise conflict
 
-    def create_pod(self, namespace: str, body: Mapping[str, Any]) -> bool:
-        """True if created, False if it already existed."""
-        return self._create(_core(namespace, "pods"), body)
+    def create_pod(self, namespace: str, body: Mapping[str, Any], *, dry_run: bool = False) -> str | None:
+        """The new pod's uid (nothing is stored with dry_run), None if the job's pod is there already."""
+        return self._create(_core(namespace, "pods"), body, dry_run=dry_run)
 
-    def create_service(self, namespace: str, body: Mapping[str, Any]) -> bool:
+    def create_service(self, namespace: str, body: Mapping[str, Any]) -> str | None:
         return self._create(_core(namespace, "services"), body)
 
-    def delete_pod(self, namespace: str, name: str) -> None:
-        self._request_unless_gone("DELETE", _core(namespace, "pods", name))
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Deletes the pod of this name only while it is the one with this uid: a pod that took its name
+        meanwhile (another owner's) is left alone."""
+        try:
+            self._request_unless_gone("DELETE", _core(namespace, "pods", name), _only(uid))
+        except ApiError as error:
+            if error.status != 409:  # 409: the precondition failed, the pod of that name is another
+                raise
+            log.info("pod %s/%s is no longer the one with uid %s: left alone", namespace, name, uid)
 
     def pod_uid(self, namespace: str, name: str) -> str | None:
         """The uid of the pod of this name now; None if there is none."""
@@ -288,8 +326,53 @@ class Kube:
                 "event %s on %s/%s not posted: %s", reason, meta.get("namespace"), meta.get("name"), error
             )
 
-    def delete_trainjob(self, namespace: str, name: str) -> None:
-        self._request_unless_gone("DELETE", _trainjob(namespace, name))
+    def delete_trainjob(self, namespace: str, name: str, uid: str) -> None:
+        """Only the TrainJob with this uid (not one created again under its name meanwhile)."""
+        try:
+            self._request_unless_gone("DELETE", _trainjob(namespace, name), _only(uid))
+        except ApiError as error:
+            if error.status != 409:
+                raise
+            log.info("TrainJob %s/%s is no longer the one with uid %s: left alone", namespace, name, uid)
+
+
+def _refusal(error: ApiError) -> Exception:
+    """What a create's error means for the job: invalid (Rejected), refused for now (Refused, with the reason
+    the job's status shows), or another error for the work queue's retry."""
+    message = error.message
+    # 400: invalid (an unknown field too); 422: invalid value; 403 from Pod Security admission: the template
+    # breaks the namespace's policy.
+    if error.status in (400, 422) or (error.status == 403 and "violates PodSecurity" in message):
+        return Rejected(message)
+    if error.status == 403:  # quota, LimitRange, a validating webhook's denial: the message says which
+        return Refused(message, CREATE_PODS_REFUSED)
+    if error.status == 500 and "failed calling webhook" in message:  # failurePolicy Fail, server down
+        return Refused(message, WEBHOOK_UNAVAILABLE)
+    if error.status == 429:
+        return Refused(message, API_SERVER_THROTTLED)
+    if error.status >= 500:
+        return Refused(message, API_SERVER_ERROR)
+    return error
+
+
+def _only(uid: str) -> dict[str, Any]:
+    """DeleteOptions that make the API server delete the object only if it still has this uid (else 409)."""
+    return {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+
+
+def _controller_uid(body: Mapping[str, Any]) -> str | None:
+    """The uid of the object's controller (its controller ownerReference), if it has one."""
+    for ref in (body.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def _owner_text(body: Mapping[str, Any]) -> str:
+    """Who owns an object, for people: its controller, else its first owner, else "no owner"."""
+    refs = (body.get("metadata") or {}).get("ownerReferences") or []
+    ref = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+    return f"{ref.get('kind')} {ref.get('name')} (uid {ref.get('uid')})" if ref else "no owner"
 
 
 def _core(namespace: str, plural: str, name: str | None = None) -> str:

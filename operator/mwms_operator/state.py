@@ -7,6 +7,7 @@ that looked podless would count its workers as lost).
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -14,10 +15,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from mwms_operator import constants
-from mwms_operator.status import CreationRefused, WorkerPod
+from mwms_operator.status import NAME_CONFLICT, CreationRefused, WorkerPod
 
-# A creation refused for now (quota, LimitRange, webhook) is tried again after this, doubling per refusal.
+# A creation refused for now (quota, LimitRange, webhook, 429/5xx) is tried again after a decorrelated jitter
+# backoff: each delay is drawn between the first and three times the previous one, up to the maximum, so two
+# jobs refused by one quota do not retry in lockstep.
 CREATE_RETRY_FIRST_SECONDS, CREATE_RETRY_MAX_SECONDS = 2.0, 300.0
+# A name taken by an object the operator does not watch (not its own): no event says when it is freed, so the
+# retry that notices stays this frequent.
+NAME_CONFLICT_RETRY_MAX_SECONDS = 30.0
 
 
 class JobKey(NamedTuple):
@@ -66,10 +72,19 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class _Refusal:
+    reason: str
     message: str
     tries: int
+    delay: float  # seconds from this refusal to the next try
     retry_at: float  # clock time of the next try
     next_try: datetime  # the same moment, for people
+
+
+def retry_delay(previous: float | None, draw: float, maximum: float = CREATE_RETRY_MAX_SECONDS) -> float:
+    """Decorrelated jitter: `draw` in [0, 1) picks a delay between the first and three times the previous."""
+    low = CREATE_RETRY_FIRST_SECONDS
+    high = 3 * (previous if previous is not None else low)
+    return min(maximum, low + draw * (high - low))
 
 
 def _rv(body: Mapping[str, Any]) -> int:
@@ -80,8 +95,8 @@ def _rv(body: Mapping[str, Any]) -> int:
 
 
 class State:
-    def __init__(self, clock: Any = time.monotonic) -> None:
-        self.clock = clock
+    def __init__(self, clock: Any = time.monotonic, draw: Any = random.random) -> None:
+        self.clock, self.draw = clock, draw  # draw: the jitter's random numbers in [0, 1)
         self.jobs: dict[JobKey, Mapping[str, Any]] = {}
         # kopf's indexes once bound: (namespace, owner uid) -> the WorkerPods / the Service names.
         self.pod_index: Mapping[Any, Iterable[WorkerPod]] = {}
@@ -161,12 +176,15 @@ class State:
         self._gone.setdefault(key, set()).add(pod.uid)
         self._leaving_since.pop((key, pod.name), None)
 
-    def refuse_creation(self, key: JobKey, message: str) -> tuple[int, float]:
-        """The API server refused this job's workers for now: (which try that was, seconds to the next)."""
-        tries = self._creation_refused[key].tries + 1 if key in self._creation_refused else 1
-        delay = min(CREATE_RETRY_FIRST_SECONDS * 2 ** (tries - 1), CREATE_RETRY_MAX_SECONDS)
+    def refuse_creation(self, key: JobKey, reason: str, message: str) -> tuple[int, float]:
+        """The API server refused this job's workers for now (a reason of status.REFUSALS): (which try that
+        was, seconds to the next)."""
+        last = self._creation_refused.get(key)
+        maximum = NAME_CONFLICT_RETRY_MAX_SECONDS if reason == NAME_CONFLICT else CREATE_RETRY_MAX_SECONDS
+        delay = retry_delay(last.delay if last else None, self.draw(), maximum)
+        tries = last.tries + 1 if last else 1
         next_try = datetime.now(UTC) + timedelta(seconds=delay)
-        self._creation_refused[key] = _Refusal(message, tries, self.clock() + delay, next_try)
+        self._creation_refused[key] = _Refusal(reason, message, tries, delay, self.clock() + delay, next_try)
         return tries, delay
 
     def creation_accepted(self, key: JobKey) -> None:
@@ -178,7 +196,7 @@ class State:
         if refusal is None:
             return None
         wait = max(0.0, refusal.retry_at - self.clock())
-        return CreationRefused(refusal.message, refusal.tries, refusal.next_try, wait)
+        return CreationRefused(refusal.message, refusal.tries, refusal.next_try, wait, refusal.reason)
 
     # --- reads
 

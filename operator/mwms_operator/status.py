@@ -24,7 +24,20 @@ TERMINAL = (SUCCEEDED, FAILED)
 CREATED = "Created"
 PODS_CREATED = "PodsCreated"  # the Created condition's reason and the event the handler posts
 WAITING_FOR_OLD_PODS = "WaitingForOldPods"
-CREATE_PODS_REFUSED = "CreatePodsRefused"  # the Running condition's reason and the event the handler posts
+# Why creating the workers (or the Service) was refused for now: the Running condition's reason and the
+# event the handler posts, one per meaning, with what the condition's message starts with.
+CREATE_PODS_REFUSED = "CreatePodsRefused"  # a policy: a ResourceQuota, a LimitRange, a webhook's denial
+WEBHOOK_UNAVAILABLE = "WebhookUnavailable"  # a webhook with failurePolicy Fail could not be called
+API_SERVER_THROTTLED = "ApiServerThrottled"  # 429: too many requests
+API_SERVER_ERROR = "ApiServerError"  # another 5xx
+NAME_CONFLICT = "NameConflict"  # a pod or Service of the name the job needs is not the job's
+REFUSALS = {
+    CREATE_PODS_REFUSED: "the API server refused to create the workers",
+    WEBHOOK_UNAVAILABLE: "an admission webhook the workers need could not be called",
+    API_SERVER_THROTTLED: "the API server asked the operator to slow down (429)",
+    API_SERVER_ERROR: "the API server failed to create the workers",
+    NAME_CONFLICT: "a name the job needs is taken",
+}
 INVALID_SPEC = "InvalidSpec"
 # False while spec.template is invalid: the running group is left alone; the next one needs a valid template.
 TEMPLATE_ACCEPTED = "TemplateAccepted"
@@ -227,14 +240,14 @@ class Decision:
 
 @dataclass(frozen=True)
 class CreationRefused:
-    """The API server refused to create this job's workers for now (a ResourceQuota, a LimitRange, a
-    validating webhook): its message, how many tries were refused, when the next one is, and how long until
-    then."""
+    """The API server refused to create this job's workers for now (a reason of REFUSALS): its message, how
+    many tries were refused, when the next one is, and how long until then."""
 
     message: str
     tries: int
     next_try: datetime
     wait_seconds: float = 0.0
+    reason: str = CREATE_PODS_REFUSED
 
 
 @dataclass(frozen=True)
@@ -541,19 +554,22 @@ def _rule_deadline_exceeded(f: _Facts) -> Decision | None:
 def _rule_creation_refused(f: _Facts) -> Decision | None:
     """Pod creation was refused for now: hold no part of the group while waiting (a partial MWMS group only
     holds quota others could use), say why, and let the next try (when due, with no pod left) create it all.
-    Before worker-failures: the pods removed here are not lost workers."""
+    Before worker-failures: the pods removed here are not lost workers. A whole group is never removed for
+    a refused Service (a running job's lost Service is made again by create-missing at each look)."""
+    assert f.parsed is not None
     refusal = f.creation_refused
-    if refusal is None or (refusal.wait_seconds <= 0 and not f.pods):
+    complete = {p.index for p in f.current if not p.deleting} >= set(range(f.parsed.replicas))
+    if refusal is None or complete or (refusal.wait_seconds <= 0 and not f.pods):
         return None
     names = tuple(p.name for p in f.pods if not p.deleting)
     if names:
         f.b.actions.append(DeletePods(names))
     message = (
-        f"the API server refused to create the workers ({refusal.tries} "
+        f"{REFUSALS[refusal.reason]} ({refusal.tries} "
         f"{'try' if refusal.tries == 1 else 'tries'}): {refusal.message}; no worker pod is kept while "
         f"waiting; next try at {format_time(refusal.next_try)}"
     )
-    f.b.condition(RUNNING, False, CREATE_PODS_REFUSED, _truncate(message))
+    f.b.condition(RUNNING, False, refusal.reason, _truncate(message))
     return f.finish()
 
 

@@ -1,7 +1,8 @@
 """Refusals on a shared cluster, each from the real API server: an invalid worker pod fails the job naming the
 field; a pod refused for now (a real ResourceQuota, a real LimitRange, a real validating webhook served by
-this test over HTTPS) is said in status and events, no part of the group is kept while waiting, and creation
-is tried again with a backoff, so the job runs once the cause is gone."""
+this test over HTTPS, one whose server is down) is said in status and events, no part of the group is kept
+while waiting, and creation is tried again with a backoff, so the job runs once the cause is gone. A name the
+job needs, taken by an object that is not the job's, is named in its status and never touched."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from mwms_dev import pki
+from mwms_dev.cluster import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -42,23 +44,33 @@ def warnings(kubectl: Any, namespace: str, name: str, reason: str) -> list[str]:
     return [e["message"] for e in items if e["type"] == "Warning"]
 
 
-def wait_refused(kubectl: Any, wait_for: Any, namespace: str, name: str, words: str) -> dict[str, Any]:
-    """The job says, in its Running condition and a Warning event, that creating its workers was refused
-    for `words`; it is not failed, and holds no worker pod while it waits."""
+def wait_refused(
+    kubectl: Any,
+    wait_for: Any,
+    namespace: str,
+    name: str,
+    words: str,
+    reason: str = "CreatePodsRefused",
+    foreign: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """The job says, in its Running condition and a Warning event (both with `reason`), that creating its
+    workers was refused for `words`; it is not failed, and holds no worker pod while it waits (`foreign`:
+    pods with its label that are not its own)."""
 
     def refused() -> dict[str, Any] | None:
         job = get_job(kubectl, namespace, name)
         running = condition(job, "Running")
         assert job["status"].get("phase") != "Failed", job["status"]
-        if running.get("reason") == "CreatePodsRefused" and words in running["message"]:
+        if running.get("reason") == reason and words in running["message"]:
             return job
         return None
 
-    job = wait_for(refused, timeout=60, interval=0.3, what=f"Running=False CreatePodsRefused ({words})")
+    job = wait_for(refused, timeout=60, interval=0.3, what=f"Running=False {reason} ({words})")
     assert job["status"]["phase"] == "Pending" and job["status"].get("restarts", 0) == 0
-    assert any(words in m for m in wait_for(lambda: warnings(kubectl, namespace, name, "CreatePodsRefused")))
+    assert any(words in m for m in wait_for(lambda: warnings(kubectl, namespace, name, reason)))
     # Nothing is held while waiting: the pods a refused try created are removed (between tries, none exist).
-    wait_for(lambda: not pod_names(kubectl, namespace, name), timeout=30, what="no worker pod held")
+    held = lambda: set(pod_names(kubectl, namespace, name)) - set(foreign)  # noqa: E731
+    wait_for(lambda: not held(), timeout=30, what="no worker pod held")
     return job
 
 
@@ -169,10 +181,9 @@ class Webhook:
         self.server.server_close()
 
 
-@pytest.fixture
-def webhook(kubectl: Any, namespace: str, tmp_path: Path) -> Iterator[Webhook]:
-    """Registered by URL for the creation of this namespace's operator-made pods only."""
-    served = Webhook(tmp_path)
+def register_webhook(kubectl: Any, namespace: str, url: str, ca_bundle: str) -> str:
+    """A validating webhook (failurePolicy Fail) for the creation of this namespace's operator-made pods
+    only; its name."""
     name = f"deny-{namespace}"
     kubectl.apply(
         {
@@ -182,7 +193,7 @@ def webhook(kubectl: Any, namespace: str, tmp_path: Path) -> Iterator[Webhook]:
             "webhooks": [
                 {
                     "name": "deny-workers.mwms.dev",
-                    "clientConfig": {"url": served.url, "caBundle": served.ca_bundle},
+                    "clientConfig": {"url": url, "caBundle": ca_bundle},
                     "rules": [
                         {
                             "apiGroups": [""],
@@ -201,6 +212,13 @@ def webhook(kubectl: Any, namespace: str, tmp_path: Path) -> Iterator[Webhook]:
             ],
         }
     )
+    return name
+
+
+@pytest.fixture
+def webhook(kubectl: Any, namespace: str, tmp_path: Path) -> Iterator[Webhook]:
+    served = Webhook(tmp_path)
+    name = register_webhook(kubectl, namespace, served.url, served.ca_bundle)
     try:
         yield served
     finally:
@@ -254,3 +272,84 @@ def test_an_invalid_template_edit_leaves_the_running_group_alone_and_says_why(
     assert {p["metadata"]["uid"] for p in alive if not p["metadata"].get("deletionTimestamp")} == uids
     # The group it left alone finishes its work.
     assert succeeded(kubectl, namespace, "edited")["status"]["restarts"] == 0
+
+
+def test_a_webhook_whose_server_is_down_is_named_in_the_status_and_the_job_runs_once_it_is_removed(
+    operator, make_standin, kubectl, namespace, wait_for, tmp_path
+):
+    """failurePolicy Fail and nobody listening: the API server answers 500 "failed calling webhook", which
+    the job's status says after the first try (not only the operator's log)."""
+    ca_bundle = Webhook(tmp_path)
+    ca_bundle.stop()  # its CA only: the URL below is a closed port
+    url = f"https://127.0.0.1:{free_port()}/validate"
+    name = register_webhook(kubectl, namespace, url, ca_bundle.ca_bundle)
+    try:
+        kubectl.apply(make_standin("unhooked", 2), "-n", namespace)
+        job = wait_refused(
+            kubectl, wait_for, namespace, "unhooked", "failed calling webhook", "WebhookUnavailable"
+        )
+        assert '"deny-workers.mwms.dev"' in condition(job, "Running")["message"]
+    finally:
+        kubectl("delete", "validatingwebhookconfiguration", name, "--ignore-not-found")
+    assert succeeded(kubectl, namespace, "unhooked")["status"]["restarts"] == 0
+    assert "Traceback" not in operator.log()
+
+
+def wait_name_conflict(
+    kubectl: Any, wait_for: Any, namespace: str, name: str, taken: str, foreign: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The job waits, Pending, with a NameConflict condition and Warning event naming what took the name
+    (`taken`, e.g. "Service x") and that it has no owner."""
+    words = f"{taken} exists and is not this TrainJob's (owner: no owner)"
+    return wait_refused(kubectl, wait_for, namespace, name, words, "NameConflict", foreign)
+
+
+def test_a_service_of_the_jobs_name_that_is_not_its_own_is_left_alone_named_and_the_job_runs_once_it_goes(
+    operator, make_standin, kubectl, namespace, wait_for
+):
+    squatter = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "squat", "labels": {"mwms.dev/job-name": "squat"}},  # our label: still not ours
+        "spec": {"clusterIP": "None", "selector": {"app": "someone-else"}, "ports": [{"port": 80}]},
+    }
+    kubectl.apply(squatter, "-n", namespace)
+    before = kubectl.json("get", "service", "squat", "-n", namespace)["metadata"]
+    kubectl.apply(make_standin("squat", 2), "-n", namespace)
+    wait_name_conflict(kubectl, wait_for, namespace, "squat", "Service squat")
+    after = kubectl.json("get", "service", "squat", "-n", namespace)["metadata"]
+    assert (after["uid"], after["resourceVersion"]) == (before["uid"], before["resourceVersion"]), "untouched"
+    assert "ownerReferences" not in after and "deletionTimestamp" not in after
+
+    kubectl("delete", "service", "squat", "-n", namespace)
+    assert succeeded(kubectl, namespace, "squat")["status"]["restarts"] == 0
+    service = kubectl.json("get", "service", "squat", "-n", namespace)["metadata"]
+    assert service["ownerReferences"][0]["kind"] == "TrainJob", "the job's own Service now"
+
+
+def test_a_worker_pod_name_taken_by_a_pod_that_is_not_the_jobs_is_left_alone_named_and_then_freed(
+    operator, make_standin, kubectl, namespace, wait_for
+):
+    """The foreign pod carries the job's labels (and a scheduling gate, so it never runs): the operator
+    neither adopts nor deletes it, and keeps no part of its own group while it waits."""
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "taken-worker-1",
+            "labels": {"mwms.dev/job-name": "taken", "mwms.dev/replica-index": "1", "mwms.dev/restart": "0"},
+        },
+        "spec": {
+            "schedulingGates": [{"name": "mwms.dev/test-hold"}],
+            "containers": [{"name": "trainer", "image": "ghcr.io/mwms-dev/mwms-trainer:never"}],
+        },
+    }
+    kubectl.apply(foreign, "-n", namespace)
+    uid = kubectl.json("get", "pod", "taken-worker-1", "-n", namespace)["metadata"]["uid"]
+    kubectl.apply(make_standin("taken", 2), "-n", namespace)
+    wait_name_conflict(kubectl, wait_for, namespace, "taken", "Pod taken-worker-1", ("taken-worker-1",))
+    after = kubectl.json("get", "pod", "taken-worker-1", "-n", namespace)["metadata"]
+    assert after["uid"] == uid and "deletionTimestamp" not in after and "ownerReferences" not in after
+
+    kubectl("delete", "pod", "taken-worker-1", "-n", namespace, "--wait=true")
+    assert succeeded(kubectl, namespace, "taken")["status"]["restarts"] == 0

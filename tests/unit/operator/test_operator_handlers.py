@@ -11,7 +11,7 @@ import pytest
 
 from mwms_operator import handlers, k8s
 from mwms_operator.config import OperatorConfig
-from mwms_operator.state import JobKey, owner_key
+from mwms_operator.state import JobKey, State, owner_key
 from mwms_operator.status import worker_pod
 
 KEY = JobKey("team-a", "mnist", "uid-1")
@@ -24,33 +24,38 @@ class RecordingKube:
         self.calls: list[tuple[str, Any]] = []
         self.rv = 100
         self.refuse_pods: str | None = None
-        self.refuse_for_now: set[str] = set()  # pod names the "quota" refuses (403)
+        self.refuse_for_now: dict[str, k8s.Refused] = {}  # pod name -> why it is refused (e.g. a quota)
         self.existing_pods: dict[str, str] = {}  # name -> uid
         self.namespace_ending = False
         self.events_refused_as_ending = False  # the namespace began ending after the creates
 
-    def create_service(self, namespace: str, body: dict[str, Any]) -> bool:
+    def create_service(self, namespace: str, body: dict[str, Any]) -> str:
         self.calls.append(("create_service", body["metadata"]["name"]))
         if self.namespace_ending:
             raise k8s.NamespaceEnding(f"unable to create new content in namespace {namespace} because ...")
-        return True
+        return "svc-uid"
 
-    def create_pod(self, namespace: str, body: dict[str, Any]) -> bool:
+    def create_pod(self, namespace: str, body: dict[str, Any], *, dry_run: bool = False) -> str:
+        name = body["metadata"]["name"]
         if self.namespace_ending:
-            self.calls.append(("create_pod", body["metadata"]["name"]))
+            self.calls.append(("create_pod", name))
             raise k8s.NamespaceEnding(f"unable to create new content in namespace {namespace} because ...")
         if self.refuse_pods:
             raise k8s.Rejected(self.refuse_pods)
-        if body["metadata"]["name"] in self.refuse_for_now:
-            raise k8s.Refused("exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1")
-        self.calls.append(("create_pod", body["metadata"]["name"]))
-        return True
+        if dry_run:
+            self.calls.append(("dry_run_pod", name))
+        if name in self.refuse_for_now:
+            raise self.refuse_for_now[name]
+        if not dry_run:
+            self.calls.append(("create_pod", name))
+        return f"uid-of-{name}"
 
-    def delete_pod(self, namespace: str, name: str) -> None:
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         self.calls.append(("delete_pod", name))
+        self.calls.append(("delete_pod_uid", uid))
 
-    def delete_trainjob(self, namespace: str, name: str) -> None:
-        self.calls.append(("delete_trainjob", name))
+    def delete_trainjob(self, namespace: str, name: str, uid: str) -> None:
+        self.calls.append(("delete_trainjob", (name, uid)))
 
     def pod_uid(self, namespace: str, name: str) -> str | None:
         self.calls.append(("pod_uid", name))
@@ -187,11 +192,12 @@ def test_a_creation_refused_for_now_removes_the_partial_group_and_tries_again_af
     clock = [0.0]
     reconciler.state.clock = lambda: clock[0]
     kube = reconciler.kube
-    kube.refuse_for_now = {"mnist-worker-1"}
+    kube.refuse_for_now = {"mnist-worker-1": k8s.Refused(QUOTA)}
     reconciler.job_event("ADDED", job_body())
     asyncio.run(reconciler.reconcile(KEY))
     assert kube.named("create_pod") == ["mnist-worker-0"]
     assert kube.named("delete_pod") == ["mnist-worker-0"], "no part of the group holds quota while waiting"
+    assert kube.named("delete_pod_uid") == ["uid-of-mnist-worker-0"], "the pod it created, by its uid"
     assert "PodsCreated" not in kube.named("event") and "CreatePodsRefused" in kube.named("event")
     assert KEY in reconciler.queue._dirty, "the refusal reaches status right away"
 
@@ -200,11 +206,66 @@ def test_a_creation_refused_for_now_removes_the_partial_group_and_tries_again_af
     assert running["reason"] == "CreatePodsRefused" and "exceeded quota" in running["message"]
     assert kube.named("create_pod") == ["mnist-worker-0"]
 
-    clock[0] = 2.0  # the first backoff (2 s) has passed, and the quota was raised meanwhile
-    kube.refuse_for_now = set()
+    clock[0] = 6.0  # the first backoff (2 to 6 s) has passed, and the quota was raised meanwhile
+    kube.refuse_for_now = {}
     asyncio.run(reconciler.reconcile(KEY))
     assert kube.named("create_pod") == ["mnist-worker-0", "mnist-worker-0", "mnist-worker-1"]
     assert reconciler.state.creation_refused(KEY) is None
+
+
+QUOTA = "exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1"
+
+
+def test_after_a_refusal_the_group_is_tried_as_a_dry_run_and_not_created_in_part_while_still_refused(
+    reconciler,
+):
+    """Two jobs on one full quota: a retry that would be refused again creates (and deletes) nothing."""
+    clock = [0.0]
+    reconciler.state.clock = lambda: clock[0]
+    kube = reconciler.kube
+    kube.refuse_for_now = {"mnist-worker-1": k8s.Refused(QUOTA)}
+    reconciler.job_event("ADDED", job_body())
+    asyncio.run(reconciler.reconcile(KEY))  # the first try: no dry run (it costs a request per pod)
+    assert kube.named("dry_run_pod") == [] and kube.named("create_pod") == ["mnist-worker-0"]
+    asyncio.run(reconciler.reconcile(KEY))  # the status says why
+    clock[0] = 6.0
+    asyncio.run(reconciler.reconcile(KEY))  # due: the dry run is refused, nothing is created or deleted
+    assert kube.named("dry_run_pod") == ["mnist-worker-0", "mnist-worker-1"]
+    assert kube.named("create_pod") == ["mnist-worker-0"] and kube.named("delete_pod") == ["mnist-worker-0"]
+    refusal = reconciler.state.creation_refused(KEY)
+    assert refusal is not None and refusal.tries == 2
+    kube.refuse_for_now = {}
+    clock[0] = 100.0
+    asyncio.run(reconciler.reconcile(KEY))
+    assert kube.named("create_pod") == ["mnist-worker-0", "mnist-worker-0", "mnist-worker-1"]
+
+
+@pytest.mark.parametrize(
+    ("refusal", "reason"),
+    [
+        (k8s.Refused('failed calling webhook "w"', "WebhookUnavailable"), "WebhookUnavailable"),
+        (k8s.Refused("too many requests", "ApiServerThrottled"), "ApiServerThrottled"),
+        (k8s.Refused("etcdserver: request timed out", "ApiServerError"), "ApiServerError"),
+        (k8s.NameTaken("Pod", "mnist-worker-1", "no owner"), "NameConflict"),
+    ],
+)
+def test_every_refusal_reaches_the_status_and_an_event_after_the_first_try(reconciler, refusal, reason):
+    kube = reconciler.kube
+    kube.refuse_for_now = {"mnist-worker-1": refusal}
+    reconciler.job_event("ADDED", job_body())
+    asyncio.run(reconciler.reconcile(KEY))
+    assert reason in kube.named("event") and "PodsCreated" not in kube.named("event")
+    asyncio.run(reconciler.reconcile(KEY))
+    status = reconciler.state.status(KEY)
+    running = next(c for c in status["conditions"] if c["type"] == "Running")
+    assert status["phase"] == "Pending" and running["reason"] == reason
+    assert str(refusal) in running["message"] and "next try at" in running["message"]
+
+
+def test_a_name_taken_is_retried_within_half_a_minute(reconciler):
+    """No event tells when another's object goes: the retry that notices stays frequent."""
+    delays = [reconciler.state.refuse_creation(KEY, "NameConflict", "taken")[1] for _ in range(20)]
+    assert max(delays) <= 30
 
 
 def test_jobs_in_a_namespace_being_deleted_are_left_alone_until_it_is_created_again(reconciler):
@@ -258,9 +319,19 @@ def test_a_job_the_ending_namespace_did_not_hold_means_it_was_created_again(reco
     assert "create_pod" in dict(kube.calls)
 
 
-def test_refusals_back_off_exponentially_up_to_five_minutes(reconciler):
-    delays = [reconciler.state.refuse_creation(KEY, "exceeded quota")[1] for _ in range(10)]
-    assert delays == [2, 4, 8, 16, 32, 64, 128, 256, 300, 300]
+def test_refusals_back_off_with_decorrelated_jitter_up_to_five_minutes(reconciler):
+    """Each delay is drawn between 2 s and three times the previous one: at the top of the draws it grows
+    to the 5-minute cap, and two jobs refused together (different draws) do not retry together."""
+
+    def delays(draws: list[float]) -> list[float]:
+        state = State(draw=iter(draws).__next__)
+        return [state.refuse_creation(KEY, "CreatePodsRefused", "exceeded quota")[1] for _ in draws]
+
+    assert delays([1.0] * 7) == [6, 18, 54, 162, 300, 300, 300]
+    assert delays([0.0] * 3) == [2, 2, 2]
+    first, second = delays([0.5] * 4), delays([0.9] * 4)
+    assert first == pytest.approx([4, 7, 11.5, 18.25])
+    assert all(a < b for a, b in zip(first, second, strict=True))
 
 
 @pytest.mark.parametrize("now", [None, "pod-0-1"], ids=["gone", "replaced by a newer pod"])

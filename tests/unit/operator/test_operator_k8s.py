@@ -94,15 +94,33 @@ def kube_for(api: FakeApiServer, token: str = "t0k3n") -> k8s.Kube:
     return k8s.Kube(lambda: kopf.ConnectionInfo(server=api.url, token=token))
 
 
-POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}}
+OWNER = {"kind": "TrainJob", "name": "mnist", "uid": "u-1", "controller": True}
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "ownerReferences": [OWNER]},
+       "spec": {"containers": []}}  # fmt: skip
+CREATED = {**POD, "metadata": {**POD["metadata"], "uid": "pod-uid-1"}}
 
 
-def test_create_is_true_when_created_false_when_it_exists_and_says_when_its_namespace_goes(api):
+def there_already(owners: list[dict[str, Any]]) -> Callable[[Seen], tuple[int, Any]]:
+    """A create answers 409; reading the object shows these owners."""
+
+    def answer(seen: Seen) -> tuple[int, Any]:
+        if seen.method == "POST":
+            return 409, {"kind": "Status", "message": 'pods "p" already exists', "code": 409}
+        return 200, {**POD, "metadata": {"name": "p", "uid": "theirs", "ownerReferences": owners}}
+
+    return answer
+
+
+def test_create_is_the_uid_when_created_none_when_the_jobs_object_exists_or_its_namespace_goes(api):
     kube = kube_for(api)
-    api.reply(201, POD)
-    assert kube.create_pod("ns", POD) is True
-    api.refuse(409, 'pods "p" already exists')
-    assert kube.create_pod("ns", POD) is False
+    api.reply(201, CREATED)
+    assert kube.create_pod("ns", POD) == "pod-uid-1"
+    api.answer = there_already([OWNER])
+    assert kube.create_pod("ns", POD) is None
+    assert [(s.method, s.path) for s in api.seen[-2:]] == [
+        ("POST", "/api/v1/namespaces/ns/pods?fieldValidation=Strict"),
+        ("GET", "/api/v1/namespaces/ns/pods/p"),
+    ]
     api.refuse(403, 'services "x" is forbidden: unable to create new content in namespace ns because it is '
                     "being terminated")  # fmt: skip
     with pytest.raises(k8s.NamespaceEnding, match="being terminated"):
@@ -122,7 +140,7 @@ def test_every_request_is_counted_by_method_resource_and_answer(api):
     )
     api.reply(201, POD)
     kube.create_pod("ns", POD)
-    api.refuse(409, 'pods "p" already exists')
+    api.answer = there_already([OWNER])
     kube.create_pod("ns", POD)
     api.reply(200, {"status": {}})
     kube.patch_status("ns", "mnist", {"phase": "Running"})
@@ -180,13 +198,88 @@ def test_a_refusal_for_now_is_refused_with_the_servers_message(api, message):
     assert str(raised.value) == message
 
 
+WEBHOOK_DOWN = (
+    'Internal error occurred: failed calling webhook "deny-workers.mwms.dev": failed to call webhook: Post '
+    '"https://127.0.0.1:1/validate?timeout=5s": dial tcp 127.0.0.1:1: connect: connection refused'
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "reason"),
+    [
+        (500, WEBHOOK_DOWN, "WebhookUnavailable"),
+        (429, "the server has received too many requests", "ApiServerThrottled"),
+        (500, "etcdserver: request timed out", "ApiServerError"),
+        (503, "the server is currently unable to handle the request", "ApiServerError"),
+    ],
+)
+def test_a_create_refused_by_a_webhook_down_throttling_or_a_server_error_is_refused_with_its_reason(
+    api, status, message, reason
+):
+    """The job's status says each of these after the first try (with the server's message), instead of a
+    retry only the operator's log sees."""
+    api.refuse(status, message)
+    with pytest.raises(k8s.Refused) as raised:
+        kube_for(api).create_pod("ns", POD)
+    assert (raised.value.reason, str(raised.value)) == (reason, message)
+    with pytest.raises(k8s.Refused) as raised:
+        kube_for(api).create_service("ns", {"kind": "Service", "metadata": {"name": "s"}})
+    assert raised.value.reason == reason
+
+
 @pytest.mark.parametrize("status", [500, 503, 429])
 def test_other_errors_propagate_as_transient_for_a_retry(api, status):
     api.refuse(status, "etcdserver: request timed out")
     with pytest.raises(k8s.TRANSIENT_ERRORS) as raised:
-        kube_for(api).create_pod("ns", POD)
+        kube_for(api).pod_uid("ns", "p")
     assert isinstance(raised.value, k8s.ApiError) and raised.value.status == status
     assert "etcdserver: request timed out" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("owners", "named"),
+    [
+        ([], "owner: no owner"),
+        ([{**OWNER, "uid": "u-old"}], "owner: TrainJob mnist (uid u-old)"),
+        ([{"kind": "Deployment", "name": "web", "uid": "d-1", "controller": True}], "Deployment web"),
+        ([{**OWNER, "controller": False}], "owner: TrainJob mnist (uid u-1)"),  # ours, but not as controller
+    ],
+    ids=["no owner", "an earlier job of the name", "another controller", "not as controller"],
+)
+def test_a_name_taken_by_an_object_not_the_jobs_is_a_name_conflict_naming_its_owner(api, owners, named):
+    api.answer = there_already(owners)
+    with pytest.raises(k8s.NameTaken) as raised:
+        kube_for(api).create_pod("ns", POD)
+    assert raised.value.reason == "NameConflict"
+    message = str(raised.value)
+    assert message.startswith("Pod p exists and is not this TrainJob's") and named in message
+    assert [s.method for s in api.seen] == ["POST", "GET"], "read, never changed or deleted"
+
+
+def test_a_name_freed_between_the_conflict_and_the_read_is_created_again(api):
+    answers = iter([(409, {"message": "exists"}), (404, {"message": "not found"}), (201, CREATED)])
+    api.answer = lambda seen: next(answers)
+    assert kube_for(api).create_pod("ns", POD) == "pod-uid-1"
+    assert [s.method for s in api.seen] == ["POST", "GET", "POST"]
+
+
+def test_a_dry_run_create_asks_admission_and_stores_nothing(api):
+    api.reply(201, CREATED)
+    kube_for(api).create_pod("ns", POD, dry_run=True)
+    assert api.seen[0].path == "/api/v1/namespaces/ns/pods?fieldValidation=Strict&dryRun=All"
+
+
+def test_a_delete_names_the_uid_it_means_and_leaves_a_pod_that_took_the_name_alone(api):
+    kube = kube_for(api)
+    api.reply(200, {})
+    kube.delete_pod("ns", "p", "pod-uid-1")
+    kube.delete_trainjob("ns", "j", "u-1")
+    pod, job = api.seen
+    assert pod.body == {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": "pod-uid-1"}}
+    assert job.body["preconditions"] == {"uid": "u-1"}
+    api.refuse(409, "Precondition failed: UID in precondition: pod-uid-1, UID in object meta: theirs")
+    kube.delete_pod("ns", "p", "pod-uid-1")  # another's pod: no error, nothing done
+    kube.delete_trainjob("ns", "j", "u-1")
 
 
 def test_an_answer_that_is_not_a_status_object_keeps_its_text(api):
@@ -198,14 +291,14 @@ def test_an_answer_that_is_not_a_status_object_keeps_its_text(api):
 def test_a_server_that_cannot_be_reached_is_a_transient_error():
     kube = k8s.Kube(lambda: kopf.ConnectionInfo(server="http://127.0.0.1:9"))  # discard port: nobody there
     with pytest.raises(k8s.TRANSIENT_ERRORS):
-        kube.delete_pod("ns", "p")
+        kube.delete_pod("ns", "p", "pod-uid-1")
 
 
 def test_gone_is_not_an_error(api):
     kube = kube_for(api)
     api.refuse(404, 'pods "p" not found')
-    kube.delete_pod("ns", "p")
-    kube.delete_trainjob("ns", "j")
+    kube.delete_pod("ns", "p", "pod-uid-1")
+    kube.delete_trainjob("ns", "j", "u-1")
     assert kube.patch_status("ns", "j", {"phase": "Running"}) is None
     assert kube.pod_uid("ns", "p") is None
     assert [(s.method, s.path) for s in api.seen[:2]] == [
@@ -219,7 +312,7 @@ def test_gone_is_not_an_error(api):
     with pytest.raises(k8s.ApiError):
         kube.pod_uid("ns", "p")
     with pytest.raises(k8s.ApiError):
-        kube.delete_pod("ns", "p")
+        kube.delete_pod("ns", "p", "pod-uid-1")
 
 
 def test_status_is_a_json_merge_patch_of_the_status_subresource(api):

@@ -1,6 +1,8 @@
 """The status decision, walked through every transition of a TrainJob's life."""
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -8,6 +10,7 @@ from mwms_operator.config import OperatorConfig
 from mwms_operator.spec import SpecError, parse_trainjob
 from mwms_operator.status import (
     CONTAINER_ERROR_GRACE_SECONDS,
+    REFUSALS,
     RULES,
     CreatePods,
     CreateService,
@@ -444,6 +447,39 @@ def test_a_creation_refused_for_now_keeps_no_pod_and_says_why_in_the_running_con
     assert (running["status"], running["reason"]) == ("False", "CreatePodsRefused")
     assert "exceeded quota" in running["message"] and "2 tries" in running["message"]
     assert "next try at 2026-12-02T10:00:04Z" in running["message"]
+
+
+@pytest.mark.parametrize(
+    ("reason", "says"),
+    [
+        ("WebhookUnavailable", "an admission webhook the workers need could not be called"),
+        ("ApiServerThrottled", "the API server asked the operator to slow down (429)"),
+        ("ApiServerError", "the API server failed to create the workers"),
+        ("NameConflict", "a name the job needs is taken"),
+    ],
+)
+def test_each_kind_of_refusal_is_its_own_reason_in_the_running_condition(reason, says):
+    first = step(None, [], service=False)
+    refusal = dataclasses.replace(QUOTA_REFUSAL, message="the server's message", reason=reason)
+    d = decide(META, spec(), [], service_exists=True, now=T0, previous=first.status, creation_refused=refusal)
+    running = next(c for c in d.status["conditions"] if c["type"] == "Running")
+    assert (d.rule, d.status["phase"], running["reason"]) == ("creation-refused", "Pending", reason)
+    assert running["message"].startswith(f"{says} (2 tries): the server's message;")
+
+
+def test_a_refused_service_never_removes_a_whole_group_that_runs():
+    """A running job's Service deleted, its name taken or its re-creation refused by a 5xx: the workers are
+    already connected, so they keep running and the Service is asked for again."""
+    refusal = dataclasses.replace(QUOTA_REFUSAL, reason="NameConflict")
+    d = decide(META, spec(), group(), service_exists=False, now=T0, previous=running_status(),
+               creation_refused=refusal)  # fmt: skip
+    assert d.status["phase"] == "Running" and d.actions == (CreateService(),)
+
+
+def test_every_refusal_reason_is_in_the_readmes_troubleshooting_table():
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    table = readme.split("## Troubleshooting", 1)[1].split("\n## ", 1)[0]
+    assert [r for r in REFUSALS if f"`{r}`" not in table] == []
 
 
 def test_once_the_next_try_is_due_and_no_pod_is_left_the_whole_group_is_created_again():
