@@ -86,6 +86,7 @@ def wait_to_lead(config: OperatorConfig) -> Elector:
         config.leader_election_namespace,
         identity,
         config.leader_election_timing,
+        config.leader_election_lease,
     )
     metrics.LEADER.set(0)
     metrics.serve(config.metrics_port)

@@ -49,6 +49,8 @@ class OperatorConfig:
     # process started by hand (`mwms local`, benches, tests); the chart and manifests/ turn it on.
     leader_election: bool = False
     leader_election_namespace: str = ""
+    # One per release: two releases in one namespace (each watching its own namespaces) elect separately.
+    leader_election_lease: str = "mwms-operator-leader"
     leader_election_timing: Timing = Timing()
 
     def tracking_access(self) -> TrackingAccess:
@@ -141,6 +143,7 @@ class OperatorConfig:
             tracking_credentials=_credentials(environ),
             leader_election=election == "true",
             leader_election_namespace=election_namespace,
+            leader_election_lease=text("MWMS_LEADER_ELECTION_LEASE_NAME", "mwms-operator-leader"),
             leader_election_timing=timing,
         )
 

@@ -30,8 +30,6 @@ from mwms_operator.k8s import TRANSIENT_ERRORS, Kube
 
 log = logging.getLogger(__name__)
 
-LEASE_NAME = "mwms-operator-leader"
-
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -68,7 +66,7 @@ class Elector:
         namespace: str,
         identity: str,
         timing: Timing,
-        name: str = LEASE_NAME,
+        name: str,
     ) -> None:
         self.kube, self.namespace, self.identity = kube, namespace, identity
         self.timing, self.name = timing, name
