@@ -103,7 +103,9 @@ def wait_to_lead(config: OperatorConfig) -> Elector:
         health.server_close()  # the port is free for kopf's liveness endpoint
         for sig, previous in handlers.items():
             signal.signal(sig, previous)
-    if not led:
+    if stop.is_set():  # also when it came while this replica was becoming the leader
+        if led:
+            elector.release()
         log.info("leader election: stopped as a standby")
         sys.exit(0)
     log.info("leader election: %s leads (Lease %s)", identity, where)
