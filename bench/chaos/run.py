@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 RESULTS = REPO / "bench" / "results" / "chaos.json"
 DOC = REPO / "docs" / "reliability.md"
+HAND_WRITTEN = "<!-- Written by hand from here on: bench/chaos/run.py keeps it. -->"
 STANDIN = REPO / "tests" / "support" / "standin_worker.py"
 ALL = ("worker-kill", "chief-kill", "operator-kill", "mlflow-hung", "mlflow-absent", "node-lost")
 
@@ -239,7 +240,8 @@ def write_doc(result: dict[str, Any]) -> None:
         for name, r in failures:
             lines.append(f"- {name} trial {r['trial']}: {json.dumps(r)[:600]}")
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text("\n".join(lines) + "\n")
+    kept = DOC.read_text().partition(HAND_WRITTEN)[2] if DOC.exists() else ""  # sections no trial produces
+    DOC.write_text("\n".join(lines) + "\n" + (f"\n{HAND_WRITTEN}{kept}" if kept else ""))
 
 
 def main() -> None:
