@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import http.server
 import logging
 import os
 import re
+import signal
 import socket
 import sys
-from typing import Any
+import threading
+from typing import TYPE_CHECKING, Any
 
 from mwms_operator.config import ConfigError, OperatorConfig
+
+if TYPE_CHECKING:
+    from mwms_operator.leader import Elector
+
+log = logging.getLogger("mwms_operator")
+# The leader could not renew its Lease in time: it exits at once (client-go's OnStoppedLeading), so that no
+# two replicas reconcile, and its pod restarts as a standby.
+EXIT_LOST_LEADERSHIP = 1
 
 # Never used by the operator, but kopf imports the `kubernetes` client whenever it is installed (for
 # isinstance checks on its models and a login the operator replaces with its own): ~30 MiB with pydantic.
@@ -28,7 +39,8 @@ class _QuietTimers(logging.Filter):
 def run_options(config: OperatorConfig) -> dict[str, Any]:
     """kopf.run's arguments: all namespaces, or only MWMS_WATCH_NAMESPACES (names or globs)."""
     return {
-        "standalone": True,  # one replica with the Recreate strategy: no peering needed
+        # No kopf peering: our Lease (leader.py) makes this the only replica that runs the handlers.
+        "standalone": True,
         "clusterwide": not config.watch_namespaces,
         "namespaces": list(config.watch_namespaces),
         "liveness_endpoint": f"http://0.0.0.0:{config.health_port}/healthz",
@@ -45,11 +57,87 @@ def keep_out_unused_clients() -> None:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # None: `import name` raises ImportError
 
 
+class _StandbyHealth(http.server.BaseHTTPRequestHandler):
+    """/healthz of a standby (kopf's liveness endpoint runs only inside kopf.run, once this replica leads)."""
+
+    def do_GET(self) -> None:  # noqa: N802 (the name http.server calls)
+        found = self.path.split("?", 1)[0] == "/healthz"
+        body = b'{"standby": true}' if found else b""
+        self.send_response(200 if found else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the signature http.server calls)
+        """One line per probe would bury what matters (as aiohttp.access on the leader)."""
+
+
+def wait_to_lead(config: OperatorConfig) -> Elector:
+    """Block as a standby (serving /healthz and /metrics) until this replica holds the Lease; exit 0 on
+    SIGTERM or SIGINT meanwhile."""
+    import kopf
+
+    from mwms_operator import k8s, leader, metrics
+
+    identity = f"{socket.gethostname()}_{os.getpid()}"  # the pod's name, and the process in it
+    elector = leader.Elector(
+        k8s.Kube.connect(kopf.OperatorSettings()),
+        config.leader_election_namespace,
+        identity,
+        config.leader_election_timing,
+        config.leader_election_lease,
+    )
+    metrics.LEADER.set(0)
+    metrics.serve(config.metrics_port)
+    health = http.server.ThreadingHTTPServer(("0.0.0.0", config.health_port), _StandbyHealth)
+    threading.Thread(target=health.serve_forever, name="standby-health", daemon=True).start()
+    stop = threading.Event()
+    handlers = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    where = f"{config.leader_election_namespace}/{elector.name}"
+    log.info("leader election: %s waits for the Lease %s", identity, where)
+    try:
+        led = elector.acquire(stop)
+    finally:
+        health.shutdown()
+        health.server_close()  # the port is free for kopf's liveness endpoint
+        for sig, previous in handlers.items():
+            signal.signal(sig, previous)
+    if stop.is_set():  # also when it came while this replica was becoming the leader
+        if led:
+            elector.release()
+        log.info("leader election: stopped as a standby")
+        sys.exit(0)
+    log.info("leader election: %s leads (Lease %s)", identity, where)
+    return elector
+
+
+def renew_in_background(elector: Elector, stop: threading.Event) -> threading.Thread:
+    """Renew the Lease until `stop`; if it cannot be renewed before the deadline, exit at once."""
+
+    def renew() -> None:
+        if elector.keep_renewing(stop):
+            return
+        log.error(
+            "leader election: the Lease %s/%s was not renewed within %g s (API server unreachable?); "
+            "exiting so that a standby takes over and this pod restarts as one",
+            elector.namespace,
+            elector.name,
+            elector.timing.renew_deadline,
+        )
+        logging.shutdown()
+        os._exit(EXIT_LOST_LEADERSHIP)  # the handlers run in the main thread: only this stops them at once
+
+    thread = threading.Thread(target=renew, name="leader-renew", daemon=True)
+    thread.start()
+    return thread
+
+
 def main() -> None:
     keep_out_unused_clients()
     import kopf
 
-    from mwms_operator import handlers
+    from mwms_operator import handlers, metrics
 
     try:
         config = OperatorConfig.from_env(os.environ)
@@ -63,8 +151,20 @@ def main() -> None:
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     registry = kopf.OperatorRegistry()
     handlers.register(registry, config)
-    logging.getLogger("mwms_operator").info("mwms-operator starting: %s", config)
-    kopf.run(registry=registry, memo=kopf.Memo(), **run_options(config))
+    log.info("mwms-operator starting: %s", config)
+    elector = wait_to_lead(config) if config.leader_election else None
+    metrics.LEADER.set(1)
+    stop = threading.Event()
+    renewing = renew_in_background(elector, stop) if elector is not None else None
+    try:
+        kopf.run(registry=registry, memo=kopf.Memo(), **run_options(config))
+    finally:
+        if elector is not None and renewing is not None:
+            stop.set()
+            renewing.join()
+            # kopf has stopped: hand over now instead of after the lease duration (a rolling update).
+            if elector.release():
+                log.info("leader election: released the Lease %s/%s", elector.namespace, elector.name)
 
 
 if __name__ == "__main__":

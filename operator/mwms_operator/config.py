@@ -14,6 +14,15 @@ DEFAULT_TRACKING_URI = "http://mlflow:5000"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
+@dataclass(frozen=True)
+class Timing:
+    """Leader election's durations in seconds, as client-go's (defaults: kube-controller-manager's)."""
+
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+
 class ConfigError(ValueError):
     """A setting in the environment is invalid; the message names the variable."""
 
@@ -36,6 +45,13 @@ class OperatorConfig:
     allowed_tracking_uris: tuple[str, ...] = ()
     # For tracking_uri's server only; repr shows just the kind, never a value.
     tracking_credentials: TrackingCredentials = TrackingCredentials()
+    # Replicas elect one leader on a Lease in this namespace (the operator's own). Off by default for a
+    # process started by hand (`mwms local`, benches, tests); the chart and manifests/ turn it on.
+    leader_election: bool = False
+    leader_election_namespace: str = ""
+    # One per release: two releases in one namespace (each watching its own namespaces) elect separately.
+    leader_election_lease: str = "mwms-operator-leader"
+    leader_election_timing: Timing = Timing()
 
     def tracking_access(self) -> TrackingAccess:
         bases = frozenset(b for b in map(server_base, self.allowed_tracking_uris) if b is not None)
@@ -92,6 +108,29 @@ class OperatorConfig:
                 f"MWMS_TRACKING_URI={without_userinfo(tracking_uri)!r}: an http(s) tracking server is a host "
                 "and a base path, without a query or fragment"
             )
+        election = text("MWMS_LEADER_ELECTION", "false").lower()
+        if election not in ("true", "false"):
+            raise ConfigError(f"MWMS_LEADER_ELECTION={election!r} must be true or false")
+        election_namespace = text("MWMS_LEADER_ELECTION_NAMESPACE", "")
+        if election == "true" and not election_namespace:
+            raise ConfigError(
+                "MWMS_LEADER_ELECTION_NAMESPACE is empty: set it to the operator's namespace (the chart and "
+                "manifests/ set it from the pod's), or MWMS_LEADER_ELECTION=false for a single operator"
+            )
+        prefix = "MWMS_LEADER_ELECTION_"
+        timing = Timing(
+            lease_duration=number(f"{prefix}LEASE_SECONDS", 15.0, minimum=1, integer=False),
+            renew_deadline=number(f"{prefix}RENEW_DEADLINE_SECONDS", 10.0, minimum=0.1, integer=False),
+            retry_period=number(f"{prefix}RETRY_SECONDS", 2.0, minimum=0.1, integer=False),
+        )
+        # client-go's checks: the leader gives up (renew deadline) before a standby may take over (lease
+        # duration), and tries more than once within the deadline.
+        if not timing.retry_period < timing.renew_deadline < timing.lease_duration:
+            raise ConfigError(
+                "MWMS_LEADER_ELECTION_RETRY_SECONDS < MWMS_LEADER_ELECTION_RENEW_DEADLINE_SECONDS < "
+                f"MWMS_LEADER_ELECTION_LEASE_SECONDS must hold (now {timing.retry_period:g}, "
+                f"{timing.renew_deadline:g}, {timing.lease_duration:g})"
+            )
         return cls(
             trainer_image=text("MWMS_TRAINER_IMAGE", DEFAULT_TRAINER_IMAGE),
             tracking_uri=tracking_uri,
@@ -108,6 +147,10 @@ class OperatorConfig:
             log_level=log_level,
             allowed_tracking_uris=allowed,
             tracking_credentials=_credentials(environ),
+            leader_election=election == "true",
+            leader_election_namespace=election_namespace,
+            leader_election_lease=text("MWMS_LEADER_ELECTION_LEASE_NAME", "mwms-operator-leader"),
+            leader_election_timing=timing,
         )
 
 

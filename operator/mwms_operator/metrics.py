@@ -38,6 +38,10 @@ API_REQUESTS = Counter(
     ["method", "resource", "code"],
 )
 
+# 1 on the replica that holds the leader Lease (or runs without election), 0 on a standby.
+LEADER = Gauge("mwms_operator_leader", "1 if this operator replica is the leader that reconciles, else 0")
+_serving: set[int] = set()
+
 
 def resource_of(path: str) -> str:
     """`pods`, `services`, `events`, `trainjobs`, `trainjobs/status` from an API path (names and query left
@@ -92,4 +96,7 @@ class PhaseBook:
 
 
 def serve(port: int) -> None:
-    start_http_server(port)
+    """Once per process: a standby starts it before it leads, the startup handler again when it does."""
+    if port not in _serving:
+        start_http_server(port)
+        _serving.add(port)

@@ -188,6 +188,39 @@ def test_operator_env_matches_manifests(rendered):
     assert {k: v for k, v in manifests.items() if k != "MWMS_TRACKING_URI"} == chart
 
 
+@pytest.mark.parametrize("replicas", [1, 2, 3])
+def test_replicas_elect_a_leader_on_a_lease_of_their_release(helm, replicas):
+    """Each release elects on its own Lease (two releases may share a namespace), which its Role names; a
+    PodDisruptionBudget only when there is a replica to spare."""
+    docs = load_all(
+        helm_template(helm, "--set", "fullnameOverride=team-a", "--set", f"replicaCount={replicas}")
+    )
+    deployment = find(docs, "Deployment", "team-a")
+    assert deployment["spec"]["replicas"] == replicas
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    env = container_env(deployment)
+    assert env["MWMS_LEADER_ELECTION"] == "true"
+    assert env["MWMS_LEADER_ELECTION_LEASE_NAME"] == "team-a-leader"
+    role = find(docs, "Role", "team-a-leader-election")
+    assert role["metadata"]["namespace"] == "mwms-system"
+    named = [r["resourceNames"] for r in role["rules"] if "resourceNames" in r]
+    assert named == [["team-a-leader"]]
+    budgets = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    if replicas == 1:
+        assert budgets == []
+    else:
+        (budget,) = budgets
+        assert budget["spec"]["minAvailable"] == 1
+        assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+
+
+def test_chart_leader_election_matches_manifests(rendered):
+    manifests = load_all((MANIFESTS / "rbac.yaml").read_text())
+    chart = load_all(rendered["default"])
+    name = "mwms-operator-leader-election"
+    assert find(chart, "Role", name)["rules"] == find(manifests, "Role", name)["rules"]
+
+
 def test_bundled_mlflow_is_the_default_tracking_uri(rendered):
     docs = load_all(rendered["ci"])
     env = container_env(find(docs, "Deployment", OPERATOR))
@@ -287,8 +320,17 @@ def test_watch_namespaces_give_roles_in_those_namespaces_instead_of_cluster_role
         "namespaces",
     }
     assert all(set(rule["verbs"]) == {"list", "watch"} for rule in cluster_roles["mwms-operator-kopf"])
-    roles = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "Role"}
-    bindings = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "RoleBinding"}
+    # (Besides the leader-election Role in the operator's own namespace: see test_replicas_elect_a_leader...)
+    roles = {
+        d["metadata"]["namespace"]: d
+        for d in docs
+        if d["kind"] == "Role" and d["metadata"]["name"] == OPERATOR
+    }
+    bindings = {
+        d["metadata"]["namespace"]: d
+        for d in docs
+        if d["kind"] == "RoleBinding" and d["metadata"]["name"] == OPERATOR
+    }
     assert set(roles) == set(bindings) == {"team-a", "team-b"}
     cluster_wide = _rules_by_role(default)
     events = {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}

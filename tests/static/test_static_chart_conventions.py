@@ -249,6 +249,14 @@ def test_operator_down_alert_needs_the_service_monitor(helm):
     (group,) = find(docs, "PrometheusRule", "mwms-operator")["spec"]["groups"]
     alerts = {r["alert"] for r in group["rules"]}
     assert "MWMSOperatorDown" not in alerts and "MWMSTrainJobsFailing" in alerts
+    assert "MWMSOperatorNoLeader" not in alerts
+
+
+def test_no_leader_alert_watches_the_leader_gauge_of_the_release(helm):
+    docs = load_all(helm_template(helm, "--values", MONITORING_VALUES))
+    (group,) = find(docs, "PrometheusRule", "mwms-operator")["spec"]["groups"]
+    (rule,) = [r for r in group["rules"] if r["alert"] == "MWMSOperatorNoLeader"]
+    assert rule["expr"] == 'sum(mwms_operator_leader{job="mwms-operator", namespace="mwms-system"}) != 1'
 
 
 def test_grafana_dashboard_charts_exported_metrics(helm):

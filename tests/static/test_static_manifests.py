@@ -58,6 +58,9 @@ def test_kustomization_installs_crd_rbac_and_operator(kustomized):
         ("CustomResourceDefinition", "trainjobs.mwms.dev"),
         ("Deployment", "mwms-operator"),
         ("Namespace", "mwms-system"),
+        ("PodDisruptionBudget", "mwms-operator"),
+        ("Role", "mwms-operator-leader-election"),
+        ("RoleBinding", "mwms-operator-leader-election"),
         ("Service", "mwms-operator"),
         ("ServiceAccount", "mwms-operator"),
     ]
@@ -113,7 +116,9 @@ def test_every_pod_is_hardened(every_shipped_object):
 def test_operator_deployment_shape():
     deployment = find(load_all((MANIFESTS / "deployment.yaml").read_text()), "Deployment", OPERATOR)
     spec = deployment["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
+    # Two replicas, one leader (a Lease); an update starts the new pod before it stops an old one.
+    assert spec["replicas"] == 2
+    assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     pod = spec["template"]["spec"]
     assert pod["serviceAccountName"] == OPERATOR
     (container,) = pod["containers"]
@@ -121,6 +126,31 @@ def test_operator_deployment_shape():
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 8000, "health": 8080}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+def test_operator_replicas_elect_a_leader_and_survive_a_drain():
+    files = ("deployment.yaml", "rbac.yaml", "pdb.yaml")
+    docs = [doc for name in files for doc in load_all((MANIFESTS / name).read_text())]
+    deployment = find(docs, "Deployment", OPERATOR)
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["MWMS_LEADER_ELECTION"]["value"] == "true"
+    own_namespace = {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["MWMS_LEADER_ELECTION_NAMESPACE"]["valueFrom"] == own_namespace
+    lease = env["MWMS_LEADER_ELECTION_LEASE_NAME"]["value"]
+    # The Role grants the Lease in the operator's namespace only, and get/update on that one Lease only.
+    role = find(docs, "Role", "mwms-operator-leader-election")
+    assert role["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert {(tuple(r["verbs"]), tuple(r.get("resourceNames", ()))) for r in role["rules"]} == {
+        (("create",), ()),
+        (("get", "update"), (lease,)),
+    }
+    binding = find(docs, "RoleBinding", "mwms-operator-leader-election")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    budget = find(docs, "PodDisruptionBudget", OPERATOR)
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+    assert "pdb.yaml" in (MANIFESTS / "kustomization.yaml").read_text()
 
 
 class _RecordingEnv(dict):
@@ -148,9 +178,9 @@ def test_operator_reads_every_setting_we_ship(source, every_shipped_object):
         docs = load_all((MANIFESTS / "deployment.yaml").read_text())
     else:
         docs = every_shipped_object[source]
-    env = {
-        k: v for k, v in container_env(find(docs, "Deployment", OPERATOR)).items() if k.startswith("MWMS_")
-    }
+    shipped = container_env(find(docs, "Deployment", OPERATOR))
+    # None: set from the pod (the downward API), MWMS_LEADER_ELECTION_NAMESPACE to the pod's namespace.
+    env = {k: "mwms-system" if v is None else v for k, v in shipped.items() if k.startswith("MWMS_")}
     recording = _RecordingEnv(env)
     settings = config.OperatorConfig.from_env(recording)
     assert set(env) <= recording.asked, f"set but never read: {sorted(set(env) - recording.asked)}"

@@ -101,6 +101,22 @@ def service_account_kubeconfig(
     return path
 
 
+def apply_operator_rbac(kubectl: Any) -> None:
+    """The operator's namespace, ServiceAccount and RBAC from manifests/."""
+    if kubectl("get", "namespace", OPERATOR_NAMESPACE, check=False).returncode != 0:
+        kubectl("create", "namespace", OPERATOR_NAMESPACE)
+    kubectl("apply", "-f", str(REPO / "manifests" / "rbac.yaml"))
+
+
+@pytest.fixture(scope="module")
+def operator_kubeconfig(
+    cluster: Any, kubectl: Any, crd: None, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A kubeconfig of the operator's ServiceAccount, with the RBAC of manifests/ applied."""
+    apply_operator_rbac(kubectl)
+    return service_account_kubeconfig(kubectl, cluster, tmp_path_factory.mktemp("sa") / "operator.kubeconfig")
+
+
 @pytest.fixture(scope="module")
 def crd(kubectl: Any, wait_for: Any) -> None:
     kubectl("apply", "-f", str(REPO / "manifests" / "crd.yaml"))
@@ -133,9 +149,7 @@ def operator(
     mlflow_port: int,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
-    if kubectl("get", "namespace", OPERATOR_NAMESPACE, check=False).returncode != 0:
-        kubectl("create", "namespace", OPERATOR_NAMESPACE)
-    kubectl("apply", "-f", str(REPO / "manifests" / "rbac.yaml"))
+    apply_operator_rbac(kubectl)
     workdir = tmp_path_factory.mktemp("operator")
     kubeconfig = service_account_kubeconfig(kubectl, cluster, workdir / "operator.kubeconfig")
     # The operator must run with its own rights, not the admin's.
@@ -232,7 +246,7 @@ def start_operator(cluster: Any, kubectl: Any, tmp_path: Path) -> Iterator[Any]:
         kubeconfig = service_account_kubeconfig(
             kubectl, cluster, tmp_path / f"{account}.kubeconfig", account, account_namespace
         )
-        process = OperatorProcess(kubeconfig, tmp_path / f"{account}.log", env)
+        process = OperatorProcess(kubeconfig, tmp_path / f"{account}-{len(started)}.log", env)
         process.start()
         started.append(process)
         return process

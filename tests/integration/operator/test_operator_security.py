@@ -143,6 +143,41 @@ def test_the_operator_may_not_do_anything_else(rbac, kubectl, namespace):
     assert not wrong, "\n".join(wrong)
 
 
+LEASE = "leases.coordination.k8s.io"
+
+
+def test_the_operator_may_hold_its_leader_lease_in_its_own_namespace_only(rbac, kubectl, namespace):
+    """Leader election: create a Lease, read and renew the one it elects on, in mwms-system; nothing else
+    (not the control plane's Leases in kube-system, not another Lease next to its own)."""
+    own = ["-n", "mwms-system"]
+    allowed = [
+        ("create", LEASE),
+        ("get", f"{LEASE}/mwms-operator-leader"),
+        ("update", f"{LEASE}/mwms-operator-leader"),
+    ]
+    denied = [
+        ("get", f"{LEASE}/another"),
+        ("update", f"{LEASE}/another"),
+        ("delete", f"{LEASE}/mwms-operator-leader"),
+        ("patch", f"{LEASE}/mwms-operator-leader"),
+        ("list", LEASE),
+        ("watch", LEASE),
+    ]
+    wrong = [
+        f"may not {verb} {what} in mwms-system"
+        for verb, what in allowed
+        if not can_i(kubectl, verb, what, "", *own)
+    ]
+    wrong += [
+        f"may {verb} {what} in mwms-system" for verb, what in denied if can_i(kubectl, verb, what, "", *own)
+    ]
+    for scope in (["-n", namespace], ["-n", "kube-system"], ["--all-namespaces"]):
+        for verb, what in allowed + denied:
+            if can_i(kubectl, verb, what, "", *scope):
+                wrong.append(f"may {verb} {what} {' '.join(scope)}")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_the_matrix_is_the_whole_story(rbac, kubectl, namespace):
     """`can-i --list` as the operator: every rule it holds is one the matrix above expects (a new, broader
     rule in rbac.yaml fails here until it is added to ALLOWED on purpose)."""

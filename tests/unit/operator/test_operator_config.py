@@ -3,9 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from mwms_operator.config import ConfigError, OperatorConfig
+from mwms_operator.config import ConfigError, OperatorConfig, Timing
 
 VERSION = (Path(__file__).resolve().parents[3] / "VERSION").read_text().strip()
+ELECTION = {"MWMS_LEADER_ELECTION": "true", "MWMS_LEADER_ELECTION_NAMESPACE": "mwms-system"}
 
 
 def test_defaults_match_the_documented_settings():
@@ -19,6 +20,13 @@ def test_defaults_match_the_documented_settings():
     assert (config.metrics_port, config.health_port) == (8000, 8080)
     assert config.progress_interval_seconds == 15
     assert config.log_level == "INFO"
+    assert not config.leader_election  # a process started by hand is the only operator
+
+
+def test_leader_election_settings_are_read():
+    config = OperatorConfig.from_env({**ELECTION, "MWMS_LEADER_ELECTION_LEASE_SECONDS": "30"})
+    assert (config.leader_election, config.leader_election_namespace) == (True, "mwms-system")
+    assert config.leader_election_timing == Timing(lease_duration=30, renew_deadline=10, retry_period=2)
 
 
 def test_every_setting_is_read():
@@ -73,6 +81,13 @@ def test_config_is_frozen():
             {"MWMS_TRACKING_TOKEN": "t", "MWMS_TRACKING_USERNAME": "u", "MWMS_TRACKING_PASSWORD": "p"},
             "not both",
         ),
+        ({"MWMS_LEADER_ELECTION": "yes"}, "MWMS_LEADER_ELECTION="),
+        ({"MWMS_LEADER_ELECTION": "true"}, "MWMS_LEADER_ELECTION_NAMESPACE"),
+        (
+            {**ELECTION, "MWMS_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": "15"},
+            "MWMS_LEADER_ELECTION_RENEW_DEADLINE_SECONDS < MWMS_LEADER_ELECTION_LEASE_SECONDS",
+        ),
+        ({**ELECTION, "MWMS_LEADER_ELECTION_RETRY_SECONDS": "soon"}, "MWMS_LEADER_ELECTION_RETRY_SECONDS"),
     ],
 )
 def test_bad_settings_name_the_variable(env, named):

@@ -1,0 +1,138 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, with client-go's leaderelection semantics, so that of
+several operator replicas exactly one reconciles and a standby takes over when it goes.
+
+Why ours and not kopf's "peering": kopf's peering is priority-based on KopfPeering custom resources (two more
+CRDs and cluster rights to install) and pauses lower-priority operators rather than electing one; a Lease is
+the Kubernetes convention (kube-controller-manager, controller-runtime), needs only get/create/update on one
+object in the operator's namespace, and is ~100 lines on the client we already have.
+
+The rules, as client-go's:
+- A Lease held by another replica is taken only when it has not changed for leaseDurationSeconds of *our*
+  clock (the time we saw it change, not its renewTime: the two machines' clocks may differ).
+- Every write is a replace carrying the resourceVersion that was read: of two replicas that saw the same
+  expired Lease, the API server lets only one write (409 for the other).
+- The leader renews every retry period; if it cannot renew within the renew deadline (shorter than the lease
+  duration) it must stop reconciling at once, before a standby may take over.
+- On a graceful stop the leader clears holderIdentity, so a standby takes over at its next try.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from mwms_operator import constants
+from mwms_operator.config import Timing
+from mwms_operator.k8s import TRANSIENT_ERRORS, Kube
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def claimed_spec(spec: dict[str, Any], identity: str, lease_seconds: int) -> dict[str, Any]:
+    """The Lease's spec once `identity` holds (or renews) it: pure, a transition counted on a change of
+    holder."""
+    renewing = spec.get("holderIdentity") == identity
+    now = _now()
+    return {
+        **spec,
+        "holderIdentity": identity,
+        "leaseDurationSeconds": lease_seconds,
+        "acquireTime": spec.get("acquireTime") if renewing and spec.get("acquireTime") else now,
+        "renewTime": now,
+        "leaseTransitions": int(spec.get("leaseTransitions") or 0) + (0 if renewing else 1),
+    }
+
+
+def released_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """As client-go's release: no holder and a 1 s duration, so any standby takes it at its next try."""
+    now = _now()
+    return {**spec, "holderIdentity": None, "leaseDurationSeconds": 1, "acquireTime": now, "renewTime": now}
+
+
+class Elector:
+    """One replica's side of the election. `try_acquire_or_renew` is one round; `acquire` and
+    `keep_renewing` are client-go's two loops. Blocking calls: run them in a thread."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        identity: str,
+        timing: Timing,
+        name: str,
+    ) -> None:
+        self.kube, self.namespace, self.identity = kube, namespace, identity
+        self.timing, self.name = timing, name
+        self._clock = time.monotonic
+        self._observed: tuple[Any, ...] | None = None  # the holder and renewTime we last saw
+        self._observed_at = 0.0  # when (our clock) we saw them change
+
+    def _lease_body(self, spec: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": spec}
+
+    def try_acquire_or_renew(self) -> bool:
+        """One round: True if we hold the Lease now. API errors count as a failed round (logged)."""
+        timeout = self.timing.retry_period  # a hung call must not outlast the renew deadline
+        seconds = max(1, round(self.timing.lease_duration))
+        try:
+            lease = self.kube.get_lease(self.namespace, self.name, timeout=timeout)
+            if lease is None:
+                metadata = {
+                    "name": self.name,
+                    "namespace": self.namespace,
+                    "labels": {constants.LABEL_MANAGED_BY: constants.MANAGED_BY},
+                }
+                body = self._lease_body(claimed_spec({}, self.identity, seconds), metadata)
+                return self.kube.create_lease(self.namespace, body, timeout=timeout)
+            spec = dict(lease.get("spec") or {})
+            seen = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseDurationSeconds"))
+            if seen != self._observed:
+                self._observed, self._observed_at = seen, self._clock()
+            holder = spec.get("holderIdentity") or ""
+            duration = float(spec.get("leaseDurationSeconds") or self.timing.lease_duration)
+            if holder and holder != self.identity and self._clock() < self._observed_at + duration:
+                return False  # held by another, and renewed within its duration
+            body = self._lease_body(claimed_spec(spec, self.identity, seconds), dict(lease["metadata"]))
+            return self.kube.update_lease(self.namespace, body, timeout=timeout)
+        except TRANSIENT_ERRORS as error:
+            where = f"{self.namespace}/{self.name}"
+            log.warning("leader election: Lease %s not read or written: %s", where, error)
+            return False
+
+    def acquire(self, stop: threading.Event) -> bool:
+        """Try every retry period until we lead (True) or `stop` is set (False)."""
+        while not self.try_acquire_or_renew():
+            if stop.wait(self.timing.retry_period):
+                return False
+        return True
+
+    def keep_renewing(self, stop: threading.Event) -> bool:
+        """Renew every retry period until `stop` is set (True) or no renewal succeeded within the renew
+        deadline (False: the caller must stop reconciling at once)."""
+        renewed = self._clock()
+        while not stop.wait(self.timing.retry_period):
+            if self.try_acquire_or_renew():
+                renewed = self._clock()
+            elif self._clock() - renewed >= self.timing.renew_deadline:
+                return False
+        return True
+
+    def release(self) -> bool:
+        """Give the Lease up if we hold it (a graceful stop): True if released."""
+        timeout = self.timing.retry_period
+        try:
+            lease = self.kube.get_lease(self.namespace, self.name, timeout=timeout)
+            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                return False
+            body = self._lease_body(released_spec(dict(lease["spec"])), dict(lease["metadata"]))
+            return self.kube.update_lease(self.namespace, body, timeout=timeout)
+        except TRANSIENT_ERRORS as error:
+            log.warning("leader election: Lease not released (a standby takes it when it expires): %s", error)
+            return False
