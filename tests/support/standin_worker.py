@@ -1,7 +1,7 @@
 """A stand-in for the trainer in operator tests: no TensorFlow, same contract.
 
 It checks its TF_CONFIG and the operator's other variables, reaches every peer by name over TCP (and waits
-until every peer reached it), then exits like the trainer would: the chief writes the run JSON to the
+until every peer reached it), marks itself joined as the trainer does (its pod becomes Ready), then exits like the trainer would: the chief writes the run JSON to the
 termination-message file, the others {"worker": i, "status": "ok"}.
 
 Behaviour for tests, from the environment (set through spec.template):
@@ -32,6 +32,7 @@ import urllib.request
 import uuid
 
 from mwms_operator.constants import MLFLOW_TAG_JOB_UID
+from mwms_trainer.startup import mark_joined
 
 REQUIRED = (
     "MWMS_JOB_NAME",
@@ -122,6 +123,7 @@ def reach_peers(hosts: list[str], index: int, timeout: float) -> None:
     thread.join()
     server.close()
     log(f"worker {index} reached all {len(hosts)} workers by name")
+    mark_joined()
 
 
 def mlflow_headers() -> dict[str, str]:
