@@ -212,7 +212,7 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
             c.get("name") != constants.CONTAINER_NAME and not (c.get("state") or {}).get("terminated")
             for c in status.get("containerStatuses") or []
         ),
-        trainer_unready=bool(state.get("running")) and not trainer.get("ready"),
+        trainer_unready="running" in state and not trainer.get("ready"),
     )
 
 

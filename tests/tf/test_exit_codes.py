@@ -108,3 +108,25 @@ def test_a_runners_own_strategy_gets_the_startup_backstop(tmp_path):
             proc.wait()
     assert code == -signal.SIGALRM
     assert (tmp_path / "termination").read_text() == startup.REGISTRATION_BACKSTOP_NOTE
+
+
+def _builtin_strategy() -> None:
+    startup.create_strategy(Cluster(hosts=(), rank=0), time.monotonic() + 60, lambda _: None, None)
+
+
+def _runners_own_strategy() -> None:
+    runner.run_here(
+        lambda: tensorflow().distribute.MultiWorkerMirroredStrategy(), {}, use_custom_strategy=True
+    )
+
+
+@pytest.mark.parametrize("create", [_builtin_strategy, _runners_own_strategy], ids=lambda f: f.__name__[1:])
+def test_the_worker_has_joined_once_its_strategy_constructor_returned(monkeypatch, tmp_path, create):
+    """Its pod's readiness probe passes from then on, whether the trainer or the user's code made it."""
+    state = tmp_path / "state"
+    monkeypatch.setattr(startup, "RENDEZVOUS_FILE", str(state))
+    monkeypatch.setenv(constants.ENV_TERMINATION_LOG, str(tmp_path / "termination"))
+    monkeypatch.delenv(constants.ENV_TF_CONFIG, raising=False)
+    monkeypatch.delenv(constants.ENV_TRACKING_URI, raising=False)
+    create()
+    assert state.read_text() == "joined\n"

@@ -35,12 +35,14 @@ log = logging.getLogger("mwms_trainer")
 POLL_SECONDS = 0.5
 STILL_WAITING_LOG_SECONDS = 60  # how often a wait without a deadline says whom it waits for
 BACKSTOP_MIN_SECONDS = 15  # every peer was listening a moment ago: registration takes seconds
+RENDEZVOUS_FILE = constants.RENDEZVOUS_FILE
 
 
-def note_rendezvous(text: str, path: str = constants.RENDEZVOUS_FILE) -> None:
+def note_rendezvous(text: str) -> None:
     """Replace the rendezvous state with one line (whole, so the probe never reads half of it). Only where the
     operator mounted its directory: elsewhere (local mode, tests) no probe reads it. Once joined it stays so
     (a second strategy in train_fn must not make a training pod unready)."""
+    path = RENDEZVOUS_FILE
     if not os.path.isdir(os.path.dirname(path)) or _joined(path):
         return
     line = " ".join(text.split())  # one line: the probe reads the first
@@ -58,9 +60,9 @@ def _joined(path: str) -> bool:
         return False
 
 
-def mark_joined(path: str = constants.RENDEZVOUS_FILE) -> None:
+def mark_joined() -> None:
     """This worker is in the group (or has no group to join): its pod becomes Ready."""
-    note_rendezvous(constants.RENDEZVOUS_JOINED, path)
+    note_rendezvous(constants.RENDEZVOUS_JOINED)
 
 
 def _reachable(address: str) -> str | None:
@@ -131,16 +133,15 @@ def wait_for_peers(
     cluster: Cluster,
     deadline: float | None,
     probe: Callable[[str], str | None] = _reachable,
-    state: str = constants.RENDEZVOUS_FILE,
 ) -> None:
     """Return once every peer resolves and accepts TCP; at the deadline RetryableError names the missing.
     Without a deadline (in a pod: the operator ends a stuck group) it waits, saying whom it waits for, in the
-    log and in the rendezvous state `state`."""
+    log and in the rendezvous state."""
     waiting = {i: h for i, h in enumerate(cluster.hosts) if i != cluster.rank}
     reasons: dict[int, str] = {}
     log.info("waiting for %d peer(s)", len(waiting))
     noted = f"waiting for {len(waiting)} peer(s)"
-    note_rendezvous(noted, state)
+    note_rendezvous(noted)
     next_log = time.monotonic() + STILL_WAITING_LOG_SECONDS
     while waiting:
         for i, host in list(waiting.items()):
@@ -155,7 +156,7 @@ def wait_for_peers(
         missing = "; ".join(f"worker {i} ({waiting[i]}): {reasons[i]}" for i in sorted(waiting))
         if missing != noted:  # written when it changes, not every round
             noted = missing
-            note_rendezvous(f"waiting for peers: {missing}", state)
+            note_rendezvous(f"waiting for peers: {missing}")
         if deadline is not None and time.monotonic() > deadline:
             raise RetryableError(f"startup deadline passed waiting for peers: {missing}")
         if time.monotonic() > next_log:
