@@ -57,7 +57,8 @@ def test_workers_that_run_but_cannot_resolve_each_other_fail_with_startup_timeou
         f"--timeout={STARTUP_TIMEOUT + 240}s", timeout=STARTUP_TIMEOUT + 260, check=False,
     )  # fmt: skip
     job = node_kubectl.json("get", "trainjob", "nodns", "-n", node_namespace)
-    assert done.returncode == 0, json.dumps(job.get("status"), indent=1) + node_operator.log.read_text()[-3000:]
+    operator_log = node_operator.log.read_text()[-3000:]
+    assert done.returncode == 0, json.dumps(job.get("status"), indent=1) + operator_log
     failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "StartupTimeout", failed
     message = failed["message"]

@@ -1,8 +1,9 @@
 """A stand-in for the trainer in operator tests: no TensorFlow, same contract.
 
 It checks its TF_CONFIG and the operator's other variables, reaches every peer by name over TCP (and waits
-until every peer reached it), marks itself joined as the trainer does (its pod becomes Ready), then exits like the trainer would: the chief writes the run JSON to the
-termination-message file, the others {"worker": i, "status": "ok"}.
+until every peer reached it), marks itself joined as the trainer does (its pod becomes Ready), then exits
+like the trainer would: the chief writes the run JSON to the termination-message file, the others
+{"worker": i, "status": "ok"}.
 
 Behaviour for tests, from the environment (set through spec.template):
   STANDIN_FAIL_INDEX       only this worker fails (default: none)
