@@ -283,7 +283,7 @@ class Reconciler:
         self, key: JobKey, pods: list[WorkerPod], previous: Mapping[str, Any]
     ) -> list[WorkerPod]:
         """While the startup clock may run, the not-joined pods with their events (pulls, last reasons)."""
-        unexplained = startup_unexplained(pods, int(previous.get("restarts") or 0))
+        unexplained = startup_unexplained(pods, previous)
         found: dict[str, WorkerPod] = {}
         for pod in unexplained:
             events = await asyncio.to_thread(self.kube.pod_events, key.namespace, pod.name, pod.uid)

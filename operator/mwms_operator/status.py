@@ -544,12 +544,13 @@ def _rule_mark_template(f: _Facts) -> Decision | None:
     return None
 
 
-def startup_unexplained(pods: Sequence[WorkerPod], restarts: int) -> list[WorkerPod]:
+def startup_unexplained(pods: Sequence[WorkerPod], previous: Mapping[str, Any]) -> list[WorkerPod]:
     """The pods of the current group whose events the startup clock needs: those not joined while another
     worker runs (is a peer still pulling its image? what did each last say?). Empty while the clock cannot
-    run, so a healthy or wholly pending group costs no lookup."""
+    run, so a healthy, wholly pending, suspended or finished group costs no lookup."""
+    restarts = int(previous.get("restarts") or 0)
     live = [p for p in pods if p.restart == restarts and not p.deleting]
-    if not any(p.started for p in live):
+    if previous.get("phase") in (*TERMINAL, SUSPENDED) or not any(p.started for p in live):
         return []
     return [p for p in live if not p.joined]
 

@@ -436,12 +436,12 @@ def test_a_pods_events_say_whether_it_pulls_when_a_pull_ended_and_its_last_warni
 
 
 def test_a_starting_pods_events_are_looked_up_only_while_the_clock_may_run():
-    assert startup_unexplained([pod(0, "Pending"), pod(1, "Pending")], 0) == []
-    assert startup_unexplained([pod(0), pod(1)], 0) == []
-    assert startup_unexplained([pod(0), unjoined(1), pod(2, "Pending"), unjoined(3, restart=1)], 0) == [
-        unjoined(1),
-        pod(2, "Pending"),
-    ]
+    running = {"phase": "Running", "restarts": 0}
+    assert startup_unexplained([pod(0, "Pending"), pod(1, "Pending")], running) == []
+    assert startup_unexplained([pod(0), pod(1)], running) == []
+    starting = [pod(0), unjoined(1), pod(2, "Pending"), unjoined(3, restart=1)]
+    assert startup_unexplained(starting, running) == [unjoined(1), pod(2, "Pending")]
+    assert startup_unexplained(starting, dict(running, phase="Failed")) == []
 
 
 def test_a_running_trainer_whose_readiness_probe_has_not_passed_has_not_joined():
