@@ -120,13 +120,22 @@ def _runners_own_strategy() -> None:
     )
 
 
-@pytest.mark.parametrize("create", [_builtin_strategy, _runners_own_strategy], ids=lambda f: f.__name__[1:])
-def test_the_worker_has_joined_once_its_strategy_constructor_returned(monkeypatch, tmp_path, create):
-    """Its pod's readiness probe passes from then on, whether the trainer or the user's code made it."""
+def _runner_without_a_strategy() -> None:
+    runner.run_here(lambda: None, {}, use_custom_strategy=True)
+
+
+@pytest.mark.parametrize(
+    "start",
+    [_builtin_strategy, _runners_own_strategy, _runner_without_a_strategy],
+    ids=lambda f: f.__name__[1:],
+)
+def test_a_worker_that_met_its_peers_has_joined_whoever_makes_the_strategy(monkeypatch, tmp_path, start):
+    """Its pod's readiness probe passes from then on: the built-in trainer, a runner's train_fn that makes its
+    own strategy, or one that makes none."""
     state = tmp_path / "state"
     monkeypatch.setattr(startup, "RENDEZVOUS_FILE", str(state))
     monkeypatch.setenv(constants.ENV_TERMINATION_LOG, str(tmp_path / "termination"))
     monkeypatch.delenv(constants.ENV_TF_CONFIG, raising=False)
     monkeypatch.delenv(constants.ENV_TRACKING_URI, raising=False)
-    create()
+    start()
     assert state.read_text() == "joined\n"

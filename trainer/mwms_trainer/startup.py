@@ -9,9 +9,10 @@ for a peer that dies inside that short window (default action: the kernel ends t
 exit code 128+14, which the operator retries like 75).
 
 In a pod the trainer also keeps its rendezvous state in constants.RENDEZVOUS_FILE: the last reason it has not
-joined, then "joined" once MultiWorkerMirroredStrategy() returned (the group has formed, not merely answered
-TCP). The trainer container's readiness probe prints that line, so the pod is Ready once its worker joined,
-and the operator's startup clock names whoever has not, with the reason it gave.
+joined, then "joined" once every peer answered (rendezvous(): the built-in trainer and a runner's train_fn
+alike, also one that never creates MultiWorkerMirroredStrategy; the constructor that follows has its own
+backstop). The trainer container's readiness probe prints that line, so the pod is Ready once its worker
+joined, and the operator's startup clock names whoever has not, with the reason it gave.
 """
 
 from __future__ import annotations
@@ -203,7 +204,6 @@ def registration_backstop(deadline: float, on_backstop: Callable[[str], None]) -
     """
     on_backstop(REGISTRATION_BACKSTOP_NOTE)
     log.info("registering with MultiWorkerMirroredStrategy()")
-    note_rendezvous("every peer answers: registering with MultiWorkerMirroredStrategy()")
     seconds = math.ceil(max(BACKSTOP_MIN_SECONDS, deadline - time.monotonic()))
     faulthandler.dump_traceback_later(seconds, exit=False)  # where it hung, on stderr
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
@@ -212,13 +212,21 @@ def registration_backstop(deadline: float, on_backstop: Callable[[str], None]) -
         with peer_loss_is_retryable("while the group registered"):
             yield
         on_backstop("training")  # registered: the backstop's message no longer applies
-        mark_joined()  # the built-in trainer's and a user's constructor alike pass here
     finally:
         signal.alarm(0)
         faulthandler.cancel_dump_traceback_later()
         # The constructor's coordination service installs a SIGTERM handler that only takes note (a preemption
         # notifier): put the default back, so a deleted pod's worker stops at once instead of after the grace.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def rendezvous(cluster: Cluster, deadline: float, peers_by: float | None) -> None:
+    """Meet every peer (by `peers_by`, None: no limit; listening on our own port until `deadline`), then say
+    so: the pod becomes Ready. Before any strategy is made, whoever makes it."""
+    if cluster.is_distributed:
+        with listening(cluster.own_address, deadline):
+            wait_for_peers(cluster, peers_by)
+    mark_joined()
 
 
 def peer_deadline(started: float, peer_wait_seconds: float | None) -> float | None:
@@ -233,9 +241,7 @@ def create_strategy(
     from mwms_trainer.tfenv import tensorflow
 
     tf = tensorflow()
-    if cluster.is_distributed:
-        with listening(cluster.own_address, deadline):
-            wait_for_peers(cluster, peers_by)
+    rendezvous(cluster, deadline, peers_by)
     with registration_backstop(deadline, on_backstop):
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     log.info("strategy ready: %d worker(s), this is worker %d", strategy.num_replicas_in_sync, cluster.rank)
