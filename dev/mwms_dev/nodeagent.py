@@ -14,7 +14,8 @@ What it does, as a kubelet would:
   network namespace with an address from --subnet on --bridge, /etc/hosts standing in for cluster DNS
   (nodeagent_hosts), its ServiceAccount token and volumes bind-mounted in a private mount namespace;
 - writes pod status (phase, IPs, conditions, containerStatuses with termination messages, restartCount with
-  back-off under restartPolicy Always/OnFailure); readiness and liveness probes (httpGet, tcpSocket, exec);
+  back-off under restartPolicy Always/OnFailure); readiness and liveness probes (httpGet, tcpSocket, exec),
+  a failed attempt posting the kubelet's `Unhealthy` event with its output (a repeat is not posted again);
   an image reference the kubelet could not parse leaves the pod Pending, waiting with InvalidImageName;
 - provisions a PersistentVolume pre-bound to each pending claim (so the scheduler can place its pods);
 - on deletion sends SIGTERM to the container's process group, SIGKILL after the grace period, tears the
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import ipaddress
 import json
 import logging
@@ -578,10 +580,25 @@ class PodWorker(threading.Thread):
         probes, proc = prepared["probes"], self.proc
         probe_plan = self.dir / f"{prepared['name']}.probe-plan.json"
 
-        def run_exec(command: list[str], timeout: float) -> int:
+        def run_exec(command: list[str], timeout: float) -> tuple[int, str]:
             probe_plan.write_text(json.dumps({**prepared["plan"], "argv": command}))
             argv = [self.cfg.python, "-m", "mwms_dev.podexec", str(probe_plan)]
-            return subprocess.run(argv, capture_output=True, timeout=timeout + 5).returncode
+            done = subprocess.run(argv, capture_output=True, timeout=timeout + 5)
+            return done.returncode, (done.stdout + done.stderr).decode(errors="replace")
+
+        said: dict[str, str] = {}  # the last Unhealthy message per probe: a repeat is not posted again
+
+        def failed(kind: str, output: str) -> None:
+            message = f"{kind} probe failed: {output}"
+            if said.get(kind) == message:
+                return
+            said[kind] = message
+            try:
+                self.kube.post_pod_event(
+                    self.pod, reason="Unhealthy", message=message, node=self.cfg.node_name, now=now_iso()
+                )
+            except (ApiError, OSError, urllib3.exceptions.HTTPError) as exc:
+                log.info("pod %s/%s: Unhealthy event not posted: %s", self.namespace, self.pod_name, exc)
 
         def readiness_changed(ok: bool) -> None:
             log.info("pod %s/%s: readiness probe says %s", self.namespace, self.pod_name, ok)
@@ -602,9 +619,9 @@ class PodWorker(threading.Thread):
                 timer.start()
 
         probers = []
-        for kind, initial, on_change in (
-            ("readinessProbe", False, readiness_changed),
-            ("livenessProbe", True, liveness_changed),
+        for kind, initial, on_change, said_as in (
+            ("readinessProbe", False, readiness_changed, "Readiness"),
+            ("livenessProbe", True, liveness_changed, "Liveness"),
         ):
             if probes[kind] is not None:
                 prober = Prober(
@@ -613,6 +630,7 @@ class PodWorker(threading.Thread):
                     pod_ip=self.ip or "",
                     run_exec=run_exec,
                     on_change=on_change,
+                    on_failure=functools.partial(failed, said_as),
                     name=f"{kind}-{self.namespace}/{self.pod_name}",
                 )
                 prober.start()

@@ -109,6 +109,31 @@ class Kube:
             "PATCH", _pod(namespace, name) + "/status", body={"status": status}, content_type=MERGE_PATCH
         )
 
+    def post_pod_event(
+        self, pod: dict[str, Any], *, reason: str, message: str, node: str, now: str, type_: str = "Warning"
+    ) -> None:
+        """An Event on the pod, as the kubelet records one (e.g. `Unhealthy` for a failed probe)."""
+        meta = pod.get("metadata") or {}
+        namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        event = {
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": name,
+                "namespace": namespace,
+                "uid": meta.get("uid", ""),
+            },
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "source": {"component": "kubelet", "host": node},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self.request("POST", f"/api/v1/namespaces/{namespace}/events", body=event)
+
     def delete_pod_now(self, namespace: str, name: str, uid: str) -> None:
         """Delete with grace period 0 (the kubelet's last step), only if it is still the same pod."""
         body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}

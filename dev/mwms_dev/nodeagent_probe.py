@@ -92,12 +92,15 @@ class Thresholds:
         return self.ok
 
 
-def check(probe: Probe, pod_ip: str, run_exec: Callable[[list[str], float], int]) -> bool:
-    """One probe attempt."""
+def check(
+    probe: Probe, pod_ip: str, run_exec: Callable[[list[str], float], tuple[int, str]]
+) -> tuple[bool, str]:
+    """One probe attempt: whether it passed, and what the kubelet would say when it did not (an exec
+    probe's output)."""
     try:
         if probe.kind == "tcpSocket":
             with socket.create_connection((pod_ip, probe.port), timeout=probe.timeout):
-                return True
+                return True, ""
         if probe.kind == "httpGet":
             cls = http.client.HTTPSConnection if probe.scheme == "HTTPS" else http.client.HTTPConnection
             kwargs: dict[str, Any] = {"timeout": probe.timeout}
@@ -108,16 +111,19 @@ def check(probe: Probe, pod_ip: str, run_exec: Callable[[list[str], float], int]
             conn = cls(pod_ip, probe.port, **kwargs)
             try:
                 conn.request("GET", probe.path, headers={"User-Agent": "kube-probe/1.37"})
-                return 200 <= conn.getresponse().status < 400
+                status = conn.getresponse().status
+                return 200 <= status < 400, f"HTTP probe failed with statuscode: {status}"
             finally:
                 conn.close()
-        return run_exec(list(probe.command), probe.timeout) == 0
-    except (OSError, http.client.HTTPException, subprocess.SubprocessError):
-        return False
+        code, output = run_exec(list(probe.command), probe.timeout)
+        return code == 0, output
+    except (OSError, http.client.HTTPException, subprocess.SubprocessError) as error:
+        return False, str(error)
 
 
 class Prober(threading.Thread):
-    """Probes one running container until `stopped` is set; calls `on_change(ok)` when the verdict flips."""
+    """Probes one running container until `stopped` is set; calls `on_change(ok)` when the verdict flips and
+    `on_failure(output)` after each failed attempt (the kubelet's `Unhealthy` event)."""
 
     def __init__(
         self,
@@ -125,12 +131,14 @@ class Prober(threading.Thread):
         *,
         initial: bool,
         pod_ip: str,
-        run_exec: Callable[[list[str], float], int],
+        run_exec: Callable[[list[str], float], tuple[int, str]],
         on_change: Callable[[bool], None],
+        on_failure: Callable[[str], None],
         name: str,
     ) -> None:
         super().__init__(name=name, daemon=True)
         self.probe, self.pod_ip, self.run_exec, self.on_change = probe, pod_ip, run_exec, on_change
+        self.on_failure = on_failure
         self.thresholds = Thresholds(probe, initial)
         self.stopped = threading.Event()
 
@@ -139,8 +147,13 @@ class Prober(threading.Thread):
             return
         while not self.stopped.is_set():
             before = self.thresholds.ok
-            after = self.thresholds.record(check(self.probe, self.pod_ip, self.run_exec))
-            if after != before and not self.stopped.is_set():
+            ok, output = check(self.probe, self.pod_ip, self.run_exec)
+            after = self.thresholds.record(ok)
+            if self.stopped.is_set():
+                return
+            if not ok:
+                self.on_failure(output)
+            if after != before:
                 self.on_change(after)
             if self.stopped.wait(self.probe.period):
                 return

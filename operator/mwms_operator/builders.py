@@ -12,6 +12,22 @@ from mwms_operator.tf_config import tf_config
 
 CHECKPOINT_VOLUME = "mwms-checkpoint"
 CODE_VOLUME = "mwms-code"
+RENDEZVOUS_VOLUME = "mwms-rendezvous"
+# Ready once the worker has joined its group: the probe prints the trainer's rendezvous state (the kubelet
+# puts it in the `Unhealthy` event, where the operator's startup timeout reads the last reason) and fails
+# until it says joined. Shell builtins only: no process starts per probe but the shell.
+READINESS_PROBE = {
+    "exec": {
+        "command": [
+            "sh",
+            "-c",
+            f'{{ read -r state < {constants.RENDEZVOUS_FILE}; }} 2>/dev/null || state="the trainer has not'
+            f' begun its rendezvous yet"; echo "$state"; [ "$state" = {constants.RENDEZVOUS_JOINED} ]',
+        ]
+    },
+    "periodSeconds": 5,
+    "timeoutSeconds": 5,
+}
 # For a `trainer` container without a securityContext of its own: what Pod Security `restricted` asks for.
 # (The trainer image runs as a non-root user.) A template that sets one keeps exactly its own.
 RESTRICTED_SECURITY_CONTEXT = {
@@ -187,7 +203,8 @@ def build_worker_pod(
     )
     # A worker in a pod waits for its peers as long as it takes: a peer may be pulling a multi-GB image for
     # longer than startupTimeoutSeconds, which must not cost a counted restart. The operator sees the pods
-    # and ends a group that is stuck (startupTimeoutSeconds while partly unschedulable, ContainerError).
+    # and ends a group that is stuck (startupTimeoutSeconds while some worker runs and not all have joined,
+    # not counting image pulls; ContainerError).
     reserved[constants.ENV_PEER_WAIT] = "0"
     # Ours first, so user variables may refer to them with $(NAME).
     container["env"] = [{"name": k, "value": v} for k, v in reserved.items()] + list(
@@ -214,6 +231,13 @@ def build_worker_pod(
         mounts.append({"name": CODE_VOLUME, "mountPath": constants.CODE_MOUNT_PATH, "readOnly": True})
         container["volumeMounts"] = mounts
 
+    # The rendezvous state lives in a volume of its own: the root filesystem may be read-only.
+    volumes.append({"name": RENDEZVOUS_VOLUME, "emptyDir": {}})
+    mounts = list(container.get("volumeMounts") or [])
+    mounts.append({"name": RENDEZVOUS_VOLUME, "mountPath": constants.RENDEZVOUS_MOUNT_PATH})
+    container["volumeMounts"] = mounts
+    container.setdefault("readinessProbe", copy.deepcopy(READINESS_PROBE))
+
     pod_spec = {
         **pod_spec,
         "containers": containers,
@@ -221,6 +245,5 @@ def build_worker_pod(
         "hostname": name,
         "subdomain": job_name,
     }
-    if volumes:
-        pod_spec["volumes"] = volumes
+    pod_spec["volumes"] = volumes
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}

@@ -27,6 +27,11 @@ PORT_NAME = "mwms"
 CHECKPOINT_MOUNT_PATH = "/mwms/checkpoint"
 CODE_MOUNT_PATH = "/mwms/code"  # spec.code's ConfigMap, read-only
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+# The trainer's rendezvous state (an emptyDir): one line, "joined" once the group has formed, else the last
+# reason it has not; the trainer container's readiness probe prints it and fails until it says "joined".
+RENDEZVOUS_MOUNT_PATH = "/mwms/rendezvous"
+RENDEZVOUS_FILE = RENDEZVOUS_MOUNT_PATH + "/state"
+RENDEZVOUS_JOINED = "joined"
 
 # Environment the operator injects into the trainer container; user env may not set these.
 ENV_TF_CONFIG = "TF_CONFIG"

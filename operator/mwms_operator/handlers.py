@@ -10,6 +10,7 @@ their job through owner references, so nothing needs to run before a TrainJob is
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -34,10 +35,13 @@ from mwms_operator.status import (
     DeleteJob,
     DeletePods,
     JobMeta,
+    WorkerPod,
     decide,
     format_time,
     next_due,
     parse_time,
+    pod_events,
+    startup_unexplained,
     worker_pod,
 )
 from mwms_operator.tf_config import worker_hosts
@@ -232,10 +236,11 @@ class Reconciler:
         now = datetime.now(UTC)
         if await self._confirm_leaving(key):
             self.queue.add_after(key, LEAVING_GRACE_SECONDS)
+        pods = await self._with_startup_events(key, self.state.pods_of(key), previous)
         decision = decide(
             meta,
             spec,
-            self.state.pods_of(key),
+            pods,
             service_exists=self.state.has_service(key),
             now=now,
             previous=previous,
@@ -273,6 +278,17 @@ class Reconciler:
             created = parse_time(body["metadata"].get("creationTimestamp"))
             if created is not None:
                 metrics.PODS_CREATED.observe((now - created).total_seconds())
+
+    async def _with_startup_events(
+        self, key: JobKey, pods: list[WorkerPod], previous: Mapping[str, Any]
+    ) -> list[WorkerPod]:
+        """While the startup clock may run, the not-joined pods with their events (pulls, last reasons)."""
+        unexplained = startup_unexplained(pods, previous)
+        found: dict[str, WorkerPod] = {}
+        for pod in unexplained:
+            events = await asyncio.to_thread(self.kube.pod_events, key.namespace, pod.name, pod.uid)
+            found[pod.uid] = dataclasses.replace(pod, events=pod_events(events))
+        return [found.get(p.uid, p) for p in pods]
 
     def _schedule(self, key: JobKey, spec: TrainJobSpec | SpecError, status: Mapping[str, Any]) -> None:
         due = next_due(spec, status)

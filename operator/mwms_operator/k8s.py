@@ -284,6 +284,13 @@ class Kube:
         uid = (pod.get("metadata") or {}).get("uid")
         return str(uid) if uid else None
 
+    def pod_events(self, namespace: str, name: str, uid: str) -> list[dict[str, Any]]:
+        """The events of this pod (not of an earlier pod of the same name): its pulls, probes, mounts."""
+        selector = f"involvedObject.kind=Pod,involvedObject.name={name},involvedObject.uid={uid}"
+        query = urllib.parse.urlencode({"fieldSelector": selector})
+        answer = self._request("GET", f"{_core(namespace, 'events')}?{query}")
+        return list(answer.get("items") or [])
+
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any] | None:
         """JSON merge patch of status (None values remove fields); None if the TrainJob is gone."""
         path = _trainjob(namespace, name) + "/status"

@@ -81,6 +81,42 @@ class JobMeta:
 
 
 @dataclass(frozen=True)
+class PodEvents:
+    """What a pod's events say about its start (the kubelet's and the scheduler's; looked up only while the
+    startup clock may run)."""
+
+    pulling: bool = False  # its latest image event is `Pulling`: the pull has not ended
+    pulled_at: datetime | None = None  # when its latest pull ended (`Pulled`)
+    note: str = ""  # "reason: message" of its latest Warning (Unhealthy, FailedMount, FailedScheduling…)
+
+
+PULL_EVENTS = ("Pulling", "Pulled", "Failed", "BackOff", "ErrImageNeverPull")
+
+
+def pod_events(events: Iterable[Mapping[str, Any]]) -> PodEvents:
+    """The events of one pod (core/v1 Event dicts) as PodEvents, by when each last happened."""
+
+    def when(event: Mapping[str, Any]) -> datetime:
+        moment = event.get("lastTimestamp") or event.get("eventTime")
+        moment = moment or (event.get("metadata") or {}).get("creationTimestamp")
+        return parse_time(moment) or datetime.min.replace(tzinfo=UTC)
+
+    ordered = sorted(events, key=when)
+    pulls = [e for e in ordered if e.get("reason") in PULL_EVENTS]
+    pulled = [when(e) for e in pulls if e.get("reason") == "Pulled"]
+    warnings = [e for e in ordered if e.get("type") == "Warning"]
+    note = ""
+    if warnings:
+        last = warnings[-1]
+        note = " ".join(f"{last.get('reason', 'Warning')}: {last.get('message', '')}".split())
+    return PodEvents(
+        pulling=bool(pulls) and pulls[-1].get("reason") == "Pulling",
+        pulled_at=pulled[-1] if pulled else None,
+        note=note,
+    )
+
+
+@dataclass(frozen=True)
 class WorkerPod:
     """What the decision needs to know about one worker pod."""
 
@@ -103,6 +139,14 @@ class WorkerPod:
     # A regular container other than the trainer has not terminated: a sidecar that is not a native one
     # (native sidecars are init containers, which the kubelet stops once the trainer has exited).
     sidecars_running: bool = False
+    # The trainer container runs and its readiness probe has not passed: its worker has not joined the group.
+    trainer_unready: bool = False
+    events: PodEvents | None = None  # None: not looked up
+
+    @property
+    def joined(self) -> bool:
+        """In its group: it runs and is ready (no readiness probe: ready once running), or it has exited."""
+        return self.started and not self.trainer_unready
 
     @property
     def finishing(self) -> bool:
@@ -181,6 +225,7 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
             c.get("name") != constants.CONTAINER_NAME and not (c.get("state") or {}).get("terminated")
             for c in status.get("containerStatuses") or []
         ),
+        trainer_unready="running" in state and not trainer.get("ready"),
     )
 
 
@@ -512,17 +557,45 @@ def _rule_mark_template(f: _Facts) -> Decision | None:
     return None
 
 
-def _rule_stall_clocks(f: _Facts) -> Decision | None:
-    """Never decides: start or stop the clocks of the startup timeout and of container errors.
+def startup_unexplained(pods: Sequence[WorkerPod], previous: Mapping[str, Any]) -> list[WorkerPod]:
+    """The pods of the current group whose events the startup clock needs: those not joined while another
+    worker runs (is a peer still pulling its image? what did each last say?). Empty while the clock cannot
+    run, so a healthy, wholly pending, suspended or finished group costs no lookup."""
+    restarts = int(previous.get("restarts") or 0)
+    live = [p for p in pods if p.restart == restarts and not p.deleting]
+    if previous.get("phase") in (*TERMINAL, SUSPENDED) or not any(p.started for p in live):
+        return []
+    return [p for p in live if not p.joined]
 
-    The startup timeout counts only while the group is partly stuck: some workers run and others cannot be
-    scheduled (they hold nodes while their peers wait). A group that is wholly pending (a queue, a scale-up,
-    image pulls) or gated costs nothing but time, so that is not counted."""
+
+def _startup_clock(current: Sequence[WorkerPod]) -> tuple[bool, datetime | None]:
+    """(whether the startup clock runs, the latest end of a not-joined pod's image pull).
+
+    It runs while some worker runs and not every worker has joined: the others hold nodes while they wait.
+    A peer's image pull does not count (nor does one whose events were not looked up: it may be pulling),
+    except for a peer the scheduler cannot place, which pulls nothing. A group that is wholly pending (a
+    queue, a scale-up, image pulls) or gated costs nothing but time."""
+    live = [p for p in current if not p.deleting]
+    waiting = [p for p in live if not p.joined]
+    if not any(p.started for p in live) or not waiting:
+        return False, None
+    pulling = [
+        p
+        for p in waiting
+        if not p.started and not p.unschedulable and (p.events or PodEvents(pulling=True)).pulling
+    ]
+    pulled = [p.events.pulled_at for p in waiting if p.events is not None and p.events.pulled_at is not None]
+    return not pulling, max(pulled, default=None)
+
+
+def _rule_stall_clocks(f: _Facts) -> Decision | None:
+    """Never decides: start or stop the clocks of the startup timeout and of container errors."""
     waiting = [p for p in f.current if not p.started and not p.deleting]
-    stalled = any(p.started for p in f.current) and any(p.unschedulable for p in waiting)
+    running, pulled = _startup_clock(f.current)
     erring = any(p.container_error for p in waiting)
     status, now = f.b.status, format_time(f.now)
-    status["stalledSince"] = (status["stalledSince"] or now) if stalled else None
+    since = max(filter(None, (parse_time(status["stalledSince"]) or f.now, pulled)))
+    status["stalledSince"] = format_time(since) if running else None
     status["containerErrorSince"] = (status["containerErrorSince"] or now) if erring else None
     return None
 
@@ -742,15 +815,31 @@ def _rule_startup_timeout(f: _Facts) -> Decision | None:
     timeout = f.parsed.startup_timeout_seconds
     if stalled is None or f.now < stalled + timedelta(seconds=timeout):
         return None
-    waiting = ", ".join(f"{p.name} ({p.waiting or p.phase})" for p in f.current if not p.started)
-    return f.terminal(
-        FAILED,
-        "StartupTimeout",
-        _truncate(
-            f"some workers ran while others could not be scheduled for {timeout}s "
-            f"(spec.runPolicy.startupTimeoutSeconds); still pending: {waiting}"
-        ),
-    )
+    live = [p for p in f.current if not p.deleting]
+    pending = [p for p in live if not p.started]
+    if any(p.unschedulable for p in pending):
+        headline = f"some workers ran while others could not be scheduled for {timeout}s"
+    else:
+        headline = f"not every worker joined the group within {timeout}s of one running"
+    parts = [f"{headline} (spec.runPolicy.startupTimeoutSeconds)"]
+    if pending:
+        parts.append("still pending: " + ", ".join(f"{p.name} ({_why_pending(p)})" for p in pending))
+    unjoined = [p for p in live if p.started and not p.joined]
+    if unjoined:
+        parts.append("not joined: " + "; ".join(f"worker {p.index} ({p.name}): {_why(p)}" for p in unjoined))
+    return f.terminal(FAILED, "StartupTimeout", _truncate("; ".join(parts)))
+
+
+def _why(pod: WorkerPod) -> str:
+    """The last reason a running worker gave for not having joined (its readiness probe's output)."""
+    return (pod.events.note if pod.events else "") or "no reason given yet"
+
+
+def _why_pending(pod: WorkerPod) -> str:
+    """Why a worker does not run: the scheduler's or the container's reason, and its pod's latest warning
+    (e.g. FailedMount for a missing Secret); the scheduler's own event repeats its condition."""
+    note = pod.events.note if pod.events and not pod.unschedulable else ""
+    return "; ".join(part for part in (pod.waiting, note) if part) or pod.phase
 
 
 def _rule_workers_pending(f: _Facts) -> Decision | None:
@@ -783,9 +872,9 @@ RULES: tuple[tuple[str, Callable[[_Facts], Decision | None]], ...] = (
     ("template-invalid", _rule_template_invalid),
     ("restart-backoff", _rule_restart_backoff),
     ("create-missing", _rule_create_missing),
-    ("all-running", _rule_all_running),
     ("container-error", _rule_container_error),
-    ("startup-timeout", _rule_startup_timeout),
+    ("startup-timeout", _rule_startup_timeout),  # also once all run: a worker may not join its peers
+    ("all-running", _rule_all_running),
     ("workers-pending", _rule_workers_pending),
 )
 

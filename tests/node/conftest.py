@@ -11,15 +11,24 @@ root (several GB) is removed at the end unless MWMS_TEST_NODE_STATE_DIR keeps it
 `node_chain` (package): what users deploy, installed once for the tier: the Helm chart with the operator image
 and bundled MLflow in a `restricted` namespace (mwms_dev.chain.Chain); skips without `make images`.
 `operator_log`: a callable giving the chart's operator log, for printing when a test fails.
+`node_operator` (module): the operator as a local process (`python -m mwms_operator`) against this cluster,
+with the CRD from manifests/ (no image needed); `node_operator.log` is its log file.
+`node_trainer_image`: the project's trainer image loaded on the node; skips without `make images`.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="package")
@@ -67,6 +76,33 @@ def node_kubectl(real_cluster, make_kubectl):
 def node_namespace(node_kubectl) -> Iterator[str]:
     with node_kubectl.fresh_namespace("n") as name:
         yield name
+
+
+@pytest.fixture(scope="module")
+def node_operator(real_cluster, node_kubectl, tmp_path_factory) -> Iterator[SimpleNamespace]:
+    from mwms_dev.cluster import free_port
+
+    node_kubectl("apply", "-f", str(REPO / "manifests" / "crd.yaml"))
+    node_kubectl("wait", "--for=condition=Established", "crd/trainjobs.mwms.dev", "--timeout=60s")
+    path = tmp_path_factory.mktemp("operator") / "operator.log"
+    log = path.open("wb")
+    env = {**os.environ, "KUBECONFIG": str(real_cluster.kubeconfig), "MWMS_RECONCILE_INTERVAL_SECONDS": "1"}
+    env.update(MWMS_METRICS_PORT=str(free_port()), MWMS_HEALTH_PORT=str(free_port()))
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    process = subprocess.Popen([sys.executable, "-m", "mwms_operator"], env=env, stdout=log, stderr=log)
+    yield SimpleNamespace(log=path)
+    node_kubectl("delete", "trainjobs", "--all", "-A", "--wait=false", check=False)
+    process.terminate()
+    process.wait(timeout=30)
+    log.close()
+
+
+@pytest.fixture(scope="package")
+def node_trainer_image(real_node) -> str:
+    trainer = next((name for name in real_node.images() if "/mwms-trainer:" in name), None)
+    if trainer is None:
+        pytest.skip("no mwms-trainer image on the node: run `make images` (build/images/*.oci.tar) first")
+    return trainer
 
 
 @pytest.fixture(scope="package")

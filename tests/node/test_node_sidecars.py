@@ -7,18 +7,11 @@ container with restartPolicy Always) is allowed. In each case the job succeeds."
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 
-REPO = Path(__file__).resolve().parents[2]
 RUN = {"runId": "sidecar-run", "experimentId": "1", "modelUri": "runs:/sidecar-run/model"}
 NON_ROOT = {
     "runAsNonRoot": True,
@@ -27,27 +20,6 @@ NON_ROOT = {
     "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},
 }
-
-
-@pytest.fixture(scope="module")
-def node_operator(real_cluster, node_kubectl, tmp_path_factory) -> Iterator[None]:
-    node_kubectl("apply", "-f", str(REPO / "manifests" / "crd.yaml"))
-    node_kubectl("wait", "--for=condition=Established", "crd/trainjobs.mwms.dev", "--timeout=60s")
-    log = (tmp_path_factory.mktemp("operator") / "operator.log").open("wb")
-    env = {**os.environ, "KUBECONFIG": str(real_cluster.kubeconfig), "MWMS_RECONCILE_INTERVAL_SECONDS": "1"}
-    env.update(MWMS_METRICS_PORT=str(free_port()), MWMS_HEALTH_PORT=str(free_port()))
-    env.pop("KUBERNETES_SERVICE_HOST", None)
-    process = subprocess.Popen([sys.executable, "-m", "mwms_operator"], env=env, stdout=log, stderr=log)
-    yield
-    node_kubectl("delete", "trainjobs", "--all", "-A", "--wait=false", check=False)
-    process.terminate()
-    process.wait(timeout=30)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def shell(name: str, image: str, script: str) -> dict:

@@ -1,13 +1,15 @@
 """A stand-in for the trainer in operator tests: no TensorFlow, same contract.
 
 It checks its TF_CONFIG and the operator's other variables, reaches every peer by name over TCP (and waits
-until every peer reached it), then exits like the trainer would: the chief writes the run JSON to the
-termination-message file, the others {"worker": i, "status": "ok"}.
+until every peer reached it), marks itself joined as the trainer does (its pod becomes Ready), then exits
+like the trainer would: the chief writes the run JSON to the termination-message file, the others
+{"worker": i, "status": "ok"}.
 
 Behaviour for tests, from the environment (set through spec.template):
   STANDIN_FAIL_INDEX       only this worker fails (default: none)
   STANDIN_EXIT_CODE        its exit code (default 1)
   STANDIN_FAIL_ONCE_FILE   fail only if this file does not exist yet (it is created first): "fail once"
+  STANDIN_HANG_INDEX       only this worker never begins its rendezvous (stuck before it, e.g. loading data)
   STANDIN_SLEEP_SECONDS    keep running this long after the peer check (long jobs: deadline, suspend...)
   STANDIN_LINGER_SECONDS   workers other than the chief keep running this much longer (a slow worker, a
                            sidecar): the chief succeeds first and cleanPodPolicy deletes them while they run
@@ -32,6 +34,7 @@ import urllib.request
 import uuid
 
 from mwms_operator.constants import MLFLOW_TAG_JOB_UID
+from mwms_trainer.startup import mark_joined, note_rendezvous
 
 REQUIRED = (
     "MWMS_JOB_NAME",
@@ -112,6 +115,7 @@ def reach_peers(hosts: list[str], index: int, timeout: float) -> None:
             except OSError as error:
                 if time.monotonic() > deadline:
                     finish(75, f"worker {index} could not reach worker {peer} at {address}: {error}")
+                note_rendezvous(f"waiting for peers: worker {peer} ({address}): {error}")
                 time.sleep(0.2)
     others = set(range(len(hosts))) - {index}
     while heard != others:
@@ -122,6 +126,7 @@ def reach_peers(hosts: list[str], index: int, timeout: float) -> None:
     thread.join()
     server.close()
     log(f"worker {index} reached all {len(hosts)} workers by name")
+    mark_joined()
 
 
 def mlflow_headers() -> dict[str, str]:
@@ -199,6 +204,9 @@ def main() -> None:
                 with open(once, "w") as marker:
                     marker.write("failed once\n")
             finish(int(os.environ.get("STANDIN_EXIT_CODE", "1")), f"standin worker {index} told to fail")
+    if os.environ.get("STANDIN_HANG_INDEX") == str(index):
+        log(f"worker {index} told to hang before its rendezvous")
+        threading.Event().wait()
     reach_peers(hosts, index, float(os.environ.get("STANDIN_PEER_TIMEOUT", "180")))
     sleep_in = os.environ.get("STANDIN_SLEEP_IN_RESTART")
     if sleep_in is None or sleep_in == os.environ["MWMS_RESTART_COUNT"]:

@@ -122,3 +122,34 @@ def test_a_runners_own_strategy_gets_the_startup_backstop(tmp_path, constructor)
             proc.wait()
     assert code == -signal.SIGALRM
     assert (tmp_path / "termination").read_text() == startup.REGISTRATION_BACKSTOP_NOTE
+
+
+def _builtin_strategy() -> None:
+    startup.create_strategy(Cluster(hosts=(), rank=0), time.monotonic() + 60, lambda _: None, None)
+
+
+def _runners_own_strategy() -> None:
+    runner.run_here(
+        lambda: tensorflow().distribute.MultiWorkerMirroredStrategy(), {}, use_custom_strategy=True
+    )
+
+
+def _runner_without_a_strategy() -> None:
+    runner.run_here(lambda: None, {}, use_custom_strategy=True)
+
+
+@pytest.mark.parametrize(
+    "start",
+    [_builtin_strategy, _runners_own_strategy, _runner_without_a_strategy],
+    ids=lambda f: f.__name__[1:],
+)
+def test_a_worker_that_met_its_peers_has_joined_whoever_makes_the_strategy(monkeypatch, tmp_path, start):
+    """Its pod's readiness probe passes from then on: the built-in trainer, a runner's train_fn that makes its
+    own strategy, or one that makes none."""
+    state = tmp_path / "state"
+    monkeypatch.setattr(startup, "RENDEZVOUS_FILE", str(state))
+    monkeypatch.setenv(constants.ENV_TERMINATION_LOG, str(tmp_path / "termination"))
+    monkeypatch.delenv(constants.ENV_TF_CONFIG, raising=False)
+    monkeypatch.delenv(constants.ENV_TRACKING_URI, raising=False)
+    start()
+    assert state.read_text() == "joined\n"

@@ -136,9 +136,7 @@ def run_here(
         if use_custom_strategy:
             # train_fn creates the strategy itself; make sure its peers are there first, and give its
             # constructor the built-in trainer's backstop.
-            if cluster.is_distributed:
-                with startup.listening(cluster.own_address, deadline):
-                    startup.wait_for_peers(cluster, peers_by)
+            startup.rendezvous(cluster, deadline, peers_by)
             with (
                 startup.backstopped_user_strategy(deadline, note),
                 startup.peer_loss_is_retryable("in train_fn"),

@@ -7,6 +7,12 @@ Python (every worker listens on its own port and waits until each peer's name re
 TCP), which fails cleanly with exit 75 at the deadline; only then the constructor, with SIGALRM as a backstop
 for a peer that dies inside that short window (default action: the kernel ends the process; Kubernetes reports
 exit code 128+14, which the operator retries like 75).
+
+In a pod the trainer also keeps its rendezvous state in constants.RENDEZVOUS_FILE: the last reason it has not
+joined, then "joined" once every peer answered (rendezvous(): the built-in trainer and a runner's train_fn
+alike, also one that never creates MultiWorkerMirroredStrategy; the constructor that follows has its own
+backstop). The trainer container's readiness probe prints that line, so the pod is Ready once its worker
+joined, and the operator's startup clock names whoever has not, with the reason it gave.
 """
 
 from __future__ import annotations
@@ -15,12 +21,14 @@ import contextlib
 import faulthandler
 import logging
 import math
+import os
 import signal
 import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from mwms_operator import constants
 from mwms_trainer.cluster import Cluster, split_host_port
 from mwms_trainer.errors import RetryableError
 
@@ -28,6 +36,34 @@ log = logging.getLogger("mwms_trainer")
 POLL_SECONDS = 0.5
 STILL_WAITING_LOG_SECONDS = 60  # how often a wait without a deadline says whom it waits for
 BACKSTOP_MIN_SECONDS = 15  # every peer was listening a moment ago: registration takes seconds
+RENDEZVOUS_FILE = constants.RENDEZVOUS_FILE
+
+
+def note_rendezvous(text: str) -> None:
+    """Replace the rendezvous state with one line (whole, so the probe never reads half of it). Only where the
+    operator mounted its directory: elsewhere (local mode, tests) no probe reads it. Once joined it stays so
+    (a second strategy in train_fn must not make a training pod unready)."""
+    path = RENDEZVOUS_FILE
+    if not os.path.isdir(os.path.dirname(path)) or _joined(path):
+        return
+    line = " ".join(text.split())  # one line: the probe reads the first
+    partial = f"{path}.{os.getpid()}.tmp"
+    with open(partial, "w", encoding="utf-8") as f:
+        f.write(line + "\n")
+    os.replace(partial, path)
+
+
+def _joined(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.readline().strip() == constants.RENDEZVOUS_JOINED
+    except FileNotFoundError:
+        return False
+
+
+def mark_joined() -> None:
+    """This worker is in the group (or has no group to join): its pod becomes Ready."""
+    note_rendezvous(constants.RENDEZVOUS_JOINED)
 
 
 def _reachable(address: str) -> str | None:
@@ -95,13 +131,18 @@ def listening(address: str | None, deadline: float) -> Iterator[None]:
 
 
 def wait_for_peers(
-    cluster: Cluster, deadline: float | None, probe: Callable[[str], str | None] = _reachable
+    cluster: Cluster,
+    deadline: float | None,
+    probe: Callable[[str], str | None] = _reachable,
 ) -> None:
     """Return once every peer resolves and accepts TCP; at the deadline RetryableError names the missing.
-    Without a deadline (in a pod: the operator ends a stuck group) it waits, saying whom it waits for."""
+    Without a deadline (in a pod: the operator ends a stuck group) it waits, saying whom it waits for, in the
+    log and in the rendezvous state."""
     waiting = {i: h for i, h in enumerate(cluster.hosts) if i != cluster.rank}
     reasons: dict[int, str] = {}
     log.info("waiting for %d peer(s)", len(waiting))
+    noted = f"waiting for {len(waiting)} peer(s)"
+    note_rendezvous(noted)
     next_log = time.monotonic() + STILL_WAITING_LOG_SECONDS
     while waiting:
         for i, host in list(waiting.items()):
@@ -114,6 +155,9 @@ def wait_for_peers(
         if not waiting:
             return
         missing = "; ".join(f"worker {i} ({waiting[i]}): {reasons[i]}" for i in sorted(waiting))
+        if missing != noted:  # written when it changes, not every round
+            noted = missing
+            note_rendezvous(f"waiting for peers: {missing}")
         if deadline is not None and time.monotonic() > deadline:
             raise RetryableError(f"startup deadline passed waiting for peers: {missing}")
         if time.monotonic() > next_log:
@@ -176,6 +220,15 @@ def registration_backstop(deadline: float, on_backstop: Callable[[str], None]) -
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def rendezvous(cluster: Cluster, deadline: float, peers_by: float | None) -> None:
+    """Meet every peer (by `peers_by`, None: no limit; listening on our own port until `deadline`), then say
+    so: the pod becomes Ready. Before any strategy is made, whoever makes it."""
+    if cluster.is_distributed:
+        with listening(cluster.own_address, deadline):
+            wait_for_peers(cluster, peers_by)
+    mark_joined()
+
+
 def peer_deadline(started: float, peer_wait_seconds: float | None) -> float | None:
     return None if peer_wait_seconds is None else started + peer_wait_seconds
 
@@ -188,9 +241,7 @@ def create_strategy(
     from mwms_trainer.tfenv import tensorflow
 
     tf = tensorflow()
-    if cluster.is_distributed:
-        with listening(cluster.own_address, deadline):
-            wait_for_peers(cluster, peers_by)
+    rendezvous(cluster, deadline, peers_by)
     with registration_backstop(deadline, on_backstop):
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     log.info("strategy ready: %d worker(s), this is worker %d", strategy.num_replicas_in_sync, cluster.rank)

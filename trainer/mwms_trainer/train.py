@@ -270,6 +270,7 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
     try:
         if kept is not None:
             log.info("uploading the model fitted before the restart (%s), not training again", kept_dir)
+            startup.mark_joined()  # no group to join: the peers ended (the fit is kept)
             plain, trained = kept
         else:
             fitted = fit(settings, split, tracker, note, deadline, peers_by)

@@ -36,6 +36,7 @@ ALLOWED = [
     ("list", "services", ""),
     ("watch", "services", ""),
     ("create", "events", ""),
+    ("list", "events", ""),  # a starting pod's events: its image pulls and its readiness probe's last reason
 ]
 DENIED = [
     ("get", "secrets", ""),
@@ -70,6 +71,7 @@ DENIED = [
     ("create", "rolebindings.rbac.authorization.k8s.io", ""),
     ("patch", "events", ""),
     ("delete", "events", ""),
+    ("watch", "events", ""),
 ]
 CLUSTER_DENIED = [
     ("escalate", "clusterroles.rbac.authorization.k8s.io", ""),

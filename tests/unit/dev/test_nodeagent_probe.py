@@ -2,7 +2,7 @@
 
 import pytest
 
-from mwms_dev.nodeagent_probe import Probe, ProbeError, Thresholds, parse_probe
+from mwms_dev.nodeagent_probe import Probe, ProbeError, Thresholds, check, parse_probe
 
 
 def test_http_probe_with_a_named_port_and_defaults():
@@ -35,3 +35,9 @@ def test_thresholds_need_consecutive_results():
     t = Thresholds(Probe(kind="exec", command=("x",), failure_threshold=3, success_threshold=2), initial=True)
     assert [t.record(r) for r in (False, False, True, False, False, False)] == [True] * 5 + [False]
     assert [t.record(r) for r in (True, False, True, True)] == [False, False, False, True]
+
+
+def test_a_failed_exec_probe_says_what_its_command_printed_as_the_kubelet_does():
+    probe = Probe(kind="exec", command=("sh", "-c", "echo not yet; exit 1"))
+    assert check(probe, "", lambda command, timeout: (1, "not yet\n")) == (False, "not yet\n")
+    assert check(probe, "", lambda command, timeout: (0, "joined\n")) == (True, "joined\n")

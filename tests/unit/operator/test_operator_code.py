@@ -44,7 +44,8 @@ def test_without_code_the_builtin_fit_runs(make_trainjob, config):
     pod = pod_of(parse_trainjob(make_trainjob(), config))
     env = {e["name"] for e in trainer_container(pod)["env"]}
     assert constants.ENV_CODE_ENTRYPOINT not in env
-    assert "volumes" not in pod["spec"]
+    # Only the rendezvous state's own volume (every worker has it): no code volume.
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["mwms-rendezvous"]
 
 
 def test_the_configmap_is_mounted_read_only_and_the_entrypoint_passed(make_trainjob, config):
@@ -86,7 +87,7 @@ def test_items_go_to_the_volume(make_trainjob, config):
 def test_code_and_checkpoint_both_mount(make_trainjob, config):
     body = make_trainjob(code=CODE, checkpoint={"hostPath": {"path": "/tmp/ck"}})
     mounts = trainer_container(pod_of(parse_trainjob(body, config)))["volumeMounts"]
-    assert [m["mountPath"] for m in mounts] == ["/mwms/checkpoint", "/mwms/code"]
+    assert [m["mountPath"] for m in mounts] == ["/mwms/checkpoint", "/mwms/code", "/mwms/rendezvous"]
 
 
 @pytest.mark.parametrize(

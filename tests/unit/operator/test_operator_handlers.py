@@ -28,6 +28,7 @@ class RecordingKube:
         self.existing_pods: dict[str, str] = {}  # name -> uid
         self.namespace_ending = False
         self.events_refused_as_ending = False  # the namespace began ending after the creates
+        self.pod_event_lists: dict[str, list[dict[str, Any]]] = {}  # pod name -> its events
 
     def create_service(self, namespace: str, body: dict[str, Any]) -> str:
         self.calls.append(("create_service", body["metadata"]["name"]))
@@ -70,6 +71,10 @@ class RecordingKube:
         if self.events_refused_as_ending:
             raise k8s.NamespaceEnding("unable to create new content in namespace ... because ...")
         self.calls.append(("event", reason))
+
+    def pod_events(self, namespace: str, name: str, uid: str) -> list[dict[str, Any]]:
+        self.calls.append(("pod_events", (name, uid)))
+        return self.pod_event_lists.get(name, [])
 
     def named(self, call: str) -> list[Any]:
         return [arg for name, arg in self.calls if name == call]
@@ -433,3 +438,23 @@ def test_a_job_the_operator_has_just_suspended_is_left_out_of_the_resync(reconci
     reconciler.queue._dirty.clear()
     reconciler.resync()  # the watch has not echoed the write yet: our own write says Suspended
     assert reconciler.queue._dirty == set()
+
+
+def test_while_a_worker_runs_and_not_all_have_joined_their_pods_events_decide_the_startup_clock(
+    reconciler, indexes
+):
+    kube = reconciler.kube
+    pulling = {"reason": "Pulling", "type": "Normal", "lastTimestamp": "2026-12-02T10:00:01Z"}
+    kube.pod_event_lists["mnist-worker-1"] = [pulling]
+    reconciler.job_event("ADDED", job_body())
+    unready = pod_body(0, phase="Running")
+    unready["status"]["containerStatuses"] = [{"name": "trainer", "ready": False, "state": {"running": {}}}]
+    indexes.pod(unready)
+    indexes.pod(pod_body(1))
+    asyncio.run(reconciler.reconcile(KEY))
+    assert kube.named("pod_events") == [("mnist-worker-0", "pod-0-0"), ("mnist-worker-1", "pod-1-0")]
+    assert reconciler.state.status(KEY).get("stalledSince") is None, "a peer still pulls its image"
+    pulled = dict(pulling, reason="Pulled", lastTimestamp="2026-12-02T10:00:09Z")
+    kube.pod_event_lists["mnist-worker-1"] = [pulling, pulled]
+    asyncio.run(reconciler.reconcile(KEY))
+    assert reconciler.state.status(KEY).get("stalledSince") is not None

@@ -326,6 +326,18 @@ def test_status_is_a_json_merge_patch_of_the_status_subresource(api):
     assert patch.body == {"status": {"phase": "Running", "stalledSince": None}}  # null removes the field
 
 
+def test_a_pods_events_are_listed_by_its_name_and_uid(api):
+    event = {"reason": "Unhealthy", "message": "Readiness probe failed: waiting for peers"}
+    api.reply(200, {"kind": "EventList", "items": [event]})
+    assert kube_for(api).pod_events("ns", "mnist-worker-1", "u-2") == [event]
+    (get,) = api.seen
+    assert get.method == "GET"
+    assert get.path == (
+        "/api/v1/namespaces/ns/events?fieldSelector=involvedObject.kind%3DPod%2C"
+        "involvedObject.name%3Dmnist-worker-1%2CinvolvedObject.uid%3Du-2"
+    )
+
+
 def test_an_event_names_the_trainjob_and_a_failed_post_is_only_logged(api, caplog):
     kube = kube_for(api)
     api.reply(201, {})

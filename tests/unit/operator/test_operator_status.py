@@ -18,10 +18,13 @@ from mwms_operator.status import (
     DeleteJob,
     DeletePods,
     JobMeta,
+    PodEvents,
     WorkerPod,
     decide,
     format_time,
     next_due,
+    pod_events,
+    startup_unexplained,
     worker_pod,
 )
 
@@ -326,6 +329,135 @@ def test_the_startup_clock_stops_when_the_group_is_no_longer_partly_stuck():
     d = step(d.status, stuck, at=35, job=job)
     assert d.status["phase"] == "Pending", "the clock starts again, it does not add up earlier stalls"
     assert d.status["stalledSince"] == format_time(T0 + timedelta(seconds=35))
+
+
+NOT_RESOLVING = (
+    "Unhealthy: Readiness probe failed: waiting for peers: worker 1 (mnist-worker-1.mnist.team-a.svc:2222): "
+    "name does not resolve (Temporary failure in name resolution)"
+)
+
+
+def unjoined(i, note=NOT_RESOLVING, restart=0):
+    """A worker whose trainer runs and has not joined its group: its readiness probe says why."""
+    return pod(i, restart=restart, trainer_unready=True, events=PodEvents(note=note))
+
+
+def test_startup_timeout_counts_while_workers_run_and_have_not_all_joined_and_names_them_with_their_reasons():
+    job = spec(replicas=2, runPolicy={"startupTimeoutSeconds": 30})
+    first = step(None, [], job=job, service=False)
+    pods = [
+        unjoined(0),
+        unjoined(1, "Unhealthy: Readiness probe failed: the trainer has not begun its rendezvous yet"),
+    ]
+    d = step(first.status, pods, at=100, job=job)
+    assert d.status["phase"] == "Running" and d.status["stalledSince"] == format_time(
+        T0 + timedelta(seconds=100)
+    )
+    assert next_due(job, d.status) == T0 + timedelta(seconds=130)
+    assert step(d.status, pods, at=129, job=job).status["phase"] == "Running"
+    d = step(d.status, pods, at=130, job=job)
+    assert conditions(d)["Failed"] == ("True", "StartupTimeout")
+    message = next(c["message"] for c in d.status["conditions"] if c["type"] == "Failed")
+    assert message == (
+        "not every worker joined the group within 30s of one running (spec.runPolicy.startupTimeoutSeconds); "
+        f"not joined: worker 0 (mnist-worker-0): {NOT_RESOLVING}; worker 1 (mnist-worker-1): Unhealthy: "
+        "Readiness probe failed: the trainer has not begun its rendezvous yet"
+    )
+    assert d.actions == (DeletePods(("mnist-worker-0", "mnist-worker-1")),)
+
+
+def test_the_startup_clock_stops_once_every_worker_has_joined():
+    job = spec(replicas=2, runPolicy={"startupTimeoutSeconds": 30})
+    first = step(None, [], job=job, service=False)
+    d = step(first.status, [pod(0), unjoined(1)], at=10, job=job)
+    assert d.status["stalledSince"] == format_time(T0 + timedelta(seconds=10))
+    d = step(d.status, [pod(0), pod(1)], at=20, job=job)
+    assert d.status["stalledSince"] is None and next_due(job, d.status) is None
+    assert step(d.status, [pod(0), pod(1)], at=10_000, job=job).status["phase"] == "Running"
+
+
+def test_a_peer_stuck_in_container_creating_is_named_with_its_pods_event():
+    job = spec(replicas=2, runPolicy={"startupTimeoutSeconds": 30})
+    first = step(None, [], job=job, service=False)
+    mount = 'FailedMount: MountVolume.SetUp failed for volume "creds" : secret "creds" not found'
+    stuck = pod(1, "Pending", waiting="ContainerCreating", events=PodEvents(note=mount))
+    d = step(first.status, [unjoined(0), stuck], at=10, job=job)
+    assert d.status["stalledSince"] == format_time(T0 + timedelta(seconds=10))
+    d = step(d.status, [unjoined(0), stuck], at=40, job=job)
+    assert conditions(d)["Failed"] == ("True", "StartupTimeout")
+    assert f"still pending: mnist-worker-1 (ContainerCreating; {mount})" in d.events[-1].message
+    assert f"not joined: worker 0 (mnist-worker-0): {NOT_RESOLVING}" in d.events[-1].message
+
+
+@pytest.mark.parametrize(
+    "pods",
+    [
+        # Queued, gated or waiting for a scale-up: no worker runs, nothing is held.
+        [pod(i, "Pending", waiting="ContainerCreating", events=PodEvents()) for i in range(2)],
+        # Every worker runs and is ready.
+        [pod(0), pod(1)],
+    ],
+    ids=["wholly-pending", "all-joined"],
+)
+def test_the_startup_clock_does_not_run_for_a_group_that_holds_nothing_or_has_joined(pods):
+    job = spec(replicas=2, runPolicy={"startupTimeoutSeconds": 30})
+    first = step(None, [], job=job, service=False)
+    d = step(first.status, pods, at=10_000, job=job)
+    assert d.status["stalledSince"] is None and "Failed" not in conditions(d)
+
+
+def test_a_peers_image_pull_does_not_count():
+    job = spec(replicas=2, runPolicy={"startupTimeoutSeconds": 30})
+    first = step(None, [], job=job, service=False)
+    pulling = pod(1, "Pending", waiting="ContainerCreating", events=PodEvents(pulling=True))
+    assert step(first.status, [unjoined(0), pulling], at=10_000, job=job).status["stalledSince"] is None
+    # Not pulling yet at 10 s (the clock starts); the pull then ran unseen until 500 s and the container
+    # started: the clock counts from the end of the pull.
+    creating = pod(1, "Pending", waiting="ContainerCreating", events=PodEvents())
+    d = step(first.status, [unjoined(0), creating], at=10, job=job)
+    assert d.status["stalledSince"] == format_time(T0 + timedelta(seconds=10))
+    pulled = pod(1, trainer_unready=True, events=PodEvents(pulled_at=T0 + timedelta(seconds=500)))
+    d = step(d.status, [unjoined(0), pulled], at=510, job=job)
+    assert d.status["stalledSince"] == format_time(T0 + timedelta(seconds=500))
+    assert step(d.status, [unjoined(0), pulled], at=529, job=job).status["phase"] == "Running"
+    assert conditions(step(d.status, [unjoined(0), pulled], at=530, job=job))["Failed"][1] == "StartupTimeout"
+
+
+def test_a_pods_events_say_whether_it_pulls_when_a_pull_ended_and_its_last_warning():
+    def event(reason, at, type_="Normal", message=""):
+        when = format_time(T0 + timedelta(seconds=at))
+        return {"reason": reason, "type": type_, "message": message, "lastTimestamp": when}
+
+    probe = event(
+        "Unhealthy", 30, "Warning", "Readiness probe failed: waiting for peers: worker 0 (h:2222):\n x\n"
+    )
+    assert pod_events([event("Scheduled", 0), event("Pulling", 1)]) == PodEvents(pulling=True)
+    assert pod_events([probe, event("Pulled", 20), event("Pulling", 1), event("Started", 21)]) == PodEvents(
+        pulled_at=T0 + timedelta(seconds=20),
+        note="Unhealthy: Readiness probe failed: waiting for peers: worker 0 (h:2222): x",
+    )
+
+
+def test_a_starting_pods_events_are_looked_up_only_while_the_clock_may_run():
+    running = {"phase": "Running", "restarts": 0}
+    assert startup_unexplained([pod(0, "Pending"), pod(1, "Pending")], running) == []
+    assert startup_unexplained([pod(0), pod(1)], running) == []
+    starting = [pod(0), unjoined(1), pod(2, "Pending"), unjoined(3, restart=1)]
+    assert startup_unexplained(starting, running) == [unjoined(1), pod(2, "Pending")]
+    assert startup_unexplained(starting, dict(running, phase="Failed")) == []
+
+
+def test_a_running_trainer_whose_readiness_probe_has_not_passed_has_not_joined():
+    body = {
+        "metadata": {"name": "mnist-worker-1", "labels": {"mwms.dev/replica-index": "1"}},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [{"name": "trainer", "ready": False, "state": {"running": {}}}],
+        },
+    }
+    assert not worker_pod(body).joined
+    body["status"]["containerStatuses"][0]["ready"] = True
+    assert worker_pod(body).joined
 
 
 def test_an_invalid_image_name_fails_at_once_with_the_containers_message():

@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from mwms_operator.builders import READINESS_PROBE
+from mwms_operator.constants import RENDEZVOUS_FILE
 from mwms_trainer import startup
 from mwms_trainer.cluster import Cluster
 from mwms_trainer.errors import RetryableError
@@ -55,6 +57,36 @@ def test_without_a_deadline_the_rendezvous_waits_for_a_late_peer_and_says_whom_i
         listen_later.cancel()
         late_peer.close()
     assert "still waiting for 1 peer(s): worker 1 (127.0.0.1:" in caplog.text
+
+
+def _readiness(path) -> subprocess.CompletedProcess[str]:
+    """The worker pods' real readiness probe, reading `path` instead of the volume's file."""
+    command = [part.replace(RENDEZVOUS_FILE, str(path)) for part in READINESS_PROBE["exec"]["command"]]
+    return subprocess.run(command, capture_output=True, text=True, timeout=30)
+
+
+def test_the_rendezvous_state_says_why_a_worker_has_not_joined_until_it_has(monkeypatch, tmp_path):
+    state = tmp_path / "state"
+    monkeypatch.setattr(startup, "RENDEZVOUS_FILE", str(state))
+    before = _readiness(state)
+    assert before.returncode == 1 and before.stdout == "the trainer has not begun its rendezvous yet\n"
+    hosts = (f"127.0.0.1:{free_ports(1)[0]}", "no-such-host.invalid:2222")
+    with pytest.raises(RetryableError):
+        startup.wait_for_peers(Cluster(hosts=hosts, rank=0), time.monotonic() + 1)
+    waiting = _readiness(state)
+    assert waiting.returncode == 1, waiting
+    assert waiting.stdout.startswith("waiting for peers: worker 1 (no-such-host.invalid:2222): name does not")
+    assert waiting.stderr == "" and waiting.stdout.count("\n") == 1
+    startup.mark_joined()
+    startup.note_rendezvous("every peer answers: registering with MultiWorkerMirroredStrategy()")
+    joined = _readiness(state)
+    assert (joined.returncode, joined.stdout) == (0, "joined\n"), "once joined, a worker stays joined"
+
+
+def test_without_the_operators_volume_no_rendezvous_state_is_written(monkeypatch, tmp_path):
+    monkeypatch.setattr(startup, "RENDEZVOUS_FILE", str(tmp_path / "absent" / "state"))
+    startup.mark_joined()
+    assert not (tmp_path / "absent").exists()
 
 
 def test_listener_leaves_the_port_free_for_grpc():

@@ -1,0 +1,28 @@
+"""The startup timeout on the real control plane and the node agent (which runs the workers' readiness probe
+and posts the kubelet's `Unhealthy` events): workers that run but do not all join their group end the job,
+naming each with the last reason its probe gave. tests/node/test_node_startup.py does the same with the real
+trainer on a real kubelet."""
+
+from __future__ import annotations
+
+import pytest
+from test_operator_jobs import condition, wait_condition
+
+pytestmark = pytest.mark.integration
+
+
+def test_workers_that_run_but_do_not_all_join_time_out_naming_each_with_its_last_reason(
+    operator, make_standin, kubectl, namespace
+):
+    # Worker 1 hangs before its rendezvous; worker 0 runs and waits for it.
+    job = make_standin("apart", 2, env={"STANDIN_HANG_INDEX": "1"}, runPolicy={"startupTimeoutSeconds": 15})
+    kubectl.apply(job, "-n", namespace)
+    done = wait_condition(kubectl, namespace, "apart", "Failed")
+    failed = condition(done, "Failed")
+    assert failed["reason"] == "StartupTimeout", failed
+    message = failed["message"]
+    assert "not every worker joined the group within 15s" in message, message
+    said = "Unhealthy: Readiness probe failed:"
+    waiting = f"worker 0 (apart-worker-0): {said} waiting for peers: worker 1 (apart-worker-1."
+    hung = f"worker 1 (apart-worker-1): {said} the trainer has not begun its rendezvous yet"
+    assert waiting in message and hung in message, message
