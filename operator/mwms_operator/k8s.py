@@ -342,6 +342,33 @@ class Kube:
                 raise
             log.info("TrainJob %s/%s is no longer the one with uid %s: left alone", namespace, name, uid)
 
+    # The leader-election Lease (coordination.k8s.io/v1) in the operator's own namespace: see leader.py.
+
+    def get_lease(self, namespace: str, name: str, *, timeout: float) -> dict[str, Any] | None:
+        return self._request_unless_gone("GET", _lease(namespace, name), timeout=timeout)
+
+    def create_lease(self, namespace: str, body: Mapping[str, Any], *, timeout: float) -> bool:
+        """False if another replica created it first (409)."""
+        try:
+            self._post(_lease(namespace), body, timeout=timeout)
+        except ApiError as error:
+            if error.status == 409:
+                return False
+            raise
+        return True
+
+    def update_lease(self, namespace: str, body: Mapping[str, Any], *, timeout: float) -> bool:
+        """A replace carrying the resourceVersion that was read: False if the Lease changed since (409), so
+        of two replicas that read the same version only one wins."""
+        name = str((body.get("metadata") or {}).get("name"))
+        try:
+            self._request("PUT", _lease(namespace, name), body, timeout=timeout)
+        except ApiError as error:
+            if error.status == 409:
+                return False
+            raise
+        return True
+
 
 def _refusal(error: ApiError) -> Exception:
     """What a create's error means for the job: invalid (Rejected), refused for now (Refused, with the reason
@@ -380,33 +407,6 @@ def _owner_text(body: Mapping[str, Any]) -> str:
     refs = (body.get("metadata") or {}).get("ownerReferences") or []
     ref = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
     return f"{ref.get('kind')} {ref.get('name')} (uid {ref.get('uid')})" if ref else "no owner"
-
-    # The leader-election Lease (coordination.k8s.io/v1) in the operator's own namespace: see leader.py.
-
-    def get_lease(self, namespace: str, name: str, *, timeout: float) -> dict[str, Any] | None:
-        return self._request_unless_gone("GET", _lease(namespace, name), timeout=timeout)
-
-    def create_lease(self, namespace: str, body: Mapping[str, Any], *, timeout: float) -> bool:
-        """False if another replica created it first (409)."""
-        try:
-            self._post(_lease(namespace), body, timeout=timeout)
-        except ApiError as error:
-            if error.status == 409:
-                return False
-            raise
-        return True
-
-    def update_lease(self, namespace: str, body: Mapping[str, Any], *, timeout: float) -> bool:
-        """A replace carrying the resourceVersion that was read: False if the Lease changed since (409), so
-        of two replicas that read the same version only one wins."""
-        name = str((body.get("metadata") or {}).get("name"))
-        try:
-            self._request("PUT", _lease(namespace, name), body, timeout=timeout)
-        except ApiError as error:
-            if error.status == 409:
-                return False
-            raise
-        return True
 
 
 def _core(namespace: str, plural: str, name: str | None = None) -> str:
