@@ -16,6 +16,7 @@ Behaviour for tests, from the environment (set through spec.template):
   STANDIN_SLEEP_IN_RESTART sleep only in this (re)start of the group (MWMS_RESTART_COUNT), e.g. "0"
   STANDIN_PEER_TIMEOUT     seconds to reach every peer (default 180: a loaded CI box starts pods slowly)
   STANDIN_MLFLOW           "1": the chief writes a real MLflow run via the REST API at MLFLOW_TRACKING_URI
+                           (a restarted chief continues the run of its job, as the trainer's does)
                            (tagged with the job's uid, a loss metric per epoch of MWMS_TRAINER_CONFIG.epochs)
   STANDIN_EPOCH_SECONDS    pause after each such epoch (default 1)
 """
@@ -161,17 +162,27 @@ def mlflow_run() -> tuple[str, str]:
             raise
         experiment_id = mlflow_call(base, "experiments/create", {"name": name})["experiment_id"]
     epochs = int(json.loads(os.environ["MWMS_TRAINER_CONFIG"]).get("epochs", 3))
-    now = int(time.time() * 1000)
-    run = mlflow_call(
+    job_uid = os.environ["MWMS_JOB_UID"]
+    # A restarted group's chief continues the job's one run, as the trainer's does (found by its tag).
+    found = mlflow_call(
         base,
-        "runs/create",
-        {
-            "experiment_id": experiment_id,
-            "start_time": now,
-            "run_name": os.environ["MWMS_JOB_NAME"],
-            "tags": [{"key": MLFLOW_TAG_JOB_UID, "value": os.environ["MWMS_JOB_UID"]}],
-        },
-    )["run"]["info"]["run_id"]
+        "runs/search",
+        {"experiment_ids": [experiment_id], "filter": f"tags.`{MLFLOW_TAG_JOB_UID}` = '{job_uid}'"},
+    ).get("runs", [])
+    run = (
+        found[0]["info"]["run_id"]
+        if found
+        else mlflow_call(
+            base,
+            "runs/create",
+            {
+                "experiment_id": experiment_id,
+                "start_time": int(time.time() * 1000),
+                "run_name": os.environ["MWMS_JOB_NAME"],
+                "tags": [{"key": MLFLOW_TAG_JOB_UID, "value": job_uid}],
+            },
+        )["run"]["info"]["run_id"]
+    )
     mlflow_call(base, "runs/log-parameter", {"run_id": run, "key": "epochs", "value": str(epochs)})
     for epoch in range(epochs):
         mlflow_call(
