@@ -16,8 +16,8 @@ Behaviour for tests, from the environment (set through spec.template):
   STANDIN_SLEEP_IN_RESTART sleep only in this (re)start of the group (MWMS_RESTART_COUNT), e.g. "0"
   STANDIN_PEER_TIMEOUT     seconds to reach every peer (default 180: a loaded CI box starts pods slowly)
   STANDIN_MLFLOW           "1": the chief writes a real MLflow run via the REST API at MLFLOW_TRACKING_URI
-                           (a restarted chief continues the run of its job, as the trainer's does)
-                           (tagged with the job's uid, a loss metric per epoch of MWMS_TRAINER_CONFIG.epochs)
+                           (tagged with the job's uid, a loss metric per epoch of MWMS_TRAINER_CONFIG.epochs;
+                           a restarted chief continues the run of its job, as the trainer's does)
   STANDIN_EPOCH_SECONDS    pause after each such epoch (default 1)
 """
 
