@@ -89,7 +89,12 @@ def test_three_workers_succeed_with_the_chiefs_run(
     assert status["completionTime"] and status["startTime"] and status["observedGeneration"] == 1
     assert condition(job, "Created")["status"] == "True"
 
-    pods = pods_of(kubectl, namespace, "three")
+    # The chief's exit ends the job; the other workers may still run: read a log only once its pod ended.
+    def all_ended() -> list[dict] | None:
+        pods = pods_of(kubectl, namespace, "three")
+        return pods if all(p["status"].get("phase") == "Succeeded" for p in pods) else None
+
+    pods = wait_for(all_ended, timeout=120, what="every worker of 'three' to end")
     assert sorted(p["metadata"]["name"] for p in pods) == [f"three-worker-{i}" for i in range(3)]
     for pod in pods:
         index = pod["metadata"]["labels"]["mwms.dev/replica-index"]
