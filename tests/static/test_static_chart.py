@@ -224,15 +224,41 @@ def test_chart_leader_election_matches_manifests(rendered):
 def test_bundled_mlflow_is_the_default_tracking_uri(rendered):
     docs = load_all(rendered["ci"])
     env = container_env(find(docs, "Deployment", OPERATOR))
-    assert env["MWMS_TRACKING_URI"] == "http://mlflow.mwms-system.svc:5000"
+    assert env["MWMS_TRACKING_URI"] == "http://mwms-operator-mlflow.mwms-system.svc:5000"
     assert env["MWMS_WATCH_NAMESPACES"] == "default,mwms-e2e"
-    command = find(docs, "Deployment", "mlflow")["spec"]["template"]["spec"]["containers"][0]["command"]
+    mlflow = find(docs, "Deployment", "mwms-operator-mlflow")
+    command = mlflow["spec"]["template"]["spec"]["containers"][0]["command"]
     hosts = set(command[command.index("--allowed-hosts") + 1].split(","))
     assert {
-        "mlflow:5000",
-        "mlflow.mwms-system.svc:5000",
-        "mlflow.mwms-system.svc.cluster.local:5000",
+        "mwms-operator-mlflow:5000",
+        "mwms-operator-mlflow.mwms-system.svc:5000",
+        "mwms-operator-mlflow.mwms-system.svc.cluster.local:5000",
     } <= hosts
+
+
+def test_two_releases_in_one_namespace_have_their_own_mlflow(helm):
+    """The bundled MLflow's Deployment, Service and PVC carry the release's name (or mlflow.name), so a second
+    release in the namespace neither collides with nor shares the first one's server."""
+    names = {}
+    for release in ("team-a", "team-b"):
+        docs = load_all(
+            run([helm, "template", release, CHART, "-n", "ml", "--set", "mlflow.enabled=true"]).stdout
+        )
+        owned = {
+            (d["kind"], d["metadata"]["name"])
+            for d in docs
+            if d["kind"] in {"Deployment", "Service", "PersistentVolumeClaim"}
+        }
+        assert {
+            (kind, f"{release}-mlflow") for kind in ("Deployment", "Service", "PersistentVolumeClaim")
+        } <= owned
+        operator = next(
+            d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] != f"{release}-mlflow"
+        )
+        names[release] = container_env(operator)["MWMS_TRACKING_URI"]
+    assert names == {r: f"http://{r}-mlflow.ml.svc:5000" for r in ("team-a", "team-b")}
+    named = load_all(helm_template(helm, "--set", "mlflow.enabled=true", "--set", "mlflow.name=tracking"))
+    assert find(named, "Service", "tracking") and find(named, "PersistentVolumeClaim", "tracking")
 
 
 def test_service_monitor_scrapes_the_operators_metrics_port_only_when_enabled(helm, rendered):

@@ -119,7 +119,7 @@ def test_resources_claims_and_full_passthrough_values_are_accepted(helm, kuberne
     assert {"name": "tracking-ca", "mountPath": "/etc/mwms/ca", "readOnly": True} in (
         operator["containers"][0]["volumeMounts"]
     )
-    mlflow = find(docs, "Deployment", "mlflow")["spec"]["template"]["spec"]
+    mlflow = find(docs, "Deployment", "mwms-operator-mlflow")["spec"]["template"]["spec"]
     assert mlflow["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert mlflow["tolerations"][0]["key"] == "dedicated"
     assert "podAntiAffinity" in mlflow["affinity"]
@@ -136,7 +136,7 @@ def test_defaults_render_no_new_fields(helm):
     operator = find(docs, "Deployment", "mwms-operator")["spec"]["template"]["spec"]
     assert "topologySpreadConstraints" not in operator
     assert [v["name"] for v in operator["volumes"]] == ["tmp"]
-    mlflow = find(docs, "Deployment", "mlflow")["spec"]["template"]["spec"]
+    mlflow = find(docs, "Deployment", "mwms-operator-mlflow")["spec"]["template"]["spec"]
     assert not {"nodeSelector", "tolerations", "affinity"} & mlflow.keys()
     assert mlflow["containers"][0]["image"] == "ghcr.io/mlflow/mlflow:v3.17.2"
     assert not [d for d in docs if d["kind"] in {"PrometheusRule", "ConfigMap", "ServiceMonitor"}]

@@ -56,6 +56,12 @@ selector is immutable). */}}
 app.kubernetes.io/component: operator
 {{- end }}
 
+{{/* Name of the bundled MLflow's Deployment, Service and PVC: `<release>-mlflow` unless mlflow.name is set, so two
+releases in one namespace do not collide. */}}
+{{- define "mwms-operator.mlflowName" -}}
+{{- default (printf "%s-mlflow" .Release.Name | trunc 63 | trimSuffix "-") .Values.mlflow.name }}
+{{- end }}
+
 {{/* Labels of the bundled MLflow's objects: the recommended set, named and versioned as MLflow. */}}
 {{- define "mwms-operator.mlflowLabels" -}}
 {{ include "mwms-operator.commonLabels" . }}
@@ -99,13 +105,13 @@ app.kubernetes.io/component: tracking
 {{- if .Values.operator.trackingUri }}
 {{- .Values.operator.trackingUri }}
 {{- else if .Values.mlflow.enabled }}
-{{- printf "http://%s.%s.svc:5000" .Values.mlflow.name .Release.Namespace }}
+{{- printf "http://%s.%s.svc:5000" (include "mwms-operator.mlflowName" .) .Release.Namespace }}
 {{- end }}
 {{- end }}
 
 {{/* Host headers the bundled MLflow accepts: its in-cluster names (with and without port) and localhost. */}}
 {{- define "mwms-operator.mlflowAllowedHosts" -}}
-{{- $svc := .Values.mlflow.name }}
+{{- $svc := include "mwms-operator.mlflowName" . }}
 {{- $ns := .Release.Namespace }}
 {{- $domains := list "cluster.local" }}
 {{- if and .Values.operator.clusterDomain (ne .Values.operator.clusterDomain "cluster.local") }}
