@@ -154,20 +154,33 @@ def teardown_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _interrupt)
 
 
-@pytest.fixture(scope="session")
-def cluster(
-    cluster_platform: None, teardown_on_sigterm: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator:
+@contextmanager
+def local_cluster(name: str, state_dir: str | Path, subnet_index: int) -> Iterator:
+    """A local control plane with its node agent, stopped on the way out."""
     from mwms_dev.cluster import LocalCluster
 
-    state_dir = os.environ.get("MWMS_TEST_STATE_DIR") or tmp_path_factory.mktemp("cluster")
-    local = LocalCluster(name="test", state_dir=state_dir, subnet_index=cluster_subnet_index())
+    local = LocalCluster(name=name, state_dir=state_dir, subnet_index=subnet_index)
     local.start()
     try:
         local.start_node_agent()
         yield local
     finally:
         local.stop()
+
+
+@pytest.fixture(name="local_cluster", scope="session")
+def local_cluster_fixture(cluster_platform: None, teardown_on_sigterm: None) -> Callable[..., object]:
+    """`with local_cluster(name, state_dir, subnet_index) as cluster:` for a test's own cluster."""
+    return local_cluster
+
+
+@pytest.fixture(scope="session")
+def cluster(
+    cluster_platform: None, teardown_on_sigterm: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator:
+    state_dir = os.environ.get("MWMS_TEST_STATE_DIR") or tmp_path_factory.mktemp("cluster")
+    with local_cluster("test", state_dir, cluster_subnet_index()) as local:
+        yield local
 
 
 @pytest.fixture(scope="session")

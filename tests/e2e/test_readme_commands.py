@@ -42,18 +42,9 @@ def test_the_section_is_the_kustomize_then_the_helm_path():
 
 
 @pytest.fixture(scope="module")
-def own_cluster(cluster_platform, spare_subnet_index, tmp_path_factory) -> Iterator:
-    from mwms_dev.cluster import LocalCluster
-
-    local = LocalCluster(
-        name="readme", state_dir=tmp_path_factory.mktemp("readme"), subnet_index=spare_subnet_index
-    )
-    local.start()
-    try:
-        local.start_node_agent()
-        yield local
-    finally:
-        local.stop()
+def own_cluster(local_cluster, spare_subnet_index, tmp_path_factory) -> Iterator:
+    with local_cluster("readme", tmp_path_factory.mktemp("readme"), spare_subnet_index) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")
