@@ -138,8 +138,8 @@ def test_columns_in_another_order_per_file_train_the_same_model(mlflow_server, t
     import mlflow
 
     mlflow.set_tracking_uri(mlflow_server.url)
-    schema = mlflow.models.get_model_info(shuffled["modelUri"]).signature.inputs
-    assert schema.input_names() == ["a", "b", "c"]  # the model's order: by column name
+    served = mlflow.pyfunc.load_model(shuffled["modelUri"])
+    assert served.unwrap_python_model().columns == ["a", "b", "c"]  # the model's order: by column name
 
 
 def test_a_column_type_differing_between_workers_files_exits_2_on_every_worker(
