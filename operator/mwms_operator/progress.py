@@ -90,11 +90,8 @@ def progress_from_run(run: Mapping[str, Any], epochs: int | None) -> dict[str, A
     if metrics:
         progress["epoch"] = max(int(m.get("step") or 0) for m in metrics) + 1
     total = params.get("epochs") or epochs
-    try:
-        if total is not None:
-            progress["epochs"] = int(total)
-    except ValueError:
-        pass
+    if total is not None and str(total).strip().isdigit():  # user code may log any "epochs" param: skip it
+        progress["epochs"] = int(total)
     return progress
 
 

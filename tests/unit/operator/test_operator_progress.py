@@ -46,6 +46,12 @@ def test_progress_falls_back_to_the_spec_epochs_and_tolerates_an_empty_run():
     assert progress_from_run({"info": {"run_id": "x"}}, 7) == {"runId": "x", "metrics": {}, "epochs": 7}
 
 
+def test_an_epochs_param_that_is_no_count_is_left_out():
+    """User code may log its own "epochs" param (a list, a schedule): progress then shows no total."""
+    run = {"info": {"run_id": "x"}, "data": {"params": [{"key": "epochs", "value": "[10, 20]"}]}}
+    assert "epochs" not in progress_from_run(run, None)
+
+
 @pytest.fixture
 def tracking():
     """A tiny HTTP server speaking the two MLflow REST calls the operator makes."""
