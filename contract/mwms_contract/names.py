@@ -1,0 +1,93 @@
+"""Names shared by the operator, the trainer, the client, the manifests and the tests; change them here."""
+
+GROUP = "mwms.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "TrainJob"
+PLURAL = "trainjobs"
+
+# Labels on every object the operator creates.
+LABEL_JOB_NAME = "mwms.dev/job-name"
+LABEL_REPLICA_INDEX = "mwms.dev/replica-index"
+LABEL_ROLE = "mwms.dev/role"  # "chief" for worker 0, "worker" for the others
+LABEL_RESTART = "mwms.dev/restart"  # which (re)start of the group a pod belongs to
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "mwms-operator"
+# Kueue (plain-pod integration): a TrainJob labelled with a queue gets its workers admitted as one pod group.
+LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+LABEL_KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
+ANNOTATION_KUEUE_POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
+ANNOTATION_KUEUE_RETRIABLE_IN_GROUP = "kueue.x-k8s.io/retriable-in-group"
+ROLE_CHIEF = "chief"
+ROLE_WORKER = "worker"
+
+CONTAINER_NAME = "trainer"  # TF_CONFIG goes into this container only
+DEFAULT_PORT = 2222
+PORT_NAME = "mwms"
+CHECKPOINT_MOUNT_PATH = "/mwms/checkpoint"
+CODE_MOUNT_PATH = "/mwms/code"  # spec.code's ConfigMap, read-only
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+# The trainer's rendezvous state (an emptyDir): one line, "joined" once the group has formed, else the last
+# reason it has not; the trainer container's readiness probe prints it and fails until it says "joined".
+RENDEZVOUS_MOUNT_PATH = "/mwms/rendezvous"
+RENDEZVOUS_FILE = RENDEZVOUS_MOUNT_PATH + "/state"
+RENDEZVOUS_JOINED = "joined"
+
+# Environment the operator injects into the trainer container; user env may not set these.
+ENV_TF_CONFIG = "TF_CONFIG"
+ENV_JOB_NAME = "MWMS_JOB_NAME"
+ENV_JOB_NAMESPACE = "MWMS_JOB_NAMESPACE"
+ENV_JOB_UID = "MWMS_JOB_UID"
+ENV_RESTART_COUNT = "MWMS_RESTART_COUNT"
+ENV_TRAINER_CONFIG = "MWMS_TRAINER_CONFIG"
+ENV_CHECKPOINT_DIR = "MWMS_CHECKPOINT_DIR"
+ENV_STARTUP_TIMEOUT = "MWMS_STARTUP_TIMEOUT_SECONDS"
+# How long a started worker waits for its peers to listen; 0: as long as it takes (set in pods, where the
+# operator sees why a peer is late: a big image pulling is waited for, a stuck group times out there).
+ENV_PEER_WAIT = "MWMS_PEER_WAIT_SECONDS"
+ENV_REGISTERED_MODEL_NAME = "MWMS_REGISTERED_MODEL_NAME"
+# spec.code: the user's files, what to run in them, and the pip requirements file to install first.
+ENV_CODE_DIR = "MWMS_CODE_DIR"
+ENV_CODE_ENTRYPOINT = "MWMS_CODE_ENTRYPOINT"
+ENV_CODE_ARGS = "MWMS_CODE_ARGS"  # a JSON list of strings
+ENV_CODE_REQUIREMENTS = "MWMS_CODE_REQUIREMENTS"
+# Where the files come from ("configMap" unless "volume"), so an empty code directory names the right field.
+ENV_CODE_SOURCE = "MWMS_CODE_SOURCE"
+ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
+ENV_EXPERIMENT_NAME = "MLFLOW_EXPERIMENT_NAME"
+# Not injected by the operator (pods use terminationMessagePath); local mode and tests point it elsewhere.
+ENV_TERMINATION_LOG = "MWMS_TERMINATION_LOG"
+RESERVED_ENV = frozenset(
+    {
+        ENV_TF_CONFIG,
+        ENV_JOB_NAME,
+        ENV_JOB_NAMESPACE,
+        ENV_JOB_UID,
+        ENV_RESTART_COUNT,
+        ENV_TRAINER_CONFIG,
+        ENV_CHECKPOINT_DIR,
+        ENV_STARTUP_TIMEOUT,
+        ENV_PEER_WAIT,
+        ENV_REGISTERED_MODEL_NAME,
+        ENV_TRACKING_URI,
+        ENV_EXPERIMENT_NAME,
+        ENV_CODE_DIR,
+        ENV_CODE_ENTRYPOINT,
+        ENV_CODE_ARGS,
+        ENV_CODE_REQUIREMENTS,
+        ENV_CODE_SOURCE,
+    }
+)
+
+# Trainer exit codes (the operator's restart policy reads them).
+EXIT_SUCCESS = 0
+EXIT_FAILURE = 1
+EXIT_INVALID_CONFIG = 2  # permanent: a setting is wrong
+EXIT_RETRYABLE = 75  # EX_TEMPFAIL: peer lost, startup deadline, MLflow unavailable
+
+# Images (the node agent of the local control plane maps these to local entrypoints).
+OPERATOR_IMAGE = "ghcr.io/mwms-dev/mwms-operator"
+TRAINER_IMAGE = "ghcr.io/mwms-dev/mwms-trainer"
+
+# MLflow: the chief tags its run with the TrainJob's uid, so the operator finds it for status.progress.
+MLFLOW_TAG_JOB_UID = "mwms.dev/job-uid"
