@@ -25,13 +25,7 @@ from typing import Any
 import kopf
 
 from mwms_operator import __version__, constants, metrics
-from mwms_operator.status import (
-    API_SERVER_ERROR,
-    API_SERVER_THROTTLED,
-    CREATE_PODS_REFUSED,
-    NAME_CONFLICT,
-    WEBHOOK_UNAVAILABLE,
-)
+from mwms_operator.refusals import ApiError, NamespaceEnding, NameTaken, refusal
 
 log = logging.getLogger(__name__)
 
@@ -44,49 +38,10 @@ DRY_RUN = "&dryRun=All"  # admission (quota, LimitRange, webhooks) answers; noth
 TRAINJOBS_PATH = f"/apis/{constants.GROUP}/{constants.VERSION}/namespaces/{{namespace}}/{constants.PLURAL}"
 
 
-class ApiError(Exception):
-    """An answer of the API server other than 2xx."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"({status}) {message}")
-        self.status, self.message = status, message
-
-
 # What a call may raise that a later try can fix: the API server's errors, timeouts, lost connections.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ApiError, OSError, http.client.HTTPException)
 # What a keep-alive connection the server has closed meanwhile raises: sent again on a new connection.
 _STALE_CONNECTION = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
-
-
-class Rejected(Exception):
-    """The object is invalid (400/422 from the API server, or Pod Security): retrying cannot help."""
-
-
-class NamespaceEnding(Exception):
-    """The namespace is being deleted: the API server creates nothing in it, and its TrainJobs go with it."""
-
-
-class Refused(Exception):
-    """The API server refused to create the object for now: it may be accepted once that changes, so it is
-    worth trying again later. `reason` says what refused, for the TrainJob's condition and event: a policy
-    (403: a ResourceQuota exceeded, a LimitRange, a validating webhook's denial), a webhook that could not
-    be called (500 "failed calling webhook"), throttling (429) or another server error (5xx)."""
-
-    def __init__(self, message: str, reason: str = CREATE_PODS_REFUSED) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-class NameTaken(Refused):
-    """An object of the name the job needs exists and is not the job's (no controller reference to its uid):
-    it is left alone, and the create is tried again later (the name may be freed)."""
-
-    def __init__(self, kind: str, name: str, owner: str) -> None:
-        super().__init__(
-            f"{kind} {name} exists and is not this TrainJob's (owner: {owner}); the operator leaves it "
-            "alone: delete or rename it and the job goes on",
-            NAME_CONFLICT,
-        )
 
 
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -241,7 +196,7 @@ class Kube:
 
     def _create(self, path: str, body: Mapping[str, Any], *, dry_run: bool = False) -> str | None:
         """The new object's uid; None if this job's object of that name is there already (a retried or
-        lagging reconcile). NameTaken if it is there and is not this job's; Rejected/Refused as _refusal."""
+        lagging reconcile). NameTaken if it is there and is not this job's; Rejected/Refused as refusal()."""
         meta = body.get("metadata") or {}
         name, owner = str(meta.get("name")), _controller_uid(body)
         for _ in range(2):  # the object went between the 409 and the read: sent again, once
@@ -250,7 +205,7 @@ class Kube:
                 return str((created.get("metadata") or {}).get("uid") or "")
             except ApiError as error:
                 if error.status != 409:
-                    raise _refusal(error) from None
+                    raise refusal(error) from None
                 conflict = error
             existing = self._request_unless_gone("GET", f"{path}/{_quote(name)}")
             if existing is not None:
@@ -368,25 +323,6 @@ class Kube:
                 return False
             raise
         return True
-
-
-def _refusal(error: ApiError) -> Exception:
-    """What a create's error means for the job: invalid (Rejected), refused for now (Refused, with the reason
-    the job's status shows), or another error for the work queue's retry."""
-    message = error.message
-    # 400: invalid (an unknown field too); 422: invalid value; 403 from Pod Security admission: the template
-    # breaks the namespace's policy.
-    if error.status in (400, 422) or (error.status == 403 and "violates PodSecurity" in message):
-        return Rejected(message)
-    if error.status == 403:  # quota, LimitRange, a validating webhook's denial: the message says which
-        return Refused(message, CREATE_PODS_REFUSED)
-    if error.status == 500 and "failed calling webhook" in message:  # failurePolicy Fail, server down
-        return Refused(message, WEBHOOK_UNAVAILABLE)
-    if error.status == 429:
-        return Refused(message, API_SERVER_THROTTLED)
-    if error.status >= 500:
-        return Refused(message, API_SERVER_ERROR)
-    return error
 
 
 def _only(uid: str) -> dict[str, Any]:

@@ -8,9 +8,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from mwms_operator.status import FAILED, PENDING, RESTARTING, RUNNING, SUCCEEDED, SUSPENDED
-
-PHASES = (PENDING, RUNNING, RESTARTING, SUCCEEDED, FAILED, SUSPENDED)
+from mwms_contract.conditions import FAILED, PHASES, SUCCEEDED
 
 # By namespace, so a shared cluster's tenants (and their alerts) see their own jobs.
 JOBS = Gauge("mwms_trainjobs", "TrainJobs by namespace and phase", ["namespace", "phase"])

@@ -16,13 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mwms_contract.conditions import TRACKING_SERVER_NOT_ALLOWED
 from mwms_operator import constants
 from mwms_operator.tracking import TrackingAccess, without_userinfo
 
 log = logging.getLogger(__name__)
-
-# The reason of the one event that says why a job's progress is not read.
-TRACKING_SERVER_NOT_ALLOWED = "TrackingServerNotAllowed"
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):

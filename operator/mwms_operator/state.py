@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
+from mwms_contract.conditions import NAME_CONFLICT
 from mwms_operator import constants
-from mwms_operator.status import NAME_CONFLICT, CreationRefused, WorkerPod
+from mwms_operator.facts import CreationRefused
+from mwms_operator.pods import WorkerPod
 
 # A creation refused for now (quota, LimitRange, webhook, 429/5xx) is tried again after a decorrelated jitter
 # backoff: each delay is drawn between the first and three times the previous one, up to the maximum, so two

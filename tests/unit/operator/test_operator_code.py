@@ -143,7 +143,9 @@ def test_a_worker_that_finds_no_code_fails_the_job_as_invalid_spec():
     from datetime import UTC, datetime
 
     from mwms_operator.config import OperatorConfig
-    from mwms_operator.status import JobMeta, WorkerPod, decide
+    from mwms_operator.pods import WorkerPod
+    from mwms_operator.policy import decide
+    from mwms_operator.status import JobMeta
 
     spec = parse_trainjob(
         {"metadata": {"name": "j"}, "spec": {"replicas": 1, "code": CODE}}, OperatorConfig()

@@ -9,9 +9,11 @@ import yaml
 
 from mwms_operator.config import OperatorConfig
 from mwms_operator.constants import RESERVED_ENV
+from mwms_operator.pods import WorkerPod
+from mwms_operator.policy import decide
 from mwms_operator.progress import progress_from_run
 from mwms_operator.spec import parse_trainjob
-from mwms_operator.status import JobMeta, WorkerPod, decide
+from mwms_operator.status import JobMeta
 
 CRD = Path(__file__).resolve().parents[3] / "manifests" / "crd.yaml"
 

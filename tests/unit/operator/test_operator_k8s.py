@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from mwms_dev import pki
-from mwms_operator import k8s
+from mwms_operator import k8s, refusals
 
 JOB = {"metadata": {"name": "mnist", "namespace": "ns", "uid": "u-1"}}
 
@@ -123,7 +123,7 @@ def test_create_is_the_uid_when_created_none_when_the_jobs_object_exists_or_its_
     ]
     api.refuse(403, 'services "x" is forbidden: unable to create new content in namespace ns because it is '
                     "being terminated")  # fmt: skip
-    with pytest.raises(k8s.NamespaceEnding, match="being terminated"):
+    with pytest.raises(refusals.NamespaceEnding, match="being terminated"):
         kube.create_service("ns", {"kind": "Service"})
 
 
@@ -178,7 +178,7 @@ def test_a_create_is_sent_for_strict_validation_with_the_token(api):
 )
 def test_a_refusal_for_good_is_rejected_with_the_servers_message(api, status, message):
     api.refuse(status, message)
-    with pytest.raises(k8s.Rejected) as raised:
+    with pytest.raises(refusals.Rejected) as raised:
         kube_for(api).create_pod("ns", POD)
     assert str(raised.value) == message
 
@@ -193,7 +193,7 @@ def test_a_refusal_for_good_is_rejected_with_the_servers_message(api, status, me
 )
 def test_a_refusal_for_now_is_refused_with_the_servers_message(api, message):
     api.refuse(403, message)
-    with pytest.raises(k8s.Refused) as raised:
+    with pytest.raises(refusals.Refused) as raised:
         kube_for(api).create_pod("ns", POD)
     assert str(raised.value) == message
 
@@ -219,10 +219,10 @@ def test_a_create_refused_by_a_webhook_down_throttling_or_a_server_error_is_refu
     """The job's status says each of these after the first try (with the server's message), instead of a
     retry only the operator's log sees."""
     api.refuse(status, message)
-    with pytest.raises(k8s.Refused) as raised:
+    with pytest.raises(refusals.Refused) as raised:
         kube_for(api).create_pod("ns", POD)
     assert (raised.value.reason, str(raised.value)) == (reason, message)
-    with pytest.raises(k8s.Refused) as raised:
+    with pytest.raises(refusals.Refused) as raised:
         kube_for(api).create_service("ns", {"kind": "Service", "metadata": {"name": "s"}})
     assert raised.value.reason == reason
 
@@ -232,7 +232,7 @@ def test_other_errors_propagate_as_transient_for_a_retry(api, status):
     api.refuse(status, "etcdserver: request timed out")
     with pytest.raises(k8s.TRANSIENT_ERRORS) as raised:
         kube_for(api).pod_uid("ns", "p")
-    assert isinstance(raised.value, k8s.ApiError) and raised.value.status == status
+    assert isinstance(raised.value, refusals.ApiError) and raised.value.status == status
     assert "etcdserver: request timed out" in str(raised.value)
 
 
@@ -248,7 +248,7 @@ def test_other_errors_propagate_as_transient_for_a_retry(api, status):
 )
 def test_a_name_taken_by_an_object_not_the_jobs_is_a_name_conflict_naming_its_owner(api, owners, named):
     api.answer = there_already(owners)
-    with pytest.raises(k8s.NameTaken) as raised:
+    with pytest.raises(refusals.NameTaken) as raised:
         kube_for(api).create_pod("ns", POD)
     assert raised.value.reason == "NameConflict"
     message = str(raised.value)
@@ -284,7 +284,7 @@ def test_a_delete_names_the_uid_it_means_and_leaves_a_pod_that_took_the_name_alo
 
 def test_an_answer_that_is_not_a_status_object_keeps_its_text(api):
     api.answer = lambda seen: (502, b"upstream connect error")
-    with pytest.raises(k8s.ApiError, match="upstream connect error"):
+    with pytest.raises(refusals.ApiError, match="upstream connect error"):
         kube_for(api).pod_uid("ns", "p")
 
 
@@ -309,9 +309,9 @@ def test_gone_is_not_an_error(api):
     assert kube.pod_uid("ns", "p") == "u-1"
     assert (api.seen[-1].method, api.seen[-1].path) == ("GET", "/api/v1/namespaces/ns/pods/p")
     api.refuse(500, "boom")
-    with pytest.raises(k8s.ApiError):
+    with pytest.raises(refusals.ApiError):
         kube.pod_uid("ns", "p")
-    with pytest.raises(k8s.ApiError):
+    with pytest.raises(refusals.ApiError):
         kube.delete_pod("ns", "p", "pod-uid-1")
 
 
@@ -359,7 +359,7 @@ def test_an_event_names_the_trainjob_and_a_failed_post_is_only_logged(api, caplo
         kube.post_event(JOB, "Warning", "Failed", "x")
     assert "event Failed on ns/mnist not posted" in caplog.text
     api.refuse(403, "unable to create new content in namespace ns because it is being terminated")
-    with pytest.raises(k8s.NamespaceEnding):
+    with pytest.raises(refusals.NamespaceEnding):
         kube.post_event(JOB, "Warning", "Failed", "x")
 
 

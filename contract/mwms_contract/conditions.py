@@ -1,0 +1,76 @@
+"""A TrainJob's phases, condition types and the reasons of its conditions and events: what clients, alerts
+and the README's troubleshooting table read, so each is one CamelCase word per meaning, listed here once."""
+
+# Phases (status.phase); the condition of the current phase is True, the other phase conditions False.
+PENDING, RUNNING, RESTARTING = "Pending", "Running", "Restarting"
+SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
+PHASES = (PENDING, RUNNING, RESTARTING, SUCCEEDED, FAILED, SUSPENDED)
+TERMINAL = (SUCCEEDED, FAILED)
+
+# Condition types besides the phase conditions.
+CREATED = "Created"  # the Service and every worker of the first group were created
+# False while spec.template is invalid: the running group is left alone; the next one needs a valid template.
+TEMPLATE_ACCEPTED = "TemplateAccepted"
+PHASE_CONDITIONS = (RUNNING, RESTARTING, SUSPENDED, SUCCEEDED, FAILED)
+
+# Reasons while the group is made or waited for (Pending, Running).
+CREATING = "Creating"
+RESUMED = "Resumed"
+PODS_CREATED = "PodsCreated"  # the Created condition's reason and the event that names the pods created
+ALL_WORKERS_RUNNING = "AllWorkersRunning"
+WORKERS_PENDING = "WorkersPending"
+WAITING_FOR_OLD_PODS = "WaitingForOldPods"
+TEMPLATE_VALID = "TemplateValid"
+# Why creating the workers (or the Service) was refused for now: the Running condition's reason and the event.
+CREATE_PODS_REFUSED = "CreatePodsRefused"  # a policy: a ResourceQuota, a LimitRange, a webhook's denial
+WEBHOOK_UNAVAILABLE = "WebhookUnavailable"  # a webhook with failurePolicy Fail could not be called
+API_SERVER_THROTTLED = "ApiServerThrottled"  # 429: too many requests
+API_SERVER_ERROR = "ApiServerError"  # another 5xx
+NAME_CONFLICT = "NameConflict"  # a pod or Service of the name the job needs is not the job's
+REFUSAL_REASONS = (
+    CREATE_PODS_REFUSED,
+    WEBHOOK_UNAVAILABLE,
+    API_SERVER_THROTTLED,
+    API_SERVER_ERROR,
+    NAME_CONFLICT,
+)
+# Reasons of a group restart (Restarting) and of the wait before one.
+GROUP_RESTARTING = "GroupRestarting"  # counted against spec.runPolicy.backoffLimit
+DISRUPTED = "Disrupted"  # caused by a disrupted pod (eviction, preemption, drain): not counted
+RESTART_BACKOFF = "RestartBackoff"  # the Running condition's reason while a counted restart waits
+# Reasons of the end (Succeeded, Failed) and after it.
+CHIEF_SUCCEEDED = "ChiefSucceeded"
+INVALID_SPEC = "InvalidSpec"
+WORKER_FAILED = "WorkerFailed"
+BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+CONTAINER_ERROR = "ContainerError"
+STARTUP_TIMEOUT = "StartupTimeout"
+TTL_EXPIRED = "TTLExpired"
+# The reason of the Suspended phase is the phase's name.
+# The one event that says why a job's progress is not read.
+TRACKING_SERVER_NOT_ALLOWED = "TrackingServerNotAllowed"
+
+REASONS = (
+    CREATING,
+    RESUMED,
+    PODS_CREATED,
+    ALL_WORKERS_RUNNING,
+    WORKERS_PENDING,
+    WAITING_FOR_OLD_PODS,
+    TEMPLATE_VALID,
+    *REFUSAL_REASONS,
+    GROUP_RESTARTING,
+    DISRUPTED,
+    RESTART_BACKOFF,
+    SUSPENDED,
+    CHIEF_SUCCEEDED,
+    INVALID_SPEC,
+    WORKER_FAILED,
+    BACKOFF_LIMIT_EXCEEDED,
+    DEADLINE_EXCEEDED,
+    CONTAINER_ERROR,
+    STARTUP_TIMEOUT,
+    TTL_EXPIRED,
+    TRACKING_SERVER_NOT_ALLOWED,
+)

@@ -1,0 +1,216 @@
+"""Pure: what every rule of the policy may look at (the inputs of one decision, sorted and derived once), and
+the bookkeeping that runs before the rules of a live job: it never decides, only keeps the status's books."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from mwms_contract.conditions import (
+    API_SERVER_ERROR,
+    API_SERVER_THROTTLED,
+    CREATE_PODS_REFUSED,
+    CREATED,
+    INVALID_SPEC,
+    NAME_CONFLICT,
+    PENDING,
+    PODS_CREATED,
+    RESTARTING,
+    RUNNING,
+    SUSPENDED,
+    TEMPLATE_ACCEPTED,
+    TEMPLATE_VALID,
+    WEBHOOK_UNAVAILABLE,
+)
+from mwms_operator.builders import pod_name
+from mwms_operator.pods import Failure, WorkerPod, classify, replica_statuses, startup_clock
+from mwms_operator.spec import SpecError, TrainJobSpec
+from mwms_operator.status import (
+    Builder,
+    Decision,
+    DeletePods,
+    Event,
+    JobMeta,
+    format_time,
+    parse_time,
+    truncate,
+)
+
+# The clocks of a group's start (startup timeout, container errors): stopped whenever that group ends.
+STOPPED_STARTUP_CLOCKS = {"stalledSince": None, "containerErrorSince": None}
+# A counted group restart waits 10 s, doubling with each counted restart up to 5 min (as Kubernetes Jobs do).
+RESTART_BACKOFF_SECONDS, RESTART_BACKOFF_MAX_SECONDS = 10, 300
+# What the Running condition's message starts with for each reason creation was refused for now.
+REFUSALS = {
+    CREATE_PODS_REFUSED: "the API server refused to create the workers",
+    WEBHOOK_UNAVAILABLE: "an admission webhook the workers need could not be called",
+    API_SERVER_THROTTLED: "the API server asked the operator to slow down (429)",
+    API_SERVER_ERROR: "the API server failed to create the workers",
+    NAME_CONFLICT: "a name the job needs is taken",
+}
+
+
+@dataclass(frozen=True)
+class CreationRefused:
+    """The API server refused to create this job's workers for now (a reason of REFUSALS): its message, how
+    many tries were refused, when the next one is, and how long until then."""
+
+    message: str
+    tries: int
+    next_try: datetime
+    wait_seconds: float = 0.0
+    reason: str = CREATE_PODS_REFUSED
+
+
+def restart_backoff(counted: int) -> int:
+    """Seconds before the `counted`-th counted group restart (1-based): 10, 20, 40, … at most 300."""
+    return min(RESTART_BACKOFF_MAX_SECONDS, RESTART_BACKOFF_SECONDS * 2 ** max(0, counted - 1))
+
+
+def cleanup(spec: TrainJobSpec | None, pods: Sequence[WorkerPod], *, remove_active: bool) -> tuple[str, ...]:
+    policy = spec.clean_pod_policy if spec is not None else "Running"
+    names = []
+    for pod in pods:
+        if pod.deleting:
+            continue
+        if policy == "All" or (pod.active and (remove_active or (policy == "Running" and not pod.finishing))):
+            names.append(pod.name)
+    return tuple(names)
+
+
+@dataclass
+class Facts:
+    """What every rule may look at: the inputs of one decision, sorted and derived once."""
+
+    meta: JobMeta
+    spec: TrainJobSpec | SpecError
+    pods: list[WorkerPod]  # every pod of the job, oldest group first
+    current: list[WorkerPod]  # the pods of the current (re)start
+    service_exists: bool
+    now: datetime
+    refused: str | None
+    b: Builder
+    creation_refused: CreationRefused | None = None
+    template_error: SpecError | None = None  # spec.template is invalid (`spec` was parsed without it)
+    disrupted: Mapping[tuple[int, int], str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def restarts(self) -> int:
+        return int(self.b.status["restarts"])
+
+    @property
+    def counted_restarts(self) -> int:
+        """Restarts that spend backoffLimit: all but those caused by disruptions."""
+        return self.restarts - int(self.b.status["disruptions"])
+
+    @property
+    def parsed(self) -> TrainJobSpec | None:
+        return self.spec if isinstance(self.spec, TrainJobSpec) else None
+
+    @property
+    def resuming(self) -> bool:
+        return self.b.previous_phase == SUSPENDED
+
+    @property
+    def expecting_pods(self) -> bool:
+        """The group was created and not suspended: a pod of it that goes is lost, not leaving."""
+        return self.b.previous_phase in (PENDING, RUNNING) and not self.resuming
+
+    @functools.cached_property
+    def failures(self) -> list[Failure]:
+        """The pods of this group that failed, or were deleted or lost while the group ran: MWMS cannot
+        continue with any of them gone."""
+        assert self.parsed is not None
+        failures = [classify(p) for p in self.current if p.failed and not p.deleting]
+        if self.expecting_pods:
+            failures += [classify(p) for p in self.current if p.deleting]
+            if self.b.previous_phase == RUNNING:
+                present = {p.index for p in self.current}
+                failures += [
+                    classify(
+                        WorkerPod(
+                            pod_name(self.meta.name, i),
+                            i,
+                            self.restarts,
+                            "Unknown",
+                            disruption=self.disrupted.get((self.restarts, i), ""),
+                        ),
+                        missing=True,
+                    )
+                    for i in range(self.parsed.replicas)
+                    if i not in present
+                ]
+        return failures
+
+    def finish(self) -> Decision:
+        return self.b.finish(replica_statuses(self.current))
+
+    def terminal(self, phase: str, reason: str, message: str, *, remove_active: bool = False) -> Decision:
+        self.b.phase(phase, reason, message)
+        self.b.status["completionTime"] = self.b.status["completionTime"] or format_time(self.now)
+        self.b.status.update(STOPPED_STARTUP_CLOCKS, nextRestartTime=None)
+        names = cleanup(self.parsed, self.pods, remove_active=remove_active)
+        if names:
+            self.b.actions.append(DeletePods(names))
+        return self.finish()
+
+    def restart(self, first: Failure, reason: str, plan: str) -> Decision:
+        """The next group: every pod of this one goes, and the restart is counted in the status."""
+        assert self.parsed is not None
+        self.b.status.update(STOPPED_STARTUP_CLOCKS, restarts=self.restarts + 1, groupStartTime=None)
+        names = tuple(p.name for p in self.pods if not p.deleting)
+        if names:
+            self.b.actions.append(DeletePods(names))
+        self.b.phase(
+            RESTARTING,
+            reason,
+            truncate(f"{first.description}; restarting all {self.parsed.replicas} workers {plan}"),
+        )
+        return self.finish()
+
+
+def prepare(f: Facts) -> None:
+    """The bookkeeping of a live job (valid, not finished, not suspended), before its rules decide."""
+    _mark_created(f)
+    _mark_template(f)
+    _stall_clocks(f)
+
+
+def _mark_created(f: Facts) -> None:
+    """Sets Created once, even if the workers are so quick that the first look already
+    finds them finished. No event here: the handler posts one `PodsCreated` per batch, naming the pods."""
+    assert f.parsed is not None
+    created = {p.index for p in f.current} >= set(range(f.parsed.replicas))
+    if created and not any(c["type"] == CREATED and c["status"] == "True" for c in f.b.conditions):
+        f.b.condition(CREATED, True, PODS_CREATED, f"Service and {f.parsed.replicas} worker pods created")
+        f.b.all_pods_created = True
+
+
+def _mark_template(f: Facts) -> None:
+    """An edit of spec.template is checked when it is made, but only the next group uses it,
+    so an invalid one is said in a condition (and one event) and leaves the running group alone."""
+    previous = next((c for c in f.b.conditions if c["type"] == TEMPLATE_ACCEPTED), None)
+    if f.template_error is not None:
+        message = truncate(
+            f"invalid TrainJob: {f.template_error}; the workers that run are left alone, "
+            "the next group (a restart or a resume) needs a valid template"
+        )
+        if f.current and (previous is None or previous["status"] != "False"):  # no group: it fails below
+            f.b.events.append(Event("Warning", INVALID_SPEC, message))
+        f.b.condition(TEMPLATE_ACCEPTED, False, INVALID_SPEC, message)
+    elif previous is not None and previous["status"] == "False":
+        f.b.condition(TEMPLATE_ACCEPTED, True, TEMPLATE_VALID, "spec.template is valid again")
+
+
+def _stall_clocks(f: Facts) -> None:
+    """Starts or stops the clocks of the startup timeout and of container errors."""
+    waiting = [p for p in f.current if not p.started and not p.deleting]
+    running, pulled = startup_clock(f.current)
+    erring = any(p.container_error for p in waiting)
+    status, now = f.b.status, format_time(f.now)
+    since = max(filter(None, (parse_time(status["stalledSince"]) or f.now, pulled)))
+    status["stalledSince"] = format_time(since) if running else None
+    status["containerErrorSince"] = (status["containerErrorSince"] or now) if erring else None

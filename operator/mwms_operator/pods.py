@@ -1,0 +1,284 @@
+"""Pure: what the operator observes of its worker pods: each pod as a WorkerPod, its events, how a failed
+one is classified (retryable or not), the replica counts, and whether the group's startup clock runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from mwms_contract.conditions import (
+    FAILED,
+    INVALID_SPEC,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    SUSPENDED,
+    TERMINAL,
+    WORKER_FAILED,
+)
+from mwms_operator import constants
+from mwms_operator.status import parse_time, truncate
+
+# Container waiting reasons that mean "this will not start by itself". InvalidImageName never heals; a failing
+# pull or a missing Secret/ConfigMap might (a registry hiccup, a Secret another controller creates a moment
+# later), so those fail the job only once they have lasted CONTAINER_ERROR_GRACE_SECONDS (status.py).
+FATAL_WAITING_REASONS = ("InvalidImageName",)
+LASTING_WAITING_REASONS = ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError")
+# Pod conditions that say "this pod is being stopped from outside": Kubernetes' DisruptionTarget (eviction,
+# preemption, taint manager, drain) and the TerminationTarget that Kueue's pod integration (v0.17) sets on the
+# pods of a workload it preempts or evicts before deleting them.
+DISRUPTION_CONDITIONS = ("DisruptionTarget", "TerminationTarget")
+CODE_SPEC_ERROR = "invalid configuration: spec.code."  # how the trainer's exit-2 message starts for spec.code
+
+
+@dataclass(frozen=True)
+class PodEvents:
+    """What a pod's events say about its start (the kubelet's and the scheduler's; looked up only while the
+    startup clock may run)."""
+
+    pulling: bool = False  # its latest image event is `Pulling`: the pull has not ended
+    pulled_at: datetime | None = None  # when its latest pull ended (`Pulled`)
+    note: str = ""  # "reason: message" of its latest Warning (Unhealthy, FailedMount, FailedScheduling…)
+
+
+PULL_EVENTS = ("Pulling", "Pulled", "Failed", "BackOff", "ErrImageNeverPull")
+
+
+def pod_events(events: Iterable[Mapping[str, Any]]) -> PodEvents:
+    """The events of one pod (core/v1 Event dicts) as PodEvents, by when each last happened."""
+
+    def when(event: Mapping[str, Any]) -> datetime:
+        moment = event.get("lastTimestamp") or event.get("eventTime")
+        moment = moment or (event.get("metadata") or {}).get("creationTimestamp")
+        return parse_time(moment) or datetime.min.replace(tzinfo=UTC)
+
+    ordered = sorted(events, key=when)
+    pulls = [e for e in ordered if e.get("reason") in PULL_EVENTS]
+    pulled = [when(e) for e in pulls if e.get("reason") == "Pulled"]
+    warnings = [e for e in ordered if e.get("type") == "Warning"]
+    note = ""
+    if warnings:
+        last = warnings[-1]
+        note = " ".join(f"{last.get('reason', 'Warning')}: {last.get('message', '')}".split())
+    return PodEvents(
+        pulling=bool(pulls) and pulls[-1].get("reason") == "Pulling",
+        pulled_at=pulled[-1] if pulled else None,
+        note=note,
+    )
+
+
+@dataclass(frozen=True)
+class WorkerPod:
+    """What the decision needs to know about one worker pod."""
+
+    name: str
+    index: int
+    restart: int
+    phase: str  # Pending | Running | Succeeded | Failed | Unknown
+    deleting: bool = False
+    ready: bool = False
+    exit_code: int | None = None
+    message: str = ""  # the trainer container's termination message
+    reason: str = ""  # pod or container reason (Evicted, OOMKilled, Error…)
+    waiting: str = ""  # why it is not running yet: the scheduler's reason or the container's waiting reason
+    uid: str = ""
+    # "reason: message" of a DISRUPTION_CONDITIONS condition (eviction, preemption, drain, Kueue).
+    disruption: str = ""
+    unschedulable: bool = False  # PodScheduled is False for a reason other than a scheduling gate
+    # The first container (init, sidecar or main) waiting for one of the reasons above, as (reason, text).
+    container_error: tuple[str, str] | None = None
+    # A regular container other than the trainer has not terminated: a sidecar that is not a native one
+    # (native sidecars are init containers, which the kubelet stops once the trainer has exited).
+    sidecars_running: bool = False
+    # The trainer container runs and its readiness probe has not passed: its worker has not joined the group.
+    trainer_unready: bool = False
+    events: PodEvents | None = None  # None: not looked up
+
+    @property
+    def joined(self) -> bool:
+        """In its group: it runs and is ready (no readiness probe: ready once running), or it has exited."""
+        return self.started and not self.trainer_unready
+
+    @property
+    def finishing(self) -> bool:
+        """The trainer has exited and nothing else keeps the pod: the kubelet is about to give it its final
+        phase, so it is not a running pod to clean up (deleting it would lose the chief's logs)."""
+        return self.exit_code is not None and not self.sidecars_running
+
+    @property
+    def trainer_exit(self) -> int | None:
+        """The `trainer` container's exit code; a Succeeded pod's containers all exited 0."""
+        if self.exit_code is None and self.phase == SUCCEEDED:
+            return 0
+        return self.exit_code
+
+    @property
+    def failed(self) -> bool:
+        """The trainer exited non-zero, or the pod failed before the trainer could exit (a sidecar that fails
+        after the trainer exited 0 does not count)."""
+        code = self.trainer_exit
+        return code != 0 if code is not None else self.phase == FAILED
+
+    @property
+    def active(self) -> bool:
+        return self.phase in (PENDING, RUNNING, "Unknown") and not self.deleting
+
+    @property
+    def started(self) -> bool:
+        return self.phase in (RUNNING, SUCCEEDED, FAILED)
+
+
+def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
+    """A pod dict from the API server as a WorkerPod; None for a pod without our labels."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    try:
+        index = int(labels[constants.LABEL_REPLICA_INDEX])
+        restart = int(labels.get(constants.LABEL_RESTART, "0"))
+    except (KeyError, ValueError):
+        return None
+    status = pod.get("status") or {}
+    trainer: Mapping[str, Any] = next(
+        (c for c in status.get("containerStatuses") or [] if c.get("name") == constants.CONTAINER_NAME), {}
+    )
+    state = trainer.get("state") or {}
+    terminated = state.get("terminated") or {}
+    waiting_parts, disruption, unschedulable = [], "", False
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            waiting_parts.append(
+                f"{condition.get('reason', 'Unschedulable')}: {condition.get('message', '')}"
+            )
+            unschedulable = condition.get("reason") != "SchedulingGated"
+        if condition.get("type") in DISRUPTION_CONDITIONS and condition.get("status") == "True":
+            disruption = f"{condition.get('reason') or condition['type']}: {condition.get('message', '')}"
+    if state.get("waiting"):
+        waiting = state["waiting"]
+        waiting_parts.append(f"{waiting.get('reason', 'Waiting')}: {waiting.get('message', '')}".rstrip(": "))
+    return WorkerPod(
+        name=meta.get("name", ""),
+        index=index,
+        restart=restart,
+        phase=status.get("phase") or PENDING,
+        deleting=bool(meta.get("deletionTimestamp")),
+        ready=any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+        ),
+        exit_code=terminated.get("exitCode"),
+        message=(terminated.get("message") or "").strip(),
+        reason=status.get("reason") or terminated.get("reason") or "",
+        waiting="; ".join(part.strip() for part in waiting_parts),
+        uid=meta.get("uid", ""),
+        disruption=disruption.strip().rstrip(":"),
+        unschedulable=unschedulable,
+        container_error=_container_error(status),
+        sidecars_running=any(
+            c.get("name") != constants.CONTAINER_NAME and not (c.get("state") or {}).get("terminated")
+            for c in status.get("containerStatuses") or []
+        ),
+        trainer_unready="running" in state and not trainer.get("ready"),
+    )
+
+
+def _container_error(status: Mapping[str, Any]) -> tuple[str, str] | None:
+    """A container of the pod that waits for a reason that will not (or may not) heal by itself."""
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(key) or []:
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            reason = waiting.get("reason", "")
+            if reason in FATAL_WAITING_REASONS + LASTING_WAITING_REASONS:
+                text = f"container {container.get('name', '?')}: {reason}: {waiting.get('message', '')}"
+                return reason, text.strip().rstrip(":")
+    return None
+
+
+@dataclass(frozen=True)
+class Failure:
+    pod: WorkerPod
+    retryable: bool
+    description: str
+
+
+def classify(pod: WorkerPod, *, missing: bool = False) -> Failure:
+    """Exit 75 and >= 128 (signals), deleted and evicted pods are retryable; any other exit is permanent."""
+    if pod.disruption:  # whatever it exited with: it was told to go
+        return Failure(pod, True, f"worker {pod.name} was disrupted ({pod.disruption})")
+    if missing:
+        return Failure(pod, True, f"worker {pod.name} was deleted")
+    if pod.deleting:
+        return Failure(pod, True, f"worker {pod.name} is being deleted")
+    code = pod.trainer_exit
+    if code is None:
+        reason = pod.reason or "no exit code"
+        return Failure(pod, True, f"worker {pod.name} failed ({reason})")
+    text = f"worker {pod.name} exited with code {code}"
+    if pod.reason and pod.reason not in ("Error", "Completed"):
+        text += f" ({pod.reason})"
+    if pod.message:
+        text += f": {pod.message}"
+    return Failure(pod, code == constants.EXIT_RETRYABLE or code >= 128, truncate(text))
+
+
+def failure_reason(failure: Failure) -> str:
+    """spec.code names what only a worker can check (the ConfigMap exists, holds the entrypoint): the
+    trainer says so with exit 2 naming the field, and that is a spec error like those the parser finds."""
+    pod = failure.pod
+    if pod.exit_code == constants.EXIT_INVALID_CONFIG and pod.message.startswith(CODE_SPEC_ERROR):
+        return INVALID_SPEC
+    return WORKER_FAILED
+
+
+def why_not_joined(pod: WorkerPod) -> str:
+    """The last reason a running worker gave for not having joined (its readiness probe's output)."""
+    return (pod.events.note if pod.events else "") or "no reason given yet"
+
+
+def why_pending(pod: WorkerPod) -> str:
+    """Why a worker does not run: the scheduler's or the container's reason, and its pod's latest warning
+    (e.g. FailedMount for a missing Secret); the scheduler's own event repeats its condition."""
+    note = pod.events.note if pod.events and not pod.unschedulable else ""
+    return "; ".join(part for part in (pod.waiting, note) if part) or pod.phase
+
+
+def replica_statuses(pods: Sequence[WorkerPod]) -> dict[str, int]:
+    """By the trainer container: a worker whose trainer exited is done even while a sidecar keeps its pod."""
+    live = [p for p in pods if not p.deleting]
+    return {
+        "active": sum(p.active and p.trainer_exit is None for p in live),
+        "ready": sum(p.phase == RUNNING and p.ready and p.trainer_exit is None for p in live),
+        "succeeded": sum(p.trainer_exit == 0 for p in live),
+        "failed": sum(p.failed for p in live),
+    }
+
+
+def startup_unexplained(pods: Sequence[WorkerPod], previous: Mapping[str, Any]) -> list[WorkerPod]:
+    """The pods of the current group whose events the startup clock needs: those not joined while another
+    worker runs (is a peer still pulling its image? what did each last say?). Empty while the clock cannot
+    run, so a healthy, wholly pending, suspended or finished group costs no lookup."""
+    restarts = int(previous.get("restarts") or 0)
+    live = [p for p in pods if p.restart == restarts and not p.deleting]
+    if previous.get("phase") in (*TERMINAL, SUSPENDED) or not any(p.started for p in live):
+        return []
+    return [p for p in live if not p.joined]
+
+
+def startup_clock(current: Sequence[WorkerPod]) -> tuple[bool, datetime | None]:
+    """(whether the startup clock runs, the latest end of a not-joined pod's image pull).
+
+    It runs while some worker runs and not every worker has joined: the others hold nodes while they wait.
+    A peer's image pull does not count (nor does one whose events were not looked up: it may be pulling),
+    except for a peer the scheduler cannot place, which pulls nothing. A group that is wholly pending (a
+    queue, a scale-up, image pulls) or gated costs nothing but time."""
+    live = [p for p in current if not p.deleting]
+    waiting = [p for p in live if not p.joined]
+    if not any(p.started for p in live) or not waiting:
+        return False, None
+    pulling = [
+        p
+        for p in waiting
+        if not p.started and not p.unschedulable and (p.events or PodEvents(pulling=True)).pulling
+    ]
+    pulled = [p.events.pulled_at for p in waiting if p.events is not None and p.events.pulled_at is not None]
+    return not pulling, max(pulled, default=None)

@@ -1,0 +1,398 @@
+"""Pure: the policy, as a table of named rules: (spec, pods, now, previous status) -> the new status and what
+to do about it (a Decision). The first rule that returns a decision decides; a test walks every rule."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from mwms_contract.conditions import (
+    ALL_WORKERS_RUNNING,
+    BACKOFF_LIMIT_EXCEEDED,
+    CHIEF_SUCCEEDED,
+    CONTAINER_ERROR,
+    CREATING,
+    DEADLINE_EXCEEDED,
+    DISRUPTED,
+    FAILED,
+    GROUP_RESTARTING,
+    INVALID_SPEC,
+    PENDING,
+    RESTART_BACKOFF,
+    RESUMED,
+    RUNNING,
+    STARTUP_TIMEOUT,
+    SUCCEEDED,
+    SUSPENDED,
+    TERMINAL,
+    TTL_EXPIRED,
+    WAITING_FOR_OLD_PODS,
+    WORKERS_PENDING,
+)
+from mwms_operator.facts import (
+    REFUSALS,
+    STOPPED_STARTUP_CLOCKS,
+    CreationRefused,
+    Facts,
+    cleanup,
+    prepare,
+    restart_backoff,
+)
+from mwms_operator.pods import FATAL_WAITING_REASONS, WorkerPod, failure_reason, why_not_joined, why_pending
+from mwms_operator.spec import SpecError, TrainJobSpec
+from mwms_operator.status import (
+    CONTAINER_ERROR_GRACE_SECONDS,
+    Builder,
+    CreatePods,
+    CreateService,
+    Decision,
+    DeleteJob,
+    DeletePods,
+    Event,
+    JobMeta,
+    chief_mlflow,
+    format_time,
+    parse_time,
+    truncate,
+)
+
+
+def _rule_finished(f: Facts) -> Decision | None:
+    """Finished: only cleanup and the TTL remain."""
+    if f.b.previous_phase not in TERMINAL:
+        return None
+    names = cleanup(f.parsed, f.pods, remove_active=False)
+    if names:
+        f.b.actions.append(DeletePods(names))
+    done = parse_time(f.b.status["completionTime"])
+    ttl = f.parsed.ttl_seconds_after_finished if f.parsed is not None else None
+    if ttl is not None and done is not None and f.now >= done + timedelta(seconds=ttl):
+        f.b.actions.append(DeleteJob())
+        f.b.events.append(Event("Normal", TTL_EXPIRED, f"deleting the TrainJob {ttl}s after it finished"))
+    return f.finish()
+
+
+def _rule_invalid_spec(f: Facts) -> Decision | None:
+    if not isinstance(f.spec, SpecError):
+        return None
+    return f.terminal(FAILED, INVALID_SPEC, f"invalid TrainJob: {f.spec}; no worker pods were created")
+
+
+def _rule_refused(f: Facts) -> Decision | None:
+    """The API server validates spec.template more deeply than our parser: its refusal is a spec error too."""
+    if f.refused is None:
+        return None
+    message = f"invalid TrainJob: the API server refused a worker object: {f.refused}"
+    return f.terminal(FAILED, INVALID_SPEC, truncate(message))
+
+
+def _rule_suspended(f: Facts) -> Decision | None:
+    assert f.parsed is not None
+    if not f.parsed.suspend:
+        return None
+    names = tuple(p.name for p in f.pods if not p.deleting)
+    if names:
+        f.b.actions.append(DeletePods(names))
+    f.b.status.update(STOPPED_STARTUP_CLOCKS, startTime=None, groupStartTime=None, nextRestartTime=None)
+    f.b.phase(SUSPENDED, SUSPENDED, "spec.runPolicy.suspend is true: worker pods deleted")
+    return f.finish()
+
+
+def _rule_chief_succeeded(f: Facts) -> Decision | None:
+    """The chief's `trainer` container exited 0: the job is done, whatever its sidecars do."""
+    chief = next((p for p in f.current if p.index == 0 and not p.deleting), None)
+    if chief is None or chief.trainer_exit != 0:
+        return None
+    f.b.status["mlflow"] = chief_mlflow(chief.message) or f.b.status["mlflow"]
+    run = f.b.status["mlflow"]["runId"] if f.b.status["mlflow"] else "unknown (no termination message)"
+    return f.terminal(SUCCEEDED, CHIEF_SUCCEEDED, f"worker 0 ({chief.name}) exited 0; MLflow run {run}")
+
+
+def _rule_deadline_exceeded(f: Facts) -> Decision | None:
+    assert f.parsed is not None
+    start = parse_time(f.b.status["startTime"])
+    deadline = f.parsed.active_deadline_seconds
+    if start is None or deadline is None or f.now < start + timedelta(seconds=deadline):
+        return None
+    return f.terminal(
+        FAILED,
+        DEADLINE_EXCEEDED,
+        f"ran longer than spec.runPolicy.activeDeadlineSeconds={deadline}s; worker pods removed",
+        remove_active=True,
+    )
+
+
+def _rule_creation_refused(f: Facts) -> Decision | None:
+    """Pod creation was refused for now: hold no part of the group while waiting (a partial MWMS group only
+    holds quota others could use), say why, and let the next try (when due, with no pod left) create it all.
+    Before worker-failed: the pods removed here are not lost workers. A whole group is never removed for
+    a refused Service (a running job's lost Service is made again by create-missing at each look)."""
+    assert f.parsed is not None
+    refusal = f.creation_refused
+    complete = {p.index for p in f.current if not p.deleting} >= set(range(f.parsed.replicas))
+    if refusal is None or complete or (refusal.wait_seconds <= 0 and not f.pods):
+        return None
+    names = tuple(p.name for p in f.pods if not p.deleting)
+    if names:
+        f.b.actions.append(DeletePods(names))
+    message = (
+        f"{REFUSALS[refusal.reason]} ({refusal.tries} "
+        f"{'try' if refusal.tries == 1 else 'tries'}): {refusal.message}; no worker pod is kept while "
+        f"waiting; next try at {format_time(refusal.next_try)}"
+    )
+    f.b.condition(RUNNING, False, refusal.reason, truncate(message))
+    return f.finish()
+
+
+def _rule_worker_failed(f: Facts) -> Decision | None:
+    """A pod of this group exited for good (a permanent exit code): the job fails."""
+    permanent = [x for x in f.failures if not x.retryable]
+    if not permanent:
+        return None
+    first = min(permanent, key=lambda x: x.pod.index)
+    return f.terminal(FAILED, failure_reason(first), first.description)
+
+
+def _rule_disrupted_restart(f: Facts) -> Decision | None:
+    """A disruption (eviction, preemption, drain) is not the job's fault, and the failures that follow it
+    (peers losing the evicted worker) are its consequence: such a restart is free and immediate."""
+    disrupted = [x for x in f.failures if x.pod.disruption]
+    if not disrupted:
+        return None
+    f.b.status.update(disruptions=int(f.b.status["disruptions"]) + 1, nextRestartTime=None)
+    plan = "now (a disruption: not counted against spec.runPolicy.backoffLimit)"
+    return f.restart(min(disrupted, key=lambda x: x.pod.index), DISRUPTED, plan)
+
+
+def _rule_backoff_limit_exceeded(f: Facts) -> Decision | None:
+    """Any other failure restarts the group only while spec.runPolicy.backoffLimit allows another restart."""
+    assert f.parsed is not None
+    counted, limit = f.counted_restarts, f.parsed.backoff_limit
+    if not f.failures or counted < limit:
+        return None
+    first = min(f.failures, key=lambda x: x.pod.index)
+    return f.terminal(
+        FAILED,
+        BACKOFF_LIMIT_EXCEEDED,
+        truncate(
+            f"the group was restarted {counted} times for failures "
+            f"(spec.runPolicy.backoffLimit={limit}); last failure: {first.description}"
+        ),
+    )
+
+
+def _rule_group_restart(f: Facts) -> Decision | None:
+    """A retryable failure restarts the whole group (MWMS cannot continue without a worker) after a back-off
+    that counts against spec.runPolicy.backoffLimit."""
+    assert f.parsed is not None
+    if not f.failures:
+        return None
+    counted, limit = f.counted_restarts, f.parsed.backoff_limit
+    delay = restart_backoff(counted + 1)
+    due = format_time(f.now + timedelta(seconds=delay))
+    f.b.status["nextRestartTime"] = due
+    plan = f"at {due} after a {delay}s back-off (restart {counted + 1} of at most {limit})"
+    return f.restart(min(f.failures, key=lambda x: x.pod.index), GROUP_RESTARTING, plan)
+
+
+def _rule_old_pods_leaving(f: Facts) -> Decision | None:
+    """Pods of an earlier group (or from before a suspend) must be gone before the new group starts: two
+    groups must never talk to each other. On resume the phase stays Suspended until they are gone, so they
+    are not mistaken for lost workers."""
+    leaving = [p for p in f.pods if p.restart != f.restarts or (p.deleting and not f.expecting_pods)]
+    if not leaving:
+        return None
+    names = tuple(p.name for p in leaving if not p.deleting)
+    if names:
+        f.b.actions.append(DeletePods(names))
+    # Say what the new group waits for: a pod stuck Terminating (a lost node, a finalizer) shows here.
+    message = f"waiting for pods of an earlier group to be gone: {', '.join(p.name for p in leaving)}"
+    f.b.condition(RUNNING, False, WAITING_FOR_OLD_PODS, truncate(message))
+    return f.finish()
+
+
+def _rule_template_invalid(f: Facts) -> Decision | None:
+    """Pods must be made and spec.template is invalid: nothing runs that an edit could spare, so fail."""
+    assert f.parsed is not None
+    present = {p.index for p in f.current}
+    if f.template_error is None or present >= set(range(f.parsed.replicas)):
+        return None
+    return f.terminal(
+        FAILED, INVALID_SPEC, f"invalid TrainJob: {f.template_error}; no worker pods were created"
+    )
+
+
+def _rule_restart_backoff(f: Facts) -> Decision | None:
+    """A counted restart waits until status.nextRestartTime before it creates the new group."""
+    due = parse_time(f.b.status["nextRestartTime"])
+    if due is None:
+        return None
+    if f.current or f.now >= due:
+        f.b.status["nextRestartTime"] = None
+        return None
+    message = f"restarting the group at {format_time(due)} (exponential back-off after a failure)"
+    f.b.condition(RUNNING, False, RESTART_BACKOFF, message)
+    return f.finish()
+
+
+def _rule_create_missing(f: Facts) -> Decision | None:
+    assert f.parsed is not None
+    b, replicas = f.b, f.parsed.replicas
+    if not f.service_exists:
+        b.actions.append(CreateService())  # kept if a later rule decides: a lost Service comes back
+    present = {p.index for p in f.current}
+    missing = tuple(i for i in range(replicas) if i not in present)
+    if not missing:
+        return None
+    b.actions.append(CreatePods(missing, f.restarts))
+    b.status["startTime"] = b.status["startTime"] or format_time(f.now)
+    if not f.current:
+        b.status["groupStartTime"] = format_time(f.now)
+    if f.resuming:
+        b.phase(PENDING, RESUMED, "spec.runPolicy.suspend is false: recreating the worker pods")
+    elif b.previous_phase is None:
+        b.phase(PENDING, CREATING, f"creating the Service and {replicas} worker pods")
+    return f.finish()
+
+
+def _rule_all_running(f: Facts) -> Decision | None:
+    assert f.parsed is not None
+    if any(not p.started for p in f.current):
+        return None
+    if f.b.status["phase"] != RUNNING:
+        message = f"all {f.parsed.replicas} workers are running (restart {f.restarts})"
+        f.b.phase(RUNNING, ALL_WORKERS_RUNNING, message)
+    return f.finish()
+
+
+def _rule_container_error(f: Facts) -> Decision | None:
+    """A container that cannot start by itself (a bad image name; a pull or a missing Secret that has been
+    failing for CONTAINER_ERROR_GRACE_SECONDS) fails the job at once, with the container's message."""
+    since = parse_time(f.b.status["containerErrorSince"])
+    lasting = since is not None and f.now >= since + timedelta(seconds=CONTAINER_ERROR_GRACE_SECONDS)
+    for pod in f.current:
+        if pod.container_error and not pod.started and not pod.deleting:
+            reason, text = pod.container_error
+            if reason in FATAL_WAITING_REASONS or lasting:
+                return f.terminal(
+                    FAILED, CONTAINER_ERROR, truncate(f"worker {pod.name} cannot start: {text}")
+                )
+    return None
+
+
+def _rule_startup_timeout(f: Facts) -> Decision | None:
+    assert f.parsed is not None
+    stalled = parse_time(f.b.status["stalledSince"])
+    timeout = f.parsed.startup_timeout_seconds
+    if stalled is None or f.now < stalled + timedelta(seconds=timeout):
+        return None
+    live = [p for p in f.current if not p.deleting]
+    pending = [p for p in live if not p.started]
+    if any(p.unschedulable for p in pending):
+        headline = f"some workers ran while others could not be scheduled for {timeout}s"
+    else:
+        headline = f"not every worker joined the group within {timeout}s of one running"
+    parts = [f"{headline} (spec.runPolicy.startupTimeoutSeconds)"]
+    if pending:
+        parts.append("still pending: " + ", ".join(f"{p.name} ({why_pending(p)})" for p in pending))
+    unjoined = [p for p in live if p.started and not p.joined]
+    if unjoined:
+        joined = "; ".join(f"worker {p.index} ({p.name}): {why_not_joined(p)}" for p in unjoined)
+        parts.append("not joined: " + joined)
+    return f.terminal(FAILED, STARTUP_TIMEOUT, truncate("; ".join(parts)))
+
+
+def _rule_workers_pending(f: Facts) -> Decision | None:
+    """The last rule, always decides: say why while waiting (e.g. the scheduler's "Insufficient cpu"), not
+    only when the timeout strikes."""
+    assert f.parsed is not None
+    not_started = [p for p in f.current if not p.started]
+    reasons = "; ".join(f"{p.name}: {p.waiting}" for p in not_started if p.waiting)
+    message = f"waiting for {len(not_started)} of {f.parsed.replicas} workers to run" + (
+        f" ({reasons})" if reasons else ""
+    )
+    f.b.condition(RUNNING, False, WORKERS_PENDING, truncate(message))
+    return f.finish()
+
+
+Rule = Callable[[Facts], Decision | None]
+# The policy, in order: the first rule that returns a decision decides. A job that is over, invalid or
+# suspended is settled by the first rules; the others see a valid spec and the books prepare() kept.
+SETTLED_RULES: tuple[tuple[str, Rule], ...] = (
+    ("finished", _rule_finished),
+    ("invalid-spec", _rule_invalid_spec),
+    ("refused", _rule_refused),
+    ("suspended", _rule_suspended),
+)
+LIVE_RULES: tuple[tuple[str, Rule], ...] = (
+    ("chief-succeeded", _rule_chief_succeeded),
+    ("deadline-exceeded", _rule_deadline_exceeded),
+    ("creation-refused", _rule_creation_refused),
+    ("worker-failed", _rule_worker_failed),
+    ("disrupted-restart", _rule_disrupted_restart),
+    ("backoff-limit-exceeded", _rule_backoff_limit_exceeded),
+    ("group-restart", _rule_group_restart),
+    ("old-pods-leaving", _rule_old_pods_leaving),
+    ("template-invalid", _rule_template_invalid),
+    ("restart-backoff", _rule_restart_backoff),
+    ("create-missing", _rule_create_missing),
+    ("container-error", _rule_container_error),
+    ("startup-timeout", _rule_startup_timeout),  # also once all run: a worker may not join its peers
+    ("all-running", _rule_all_running),
+    ("workers-pending", _rule_workers_pending),
+)
+RULES = SETTLED_RULES + LIVE_RULES
+
+
+def _first(rules: tuple[tuple[str, Rule], ...], facts: Facts) -> Decision | None:
+    for name, rule in rules:
+        decision = rule(facts)
+        if decision is not None:
+            return dataclasses.replace(decision, rule=name)
+    return None
+
+
+def decide(
+    meta: JobMeta,
+    spec: TrainJobSpec | SpecError,
+    pods: Iterable[WorkerPod],
+    *,
+    service_exists: bool,
+    now: datetime,
+    previous: Mapping[str, Any] | None = None,
+    refused: str | None = None,
+    creation_refused: CreationRefused | None = None,
+    template_error: SpecError | None = None,
+    disrupted: Mapping[tuple[int, int], str] | None = None,
+) -> Decision:
+    """The new status and what to do, by the first of RULES that decides. `refused`: the API server's message
+    when it refused to create this job's Service or a pod as invalid; `creation_refused`: when it refused
+    them for now (quota, LimitRange, webhook); `template_error`: spec.template is invalid and `spec` was
+    parsed without it; `disrupted`: (restart, index) -> disruption of pods that were gone before this
+    decision saw them disrupted."""
+    b = Builder(meta, previous or {}, now)
+    ordered = sorted(pods, key=lambda p: (p.restart, p.index))
+    restarts = b.status["restarts"]
+    current = [p for p in ordered if p.restart == restarts]
+    facts = Facts(
+        meta,
+        spec,
+        ordered,
+        current,
+        service_exists,
+        now,
+        refused,
+        b,
+        creation_refused,
+        template_error,
+        disrupted or {},
+    )
+    decision = _first(SETTLED_RULES, facts)
+    if decision is None:
+        prepare(facts)
+        decision = _first(LIVE_RULES, facts)
+    if decision is None:
+        raise AssertionError("the last rule always decides")
+    return decision

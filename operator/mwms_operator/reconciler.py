@@ -1,0 +1,384 @@
+"""The Reconciler: watch events -> what the watches told us (state.py) -> a queue of job keys; one worker at
+a time reconciles a key (parse -> decide -> write status -> act), on an event, when one of the job's
+deadlines falls due, and on a slow resync; a second queue polls MLflow for progress while a job runs."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from mwms_contract.conditions import PODS_CREATED, RUNNING, SUSPENDED, TERMINAL
+from mwms_operator import builders, k8s, metrics, refusals
+from mwms_operator.config import OperatorConfig
+from mwms_operator.pods import WorkerPod, pod_events, startup_unexplained, worker_pod
+from mwms_operator.policy import decide
+from mwms_operator.progress import ProgressReader, Skipped, status_patch
+from mwms_operator.spec import SpecError, TrainJobSpec, parse_trainjob
+from mwms_operator.state import JobKey, State, owner_key
+from mwms_operator.status import (
+    CreatePods,
+    CreateService,
+    Decision,
+    DeleteJob,
+    DeletePods,
+    JobMeta,
+    format_time,
+    next_due,
+    parse_time,
+)
+from mwms_operator.tf_config import worker_hosts
+from mwms_operator.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+WORKERS = 8  # jobs reconciled at once; each mostly waits on the API server
+# Pods of an earlier group still known this long after their job moved on are looked up (a missed DELETE).
+LEAVING_GRACE_SECONDS = 10.0
+AT_REST = (*TERMINAL, SUSPENDED)  # phases only an event can move a job out of: no resync
+DUE_MARGIN_SECONDS = 0.2  # status times have whole seconds; look a little after a deadline, not just before
+
+
+class Reconciler:
+    """Watch events -> the state -> a queue of job keys; each key is reconciled by one worker at a time."""
+
+    def __init__(self, kube: k8s.Kube, config: OperatorConfig) -> None:
+        self.kube, self.config = kube, config
+        self.state = State()
+        self.phases = metrics.PhaseBook()
+        self.queue: WorkQueue[JobKey] = WorkQueue(
+            self.reconcile, workers=WORKERS, name="reconcile", expected=k8s.TRANSIENT_ERRORS
+        )
+        self.progress: WorkQueue[JobKey] = WorkQueue(
+            self.poll_progress, workers=2, name="progress", expected=k8s.TRANSIENT_ERRORS
+        )
+        self.reader = ProgressReader(config.tracking_access())
+        self._resync: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.queue.start()
+        self.progress.start()
+        self._resync = asyncio.get_running_loop().create_task(self._resync_forever(), name="resync")
+
+    async def stop(self) -> None:
+        if self._resync is not None:
+            self._resync.cancel()
+        await self.queue.stop()
+        await self.progress.stop()
+
+    # --- watch events -> state -> queue
+
+    def job_event(self, type_: str | None, body: Mapping[str, Any]) -> None:
+        key = self.state.job_event(type_, body)
+        if key is None:
+            return
+        if type_ == "DELETED":
+            self.phases.forget(key.uid)
+            self.queue.forget(key)
+            self.progress.forget(key)
+            self.reader.forget(key.uid)
+        elif not self.state.is_own_write(key, body):
+            self.queue.add(key)
+
+    def owned_event(self, body: Mapping[str, Any]) -> None:
+        key = owner_key(body)
+        if key is not None:
+            self.queue.add(key)
+
+    def pod_event(self, type_: str | None, body: Mapping[str, Any]) -> None:
+        """As owned_event; a DELETED pod is parsed too, for its last state (was it disrupted?)."""
+        key = owner_key(body)
+        if key is None:
+            return
+        if type_ == "DELETED" and (pod := worker_pod(body)) is not None:
+            self.state.pod_deleted(key, pod)
+        self.queue.add(key)
+
+    def bind(self, pod_index: Mapping[Any, Any], service_index: Mapping[Any, Any]) -> None:
+        """kopf hands its indexes to handlers only: the first TrainJob event brings them."""
+        self.state.pod_index, self.state.service_index = pod_index, service_index
+
+    async def _resync_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.reconcile_interval_seconds)
+            self.resync()
+
+    def resync(self) -> None:
+        """Level-based safety net: look at every job that time can move on now and then, even if no event
+        came. A suspended or finished job changes only on an event (its spec, a pod, its deletion; a TTL is
+        scheduled for when it falls due), so it costs nothing here."""
+        for key in list(self.state.jobs):
+            if self.state.status(key).get("phase") not in AT_REST:
+                self.queue.add(key)
+
+    # --- one reconcile
+
+    async def reconcile(self, key: JobKey) -> None:
+        body = self.state.jobs.get(key)
+        if (
+            body is None
+            or body["metadata"].get("deletionTimestamp")
+            or self.state.namespace_ending(key.namespace)
+        ):
+            return  # gone or going (its pods too, e.g. with its namespace): nothing to recreate
+        try:
+            await self._reconcile(key, body)
+        except refusals.NamespaceEnding:  # a pod, the Service or an event refused
+            self._namespace_ending(key.namespace)
+
+    def _namespace_ending(self, namespace: str) -> None:
+        """The namespace is being deleted, and its jobs with it: leave them alone (said once)."""
+        if self.state.end_namespace(namespace):
+            log.info(
+                "namespace %s is being deleted: its TrainJobs are left alone until they are gone", namespace
+            )
+
+    async def _reconcile(self, key: JobKey, body: Mapping[str, Any]) -> None:
+        started = time.monotonic()
+        meta = JobMeta(key.name, key.namespace, key.uid, int(body["metadata"].get("generation") or 1))
+        spec, template_error = _parse_for_group(body, self.config)
+        previous = self.state.status(key)
+        creation_refused = self.state.creation_refused(key)
+        now = datetime.now(UTC)
+        if await self._confirm_leaving(key):
+            self.queue.add_after(key, LEAVING_GRACE_SECONDS)
+        pods = await self._with_startup_events(key, self.state.pods_of(key), previous)
+        decision = decide(
+            meta,
+            spec,
+            pods,
+            service_exists=self.state.has_service(key),
+            now=now,
+            previous=previous,
+            refused=self.state.refused.get(key),
+            creation_refused=creation_refused,
+            template_error=template_error,
+            disrupted=self.state.disruptions(key),
+        )
+        # Status first, then actions, then events: a crash in between is repaired by the next reconcile.
+        if not await self._write(meta, key, decision, previous):
+            return
+        try:
+            await self._act(body, meta, spec, decision, dry_run_first=creation_refused is not None)
+        except refusals.Rejected as error:
+            # e.g. an invalid spec.template: the next run (right away) fails the job with this message.
+            self.state.refused[key] = str(error)
+            self.queue.add(key)
+        except refusals.Refused as error:
+            # Quota, LimitRange, a webhook, 429/5xx, a name taken: the next run (right away) says so in status
+            # and removes what was created; the run after the backoff tries again. Not an error of the
+            # operator: no traceback.
+            tries, delay = self.state.refuse_creation(key, error.reason, str(error))
+            log.info("%s/%s: creation refused (try %d, again in %.0f s): %s", *key[:2], tries, delay, error)
+            message = f"{error} (try {tries}; trying again in {delay:.0f}s)"
+            await asyncio.to_thread(self.kube.post_event, body, "Warning", error.reason, message)
+            self.queue.add(key)
+        for event in decision.events:
+            await asyncio.to_thread(self.kube.post_event, body, event.type, event.reason, event.message)
+        self._schedule(key, spec, decision.status)
+        if creation_refused is not None and creation_refused.wait_seconds > 0:
+            self.queue.add_after(key, creation_refused.wait_seconds + DUE_MARGIN_SECONDS)
+        metrics.RECONCILE.observe(time.monotonic() - started)
+        self.phases.set(key.uid, decision.status["phase"], key.namespace)
+        if decision.all_pods_created:
+            created = parse_time(body["metadata"].get("creationTimestamp"))
+            if created is not None:
+                metrics.PODS_CREATED.observe((now - created).total_seconds())
+
+    async def _with_startup_events(
+        self, key: JobKey, pods: list[WorkerPod], previous: Mapping[str, Any]
+    ) -> list[WorkerPod]:
+        """While the startup clock may run, the not-joined pods with their events (pulls, last reasons)."""
+        unexplained = startup_unexplained(pods, previous)
+        found: dict[str, WorkerPod] = {}
+        for pod in unexplained:
+            events = await asyncio.to_thread(self.kube.pod_events, key.namespace, pod.name, pod.uid)
+            found[pod.uid] = dataclasses.replace(pod, events=pod_events(events))
+        return [found.get(p.uid, p) for p in pods]
+
+    def _schedule(self, key: JobKey, spec: TrainJobSpec | SpecError, status: Mapping[str, Any]) -> None:
+        due = next_due(spec, status)
+        if due is not None:
+            delay = (due - datetime.now(UTC)).total_seconds() + DUE_MARGIN_SECONDS
+            self.queue.add_after(key, delay)
+        if (
+            status.get("phase") == RUNNING
+            and isinstance(spec, TrainJobSpec)
+            and spec.tracking_uri.startswith(("http://", "https://"))
+            and not self.progress.scheduled(key)
+        ):
+            self.progress.add_after(key, self.config.progress_interval_seconds)
+
+    async def _confirm_leaving(self, key: JobKey) -> bool:
+        """Pods of an earlier group that stay known past a grace are looked up: a DELETE the watch missed
+        (e.g. while the operator was down) must not leave the new group waiting forever. True while some
+        are still known (look again after the grace)."""
+        leaving, overdue = self.state.leaving(key, LEAVING_GRACE_SECONDS)
+        for pod in overdue:
+            # Gone, or replaced by a pod of the same name (a newer group): either way this one is gone.
+            if await asyncio.to_thread(self.kube.pod_uid, key.namespace, pod.name) != pod.uid:
+                self.state.forget_pod(key, pod)
+                leaving.remove(pod)
+        return bool(leaving)
+
+    async def _write(
+        self, meta: JobMeta, key: JobKey, decision: Decision, previous: Mapping[str, Any]
+    ) -> bool:
+        """Write the decided status if it changed; False if the TrainJob is gone."""
+        if all(previous.get(k) == v for k, v in decision.status.items()):
+            return True
+        response = await asyncio.to_thread(self.kube.patch_status, meta.namespace, meta.name, decision.status)
+        if response is None:
+            return False
+        self.state.wrote(key, response)
+        metrics.count_transitions(meta.namespace, previous, decision.status)
+        return True
+
+    async def _act(
+        self,
+        body: Mapping[str, Any],
+        meta: JobMeta,
+        spec: TrainJobSpec | SpecError,
+        decision: Decision,
+        *,
+        dry_run_first: bool,
+    ) -> None:
+        kube, key = self.kube, JobKey(meta.namespace, meta.name, meta.uid)
+        for action in decision.actions:
+            if isinstance(action, DeletePods):
+                # By uid: only the pods the index holds as this job's, never another's that took a name.
+                uids = {p.name: p.uid for p in self.state.pods_of(key)}
+                await self._delete_pods(meta.namespace, [(n, uids[n]) for n in action.names if n in uids])
+            elif isinstance(action, DeleteJob):
+                await asyncio.to_thread(kube.delete_trainjob, meta.namespace, meta.name, meta.uid)
+            elif isinstance(spec, TrainJobSpec) and isinstance(action, CreateService):
+                service = builders.build_service(
+                    spec, job_name=meta.name, namespace=meta.namespace, uid=meta.uid
+                )
+                await asyncio.to_thread(kube.create_service, meta.namespace, service)
+            elif isinstance(spec, TrainJobSpec) and isinstance(action, CreatePods):
+                await self._create_pods(body, meta, spec, action, dry_run_first=dry_run_first)
+
+    async def _delete_pods(self, namespace: str, pods: list[tuple[str, str]]) -> None:
+        """(name, uid) pairs: each is deleted only while its name is still that uid's."""
+        await asyncio.gather(*(asyncio.to_thread(self.kube.delete_pod, namespace, n, u) for n, u in pods))
+
+    async def _create_pods(
+        self,
+        body: Mapping[str, Any],
+        meta: JobMeta,
+        spec: TrainJobSpec,
+        action: CreatePods,
+        *,
+        dry_run_first: bool,
+    ) -> None:
+        """After a refusal, every pod of the group is first tried as a dry run (admission only, nothing
+        stored): a group that would be refused again (its quota still full, the webhook still down) is not
+        created in part only to be deleted."""
+        hosts = worker_hosts(meta.name, meta.namespace, spec.replicas, spec.port, self.config.cluster_domain)
+        pods = [
+            builders.build_worker_pod(
+                spec,
+                job_name=meta.name,
+                namespace=meta.namespace,
+                uid=meta.uid,
+                index=i,
+                hosts=hosts,
+                restart_count=action.restart_count,
+            )
+            for i in action.indices
+        ]
+        if dry_run_first:
+            await self._create_all(meta.namespace, pods, dry_run=True)
+        created = await self._create_all(meta.namespace, pods, dry_run=False)
+        self.state.creation_accepted(JobKey(meta.namespace, meta.name, meta.uid))
+        if created:
+            names = ", ".join(name for name, _ in created)
+            message = f"created worker pods {names} (restart {action.restart_count})"
+            await asyncio.to_thread(self.kube.post_event, body, "Normal", PODS_CREATED, message)
+
+    async def _create_all(
+        self, namespace: str, pods: list[dict[str, Any]], *, dry_run: bool
+    ) -> list[tuple[str, str]]:
+        """Creates the pods at once: the (name, uid) of those really created (None = the job's pod was there
+        already: a retried or lagging reconcile, no event spam). If any is refused, those created are
+        deleted again (the others must not hold quota or wait for peers meanwhile) and the worst error is
+        raised."""
+        results = await asyncio.gather(
+            *(asyncio.to_thread(self.kube.create_pod, namespace, pod, dry_run=dry_run) for pod in pods),
+            return_exceptions=True,
+        )
+        created = [
+            (pod["metadata"]["name"], uid)
+            for pod, uid in zip(pods, results, strict=True)
+            if isinstance(uid, str) and not dry_run
+        ]
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await self._delete_pods(namespace, created)
+            raise _worst(errors)
+        return created
+
+    # --- progress from MLflow
+
+    async def poll_progress(self, key: JobKey) -> None:
+        body = self.state.jobs.get(key)
+        status = self.state.status(key) if body is not None else {}
+        if body is None or status.get("phase") != RUNNING or self.state.namespace_ending(key.namespace):
+            return  # finished or gone: no more polling until it runs again
+        self.progress.add_after(key, self.config.progress_interval_seconds)
+        spec, _ = _parse_for_group(body, self.config)
+        if isinstance(spec, SpecError):
+            return
+        epochs = spec.trainer.get("epochs")
+        found = await asyncio.to_thread(
+            self.reader.read,
+            key.uid,
+            spec.tracking_uri,
+            spec.experiment,
+            epochs if isinstance(epochs, int) else None,
+        )
+        if isinstance(found, Skipped):  # a tracking server the administrator does not allow: said once
+            try:
+                await asyncio.to_thread(self.kube.post_event, body, "Warning", found.reason, found.message)
+            except refusals.NamespaceEnding:
+                self._namespace_ending(key.namespace)
+            return
+        patch = status_patch(found, status, format_time(datetime.now(UTC))) if found else {}
+        if patch:  # status.progress, and status.mlflow's run as soon as the chief opened it
+            response = await asyncio.to_thread(self.kube.patch_status, key.namespace, key.name, patch)
+            if response is not None:
+                self.state.wrote(key, response)
+
+
+def _worst(errors: list[BaseException]) -> BaseException:
+    """The error that says most about a failed batch: a namespace being deleted beats invalid beats
+    refused-for-now beats the rest."""
+    for kind in (refusals.NamespaceEnding, refusals.Rejected, refusals.Refused):
+        for error in errors:
+            if isinstance(error, kind):
+                return error
+    return errors[0]
+
+
+def _parse(body: Mapping[str, Any], config: OperatorConfig) -> TrainJobSpec | SpecError:
+    try:
+        return parse_trainjob(body, config)
+    except SpecError as error:
+        return error
+
+
+def _parse_for_group(
+    body: Mapping[str, Any], config: OperatorConfig
+) -> tuple[TrainJobSpec | SpecError, SpecError | None]:
+    """(spec, template error). An invalid spec.template matters only to the next group (decide() says so and
+    makes none with it), so the running group is judged by the rest of the spec, parsed without it."""
+    spec = _parse(body, config)
+    if not isinstance(spec, SpecError) or not spec.field.startswith("spec.template"):
+        return spec, None
+    rest = {k: v for k, v in (body.get("spec") or {}).items() if k != "template"}
+    without = _parse({**body, "spec": rest}, config)
+    return (without, spec) if isinstance(without, TrainJobSpec) else (spec, None)

@@ -1,0 +1,41 @@
+"""The operator's rooms stay small and say what they hold: handlers.py is only the kopf wiring, no module
+grows past 400 lines, and the API client imports none of the decision code."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from static_support import REPO
+
+pytestmark = pytest.mark.static
+
+OPERATOR = REPO / "operator" / "mwms_operator"
+MODULES = sorted(OPERATOR.glob("*.py"))
+DECISION_CODE = {"pods", "facts", "policy", "status"}
+API_CLIENT = ("k8s.py", "refusals.py", "metrics.py")
+
+
+def lines(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def test_handlers_hold_only_the_kopf_wiring():
+    assert lines(OPERATOR / "handlers.py") <= 120, "move what is not kopf wiring out (reconciler.py)"
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda path: path.name)
+def test_no_operator_module_is_over_400_lines(module):
+    assert lines(module) <= 400, f"{module.name} holds more than one job: split it by what it holds"
+
+
+@pytest.mark.parametrize("module", API_CLIENT)
+def test_the_api_client_imports_no_decision_code(module):
+    tree = ast.parse((OPERATOR / module).read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            imported |= {n.removeprefix("mwms_operator.") for n in names if n.startswith("mwms_operator.")}
+    assert imported & DECISION_CODE == set(), "phase and reason names come from mwms_contract.conditions"
