@@ -34,7 +34,7 @@ import urllib.parse
 import urllib.request
 import uuid
 
-from mwms_operator.constants import MLFLOW_TAG_JOB_UID
+from mwms_contract.names import MLFLOW_TAG_JOB_UID
 from mwms_trainer.startup import mark_joined, note_rendezvous
 
 REQUIRED = (

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from mwms_operator import constants
+from mwms_contract import names
 
 DEFAULT_WORKDIR = ".mwms"
 GRACE_SECONDS = 30  # how long the chief may outlive a failed peer before it is stopped
@@ -82,10 +82,10 @@ def worker_envs(
                 restart_count=restart_count,
             )
         )
-        env[constants.ENV_TRACKING_URI] = tracking_uri
-        env[constants.ENV_TERMINATION_LOG] = str(job_dir / f"worker-{index}.termination")
-        if constants.ENV_CHECKPOINT_DIR in env:
-            env[constants.ENV_CHECKPOINT_DIR] = str(job_dir / "checkpoint")
+        env[names.ENV_TRACKING_URI] = tracking_uri
+        env[names.ENV_TERMINATION_LOG] = str(job_dir / f"worker-{index}.termination")
+        if names.ENV_CHECKPOINT_DIR in env:
+            env[names.ENV_CHECKPOINT_DIR] = str(job_dir / "checkpoint")
         envs.append(env)
     return envs
 
@@ -172,12 +172,12 @@ def load_manifest(path: Path) -> dict[str, Any]:
         docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
     except (OSError, yaml.YAMLError) as e:
         raise SpecError(str(path), f"cannot read the manifest: {e}") from None
-    jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == constants.KIND]
+    jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == names.KIND]
     if len(jobs) != 1:
-        raise SpecError("kind", f"{path} must hold exactly one {constants.KIND}, found {len(jobs)}")
+        raise SpecError("kind", f"{path} must hold exactly one {names.KIND}, found {len(jobs)}")
     body = jobs[0]
-    if body.get("apiVersion") != constants.API_VERSION:
-        raise SpecError("apiVersion", f"must be {constants.API_VERSION}, got {body.get('apiVersion')!r}")
+    if body.get("apiVersion") != names.API_VERSION:
+        raise SpecError("apiVersion", f"must be {names.API_VERSION}, got {body.get('apiVersion')!r}")
     name = (body.get("metadata") or {}).get("name")
     if not isinstance(name, str) or not name:
         raise SpecError("metadata.name", "is required")
@@ -202,14 +202,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec = parse_trainjob(body, OperatorConfig())
     except SpecError as e:
         print(f"mwms local: invalid TrainJob: {e}", file=sys.stderr)
-        return constants.EXIT_INVALID_CONFIG
+        return names.EXIT_INVALID_CONFIG
     if spec.code is not None:
         print(
             "mwms local: spec.code names a ConfigMap or volume, which exists only in a cluster; run your "
             "script here as it is (MirroredStrategyRunner(num_slots=N).run(train) starts N local workers)",
             file=sys.stderr,
         )
-        return constants.EXIT_INVALID_CONFIG
+        return names.EXIT_INVALID_CONFIG
     name = body["metadata"]["name"]
     namespace = body["metadata"].get("namespace") or "default"
     uid = str(uuid.uuid4())
