@@ -1,6 +1,6 @@
 """`mwms local FILE.yaml`: run a TrainJob manifest as local worker processes, with the operator's env.
 
-The workers get exactly what the operator would put in their pods (mwms_operator.builders.trainer_env), except
+The workers get exactly what the operator would put in their pods (mwms_contract.trainjob.trainer_env), except
 the addresses (127.0.0.1 on free ports), MLflow (--tracking-uri, or a sqlite store under --workdir, created
 here once before any worker starts: several processes initialising one sqlite file crash) and the files a pod
 would have (termination message, checkpoint volume) under the job's work directory.
@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from mwms_contract import names
+from mwms_contract.trainjob import SpecError, TrainJobSpec, parse, trainer_env
 
 DEFAULT_WORKDIR = ".mwms"
+LOCAL = "local"  # the spec's default image and tracking URI: neither is used here
 GRACE_SECONDS = 30  # how long the chief may outlive a failed peer before it is stopped
 
 
@@ -52,7 +54,7 @@ def prepare_sqlite_store(workdir: Path, experiment: str) -> str:
 
 
 def worker_envs(
-    spec: Any,
+    spec: TrainJobSpec,
     *,
     job_name: str,
     namespace: str,
@@ -64,8 +66,6 @@ def worker_envs(
     base: Mapping[str, str] | None = None,
 ) -> list[dict[str, str]]:
     """One environment per worker: the operator's (same function), pointed at local files and ports."""
-    from mwms_operator.builders import trainer_env
-
     ports = list(ports) if ports is not None else free_ports(spec.replicas)
     hosts = [f"127.0.0.1:{p}" for p in ports]
     envs = []
@@ -166,8 +166,6 @@ def read_termination(job_dir: Path, index: int) -> str:
 def load_manifest(path: Path) -> dict[str, Any]:
     import yaml
 
-    from mwms_operator.spec import SpecError
-
     try:
         docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
     except (OSError, yaml.YAMLError) as e:
@@ -194,12 +192,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path(DEFAULT_WORKDIR), help="default: ./.mwms")
     args = parser.parse_args(argv)
 
-    from mwms_operator.config import OperatorConfig
-    from mwms_operator.spec import SpecError, parse_trainjob
-
     try:
         body = load_manifest(args.manifest)
-        spec = parse_trainjob(body, OperatorConfig())
+        # Local workers run this checkout's trainer with --tracking-uri (or a sqlite store), whatever the
+        # manifest's image and tracking URI say; the defaults only have to be valid.
+        spec = parse(body, tracking_uri=LOCAL, image=LOCAL)
     except SpecError as e:
         print(f"mwms local: invalid TrainJob: {e}", file=sys.stderr)
         return names.EXIT_INVALID_CONFIG
