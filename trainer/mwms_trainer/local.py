@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from mwms_contract import names
+from mwms_contract import names, termination
 from mwms_contract.trainjob import SpecError, TrainJobSpec, parse, trainer_env
 
 DEFAULT_WORKDIR = ".mwms"
@@ -228,9 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     chief = codes[0]
     message = read_termination(job_dir, 0)
-    try:
-        summary = json.loads(message)
-    except json.JSONDecodeError:
+    summary = termination.summary(message)
+    if summary is None:
         summary = {"error": message or f"the chief exited {chief}"}
     summary.update(
         {"replicas": spec.replicas, "exitCodes": codes, "trackingUri": tracking_uri, "logs": str(job_dir)}
