@@ -31,7 +31,7 @@ from typing import Any
 
 import kubernetes
 
-from mwms_operator.constants import MLFLOW_TAG_JOB_UID
+from mwms_contract.names import MLFLOW_TAG_JOB_UID
 
 GROUP, VERSION, PLURAL = "mwms.dev", "v1alpha1", "trainjobs"
 JOB_LABEL = "mwms.dev/job-name"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mwms_operator.constants import API_VERSION, LABEL_JOB_NAME, MLFLOW_TAG_JOB_UID, PLURAL
+from mwms_contract.names import API_VERSION, LABEL_JOB_NAME, MLFLOW_TAG_JOB_UID, PLURAL
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "mwms-operator"

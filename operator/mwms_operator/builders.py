@@ -1,14 +1,13 @@
-"""Pure: the trainer's environment, the headless Service and the worker Pods, as plain dicts."""
+"""Pure: the headless Service and the worker Pods, as plain dicts (the trainer's environment in them is
+mwms_contract.trainjob.trainer_env, which `mwms local` uses too)."""
 
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
+from mwms_contract.trainjob import CodeSpec, TrainJobSpec, trainer_env
 from mwms_operator import constants
-from mwms_operator.spec import CodeSpec, TrainJobSpec
-from mwms_operator.tf_config import tf_config
 
 CHECKPOINT_VOLUME = "mwms-checkpoint"
 CODE_VOLUME = "mwms-code"
@@ -44,47 +43,6 @@ def pod_name(job_name: str, index: int) -> str:
 
 def service_name(job_name: str) -> str:
     return job_name
-
-
-def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
-
-
-def trainer_env(
-    spec: TrainJobSpec,
-    *,
-    job_name: str,
-    namespace: str,
-    uid: str,
-    index: int,
-    hosts: list[str],
-    restart_count: int,
-) -> dict[str, str]:
-    """Every reserved variable that applies to worker `index` (pods and local mode both use this)."""
-    env = {
-        constants.ENV_TF_CONFIG: _compact(tf_config(hosts, index)),
-        constants.ENV_JOB_NAME: job_name,
-        constants.ENV_JOB_NAMESPACE: namespace,
-        constants.ENV_JOB_UID: uid,
-        constants.ENV_RESTART_COUNT: str(restart_count),
-        constants.ENV_TRAINER_CONFIG: _compact(dict(spec.trainer)),
-        constants.ENV_TRACKING_URI: spec.tracking_uri,
-        constants.ENV_EXPERIMENT_NAME: spec.experiment,
-        constants.ENV_STARTUP_TIMEOUT: str(spec.startup_timeout_seconds),
-    }
-    if spec.registered_model_name:
-        env[constants.ENV_REGISTERED_MODEL_NAME] = spec.registered_model_name
-    if spec.checkpoint is not None:
-        env[constants.ENV_CHECKPOINT_DIR] = constants.CHECKPOINT_MOUNT_PATH
-    if spec.code is not None:
-        env[constants.ENV_CODE_DIR] = constants.CODE_MOUNT_PATH
-        env[constants.ENV_CODE_ENTRYPOINT] = spec.code.entrypoint
-        env[constants.ENV_CODE_ARGS] = _compact(list(spec.code.args))
-        if spec.code.requirements:
-            env[constants.ENV_CODE_REQUIREMENTS] = spec.code.requirements
-        if spec.code.volume is not None:
-            env[constants.ENV_CODE_SOURCE] = "volume"
-    return env
 
 
 def code_volume(code: CodeSpec) -> dict[str, Any]:

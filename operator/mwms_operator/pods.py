@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from mwms_contract import termination
 from mwms_contract.conditions import (
     FAILED,
     INVALID_SPEC,
@@ -30,7 +31,6 @@ LASTING_WAITING_REASONS = ("ErrImagePull", "ImagePullBackOff", "CreateContainerC
 # preemption, taint manager, drain) and the TerminationTarget that Kueue's pod integration (v0.17) sets on the
 # pods of a workload it preempts or evicts before deleting them.
 DISRUPTION_CONDITIONS = ("DisruptionTarget", "TerminationTarget")
-CODE_SPEC_ERROR = "invalid configuration: spec.code."  # how the trainer's exit-2 message starts for spec.code
 
 
 @dataclass(frozen=True)
@@ -225,8 +225,9 @@ def failure_reason(failure: Failure) -> str:
     """spec.code names what only a worker can check (the ConfigMap exists, holds the entrypoint): the
     trainer says so with exit 2 naming the field, and that is a spec error like those the parser finds."""
     pod = failure.pod
-    if pod.exit_code == constants.EXIT_INVALID_CONFIG and pod.message.startswith(CODE_SPEC_ERROR):
-        return INVALID_SPEC
+    kind, what = termination.parse_failure(pod.message) or ("", "")
+    if pod.exit_code == constants.EXIT_INVALID_CONFIG and kind == termination.INVALID_CONFIG:
+        return INVALID_SPEC if what.startswith("spec.code.") else WORKER_FAILED
     return WORKER_FAILED
 
 

@@ -8,12 +8,12 @@ between the two is repaired by the next decision (e.g. pods of an older restart 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from mwms_contract import termination
 from mwms_contract.conditions import FAILED, PENDING, PHASE_CONDITIONS, RESTARTING, SUSPENDED, TERMINAL
 from mwms_operator.builders import pod_name
 from mwms_operator.spec import SpecError, TrainJobSpec
@@ -91,14 +91,8 @@ class Decision:
 
 
 def chief_mlflow(message: str) -> dict[str, str] | None:
-    """The chief's termination message: JSON {runId, experimentId, modelUri, metrics}; else None."""
-    try:
-        data = json.loads(message)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("runId"), str):
-        return None
-    return {k: str(data[k]) for k in ("runId", "experimentId", "modelUri") if data.get(k) is not None}
+    """The run the chief's termination message names (runId, experimentId, modelUri); else None."""
+    return termination.run(message)  # the trainer writes it with the same module
 
 
 def set_condition(

@@ -183,6 +183,20 @@ def test_our_code_is_a_small_layer_of_its_own(images, name):
     assert code_layer_problems(*top_layer(images[name])) == []
 
 
+@pytest.mark.parametrize(
+    ("name", "carries", "not_this"),
+    [
+        ("mwms-trainer", {"mwms_trainer", "mwms_contract"}, "mwms_operator"),
+        ("mwms-operator", {"mwms_operator", "mwms_contract"}, "mwms_trainer"),
+    ],
+)
+def test_each_image_carries_its_own_package_and_the_contract_only(images, name, carries, not_this):
+    """The trainer and the operator share only mwms_contract: neither image ships the other's package."""
+    names = top_layer(images[name])[1]
+    packages = {n.removeprefix(SITE_PACKAGES).split("/")[0] for n in names if OURS.match(n)}
+    assert carries <= packages and not_this not in packages, sorted(packages)
+
+
 def test_code_layer_check_fails_on_one_venv_layer():
     """The check can fail: the old layout, our package installed into the same layer as the dependencies."""
     venv = [SITE_PACKAGES + "tensorflow/__init__.py", SITE_PACKAGES + "mwms_trainer/__init__.py"]
@@ -270,6 +284,7 @@ import os, sys
 assert (os.getuid(), os.getgid()) == (65532, 65532), (os.getuid(), os.getgid())
 import mwms_trainer.train, tf_keras, mlflow
 import importlib.util
+assert importlib.util.find_spec("mwms_operator") is None, "the operator is in the trainer image"
 assert importlib.util.find_spec("pip"), "no pip: spec.code.requirements could not install anything"
 import tensorflow as tf
 assert tf.keras.__name__.startswith("tf_keras"), tf.keras  # TF_USE_LEGACY_KERAS took effect

@@ -34,7 +34,8 @@ import urllib.parse
 import urllib.request
 import uuid
 
-from mwms_operator.constants import MLFLOW_TAG_JOB_UID
+from mwms_contract import termination
+from mwms_contract.names import MLFLOW_TAG_JOB_UID
 from mwms_trainer.startup import mark_joined, note_rendezvous
 
 REQUIRED = (
@@ -56,7 +57,7 @@ def finish(code: int, message: str) -> None:
     path = os.environ.get("MWMS_TERMINATION_LOG", "/dev/termination-log")
     try:
         with open(path, "w") as out:
-            out.write(message)
+            out.write(termination.encode(message))  # the trainer's own writer
     except OSError as error:
         log(f"cannot write the termination message to {path}: {error}")
     log(f"exit {code}: {message}")

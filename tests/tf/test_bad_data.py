@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tf_support import group, models_of, runs_of, trainjob_spec
 
-from mwms_operator import constants
+from mwms_contract import names
 
 pytestmark = pytest.mark.tf
 
@@ -16,7 +16,7 @@ def test_nan_in_a_csv_exits_2_naming_the_column_and_rows(mlflow_server, mlflow_c
     path.write_text("\n".join(rows))
     trainer = {"dataset": "csv", "dataPath": str(path), "epochs": 1, "globalBatchSize": 10}
     g = group(trainjob_spec("nan-input", 2, trainer), mlflow_server.url, tmp_path).start()
-    assert g.wait(timeout=120) == {0: constants.EXIT_INVALID_CONFIG, 1: constants.EXIT_INVALID_CONFIG}
+    assert g.wait(timeout=120) == {0: names.EXIT_INVALID_CONFIG, 1: names.EXIT_INVALID_CONFIG}
     for i in (0, 1):
         message = g.termination(i)
         assert message.startswith("invalid configuration: MWMS_TRAINER_CONFIG.dataPath: 2 of 102 rows"), (
@@ -30,7 +30,7 @@ def test_a_diverging_fit_fails_permanently_naming_the_epoch(mlflow_server, mlflo
     trainer = {"epochs": 5, "learningRate": 1e38, "hiddenUnits": [16]}
     g = group(trainjob_spec("diverges", 2, trainer), mlflow_server.url, tmp_path).start()
     codes = g.wait(timeout=300)
-    assert codes == {0: constants.EXIT_FAILURE, 1: constants.EXIT_FAILURE}, g.log(0)[-3000:]
+    assert codes == {0: names.EXIT_FAILURE, 1: names.EXIT_FAILURE}, g.log(0)[-3000:]
     for i in (0, 1):
         message = g.termination(i)
         assert message.startswith("failed: the loss became nan in epoch "), message

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from mwms_operator import constants
+from mwms_contract import names
 from mwms_trainer import config, runner, startup, tracking, train
 from mwms_trainer.cluster import Cluster
 from mwms_trainer.errors import RetryableError
@@ -47,25 +47,25 @@ def _in_fit(monkeypatch, fail):
     monkeypatch.setattr(train, "open_tracker", lambda *_: tracking.NullTracker())
     monkeypatch.setattr(startup, "create_strategy", lambda *_: tf.distribute.get_strategy())
     monkeypatch.setattr(keras().Model, "fit", fail)
-    settings = config.load({constants.ENV_TRACKING_URI: "http://127.0.0.1:1", "MWMS_TRAINER_CONFIG": "{}"})
+    settings = config.load({names.ENV_TRACKING_URI: "http://127.0.0.1:1", "MWMS_TRAINER_CONFIG": "{}"})
     train.run(settings)
 
 
 def _in_train_fn(monkeypatch, fail):
-    monkeypatch.delenv(constants.ENV_TRACKING_URI, raising=False)
+    monkeypatch.delenv(names.ENV_TRACKING_URI, raising=False)
     runner.run_here(fail, {}, use_custom_strategy=True)
 
 
 @pytest.mark.parametrize("where", [_in_constructor, _in_fit, _in_train_fn], ids=lambda f: f.__name__[1:])
 @pytest.mark.parametrize(("name", "retryable"), CASES, ids=[name for name, _ in CASES])
 def test_peer_loss_errors_are_retryable_everywhere(monkeypatch, tmp_path, where, name, retryable):
-    monkeypatch.setenv(constants.ENV_TERMINATION_LOG, str(tmp_path / "termination"))
-    monkeypatch.delenv(constants.ENV_TF_CONFIG, raising=False)
+    monkeypatch.setenv(names.ENV_TERMINATION_LOG, str(tmp_path / "termination"))
+    monkeypatch.delenv(names.ENV_TF_CONFIG, raising=False)
     error_type = getattr(tensorflow().errors, name)
     with pytest.raises(RetryableError if retryable else error_type) as err:
         where(monkeypatch, _raiser(name))
     if retryable:
-        assert err.value.exit_code == constants.EXIT_RETRYABLE
+        assert err.value.exit_code == names.EXIT_RETRYABLE
         assert str(err.value).startswith("lost a peer ")
         assert str(err.value).endswith(f"{name}: injected")
 
@@ -104,13 +104,13 @@ def test_a_runners_own_strategy_gets_the_startup_backstop(tmp_path, constructor)
     )
     env = {
         **os.environ,
-        constants.ENV_TF_CONFIG: json.dumps(
+        names.ENV_TF_CONFIG: json.dumps(
             {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": 0}}
         ),
-        constants.ENV_STARTUP_TIMEOUT: "15",
-        constants.ENV_TERMINATION_LOG: str(tmp_path / "termination"),
+        names.ENV_STARTUP_TIMEOUT: "15",
+        names.ENV_TERMINATION_LOG: str(tmp_path / "termination"),
     }
-    env.pop(constants.ENV_TRACKING_URI, None)
+    env.pop(names.ENV_TRACKING_URI, None)
     with socket.socket() as fake_peer:
         fake_peer.bind(("127.0.0.1", ports[1]))
         fake_peer.listen(8)
@@ -148,8 +148,8 @@ def test_a_worker_that_met_its_peers_has_joined_whoever_makes_the_strategy(monke
     own strategy, or one that makes none."""
     state = tmp_path / "state"
     monkeypatch.setattr(startup, "RENDEZVOUS_FILE", str(state))
-    monkeypatch.setenv(constants.ENV_TERMINATION_LOG, str(tmp_path / "termination"))
-    monkeypatch.delenv(constants.ENV_TF_CONFIG, raising=False)
-    monkeypatch.delenv(constants.ENV_TRACKING_URI, raising=False)
+    monkeypatch.setenv(names.ENV_TERMINATION_LOG, str(tmp_path / "termination"))
+    monkeypatch.delenv(names.ENV_TF_CONFIG, raising=False)
+    monkeypatch.delenv(names.ENV_TRACKING_URI, raising=False)
     start()
     assert state.read_text() == "joined\n"

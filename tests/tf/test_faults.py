@@ -13,11 +13,11 @@ from support.pid_namespace import AVAILABLE as PID_NAMESPACES
 from support.pid_namespace import WHY_NOT
 from tf_support import group, models_of, runs_of, trainjob_spec
 
-from mwms_operator import constants
+from mwms_contract import names
 from mwms_trainer.local import free_ports
 
 pytestmark = pytest.mark.tf
-RETRYABLE = constants.EXIT_RETRYABLE
+RETRYABLE = names.EXIT_RETRYABLE
 
 
 def _wait_for(predicate, timeout, what):
@@ -48,7 +48,7 @@ def test_worker_killed_mid_fit_then_group_resumes_from_checkpoint(mlflow_server,
     # The whole group again (new addresses, restart 1), the same checkpoint volume and job uid.
     second = group(spec, mlflow_server.url, tmp_path / "first", uid=uid, restart_count=1)
     for env, old in zip(second.envs, first.envs, strict=True):
-        assert env[constants.ENV_CHECKPOINT_DIR] == old[constants.ENV_CHECKPOINT_DIR]
+        assert env[names.ENV_CHECKPOINT_DIR] == old[names.ENV_CHECKPOINT_DIR]
     second.start()
     codes = second.wait(timeout=400)
     assert codes == {0: 0, 1: 0, 2: 0}, second.log(0)[-3000:]
@@ -81,7 +81,7 @@ def test_in_a_pod_a_peer_later_than_the_startup_timeout_is_waited_for(mlflow_ser
     """A peer whose image still pulls may come after startupTimeoutSeconds: in a pod (the operator sets
     MWMS_PEER_WAIT_SECONDS=0 and ends a group that is really stuck) the waiting worker does not give up."""
     spec = trainjob_spec("late-peer", 2, {"epochs": 1, "globalBatchSize": 30}, startup_timeout=5)
-    g = group(spec, mlflow_server.url, tmp_path, **{constants.ENV_PEER_WAIT: "0"}).start(indices=[0])
+    g = group(spec, mlflow_server.url, tmp_path, **{names.ENV_PEER_WAIT: "0"}).start(indices=[0])
     try:
         _wait_for(lambda: "waiting for 1 peer(s)" in g.log(0), 120, "the chief to wait for its peer")
         time.sleep(8)  # past the startup timeout; without MWMS_PEER_WAIT_SECONDS=0 the chief exits 75 here
@@ -113,7 +113,7 @@ def test_peer_lost_after_the_rendezvous_ends_by_sigalrm_at_the_deadline(mlflow_s
     """
     spec = trainjob_spec("lost-in-registration", 2, {"epochs": 1}, startup_timeout=15)
     g = group(spec, mlflow_server.url, tmp_path)
-    peer = json.loads(g.envs[1][constants.ENV_TF_CONFIG])["cluster"]["worker"][1]
+    peer = json.loads(g.envs[1][names.ENV_TF_CONFIG])["cluster"]["worker"][1]
     with socket.socket() as fake_peer:
         fake_peer.bind(("127.0.0.1", int(peer.rsplit(":", 1)[1])))
         fake_peer.listen(8)

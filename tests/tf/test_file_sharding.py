@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 from tf_support import POISON, group, models_of, runs_of, trainjob_spec, write_parts
 
-from mwms_operator import constants
+from mwms_contract import names
 
 pytestmark = [
     pytest.mark.tf,
@@ -152,7 +152,7 @@ def test_a_column_type_differing_between_workers_files_exits_2_on_every_worker(
     trainer = {**TRAINER, "dataPath": str(tmp_path / "table.parquet")}
     g = group(trainjob_spec("type-differs", 2, trainer), mlflow_server.url, tmp_path / "job").start()
     codes = g.wait(timeout=300)
-    assert codes == {0: constants.EXIT_INVALID_CONFIG, 1: constants.EXIT_INVALID_CONFIG}, g.log(0)[-3000:]
+    assert codes == {0: names.EXIT_INVALID_CONFIG, 1: names.EXIT_INVALID_CONFIG}, g.log(0)[-3000:]
     for i in (0, 1):
         assert g.termination(i).startswith(
             f"invalid configuration: MWMS_TRAINER_CONFIG.dataPath: column 'b' is long in '{parts[1]}' "
@@ -170,7 +170,7 @@ def test_a_nan_in_a_held_out_file_exits_2_before_any_epoch(mlflow_server, mlflow
         code = g.procs[0].wait(timeout=300)  # worker 1 waits for its chief at registration until killed
     finally:
         g.kill()
-    assert code == constants.EXIT_INVALID_CONFIG, g.log(0)[-3000:]
+    assert code == names.EXIT_INVALID_CONFIG, g.log(0)[-3000:]
     assert g.termination(0).startswith(
         f"invalid configuration: MWMS_TRAINER_CONFIG.dataPath: '{parts[4]}': 1 of 400 rows hold values "
         "that are not finite numbers"

@@ -7,7 +7,7 @@ import json
 import pytest
 from tf_support import group, runs_of, trainjob_spec
 
-from mwms_operator import constants
+from mwms_contract import names
 
 pytestmark = pytest.mark.tf
 
@@ -34,13 +34,13 @@ def test_invalid_setting_exits_2_and_names_it(mlflow_server, mlflow_client, tmp_
         trainjob_spec(name, 2, {}), mlflow_server.url, tmp_path
     )  # two workers, as the operator starts them
     for i, worker_env in enumerate(g.envs):
-        worker_env[constants.ENV_TF_CONFIG] = json.dumps(
+        worker_env[names.ENV_TF_CONFIG] = json.dumps(
             {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": i}}
         )
-        worker_env[constants.ENV_TRAINER_CONFIG] = json.dumps(trainer)
+        worker_env[names.ENV_TRAINER_CONFIG] = json.dumps(trainer)
         worker_env.update(env)
     codes = g.start().wait(timeout=120)
-    assert codes == {0: constants.EXIT_INVALID_CONFIG, 1: constants.EXIT_INVALID_CONFIG}, g.log(0)
+    assert codes == {0: names.EXIT_INVALID_CONFIG, 1: names.EXIT_INVALID_CONFIG}, g.log(0)
     for i in range(2):
         message = g.termination(i)
         assert message.startswith(f"invalid configuration: {setting}"), message

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from mwms_operator import constants
+from mwms_contract import names
 from mwms_trainer.errors import MlflowRefusedError, RetryableError
 from mwms_trainer.local import free_ports
 from mwms_trainer.tracking import with_retries
@@ -47,7 +47,7 @@ def test_a_refused_request_is_not_retried_and_fails_permanently(mlflow_server, m
     with pytest.raises(MlflowRefusedError, match=refusal) as refused:
         with_retries("the request", mlflow_server.url, call, DELAYS)
     assert len(calls) == 1
-    assert refused.value.exit_code == constants.EXIT_FAILURE
+    assert refused.value.exit_code == names.EXIT_FAILURE
     assert str(refused.value).startswith(f"MLflow at {mlflow_server.url} refused the request")
 
 

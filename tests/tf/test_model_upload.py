@@ -15,7 +15,7 @@ import uuid
 import pytest
 from tf_support import StallingProxy, group, models_of, runs_of, trainjob_spec
 
-from mwms_operator import constants
+from mwms_contract import names
 
 pytestmark = pytest.mark.tf
 
@@ -62,7 +62,7 @@ def test_killed_then_failed_upload_then_the_kept_model_is_uploaded(mlflow_server
         codes = second.wait(timeout=900)
     finally:
         refusing.close()
-    assert codes == {0: constants.EXIT_RETRYABLE, 1: 0}, second.log(0)[-3000:]
+    assert codes == {0: names.EXIT_RETRYABLE, 1: 0}, second.log(0)[-3000:]
     assert "not training again" in _since_restart(second.log(0), 1)
     assert "epoch 1/2" not in _since_restart(second.log(0), 1)
     assert "the fitted model is kept in" in second.termination(0)

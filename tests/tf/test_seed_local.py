@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tf_support import REPO, models_of, runs_of
 
-from mwms_operator import constants
+from mwms_contract import names
 from mwms_trainer import local
 from mwms_trainer.config import TrainerConfig
 from mwms_trainer.data import load_split
@@ -32,7 +32,7 @@ def test_seed_sample_four_workers_one_run_one_model(mlflow_server, mlflow_client
     assert [r.info.run_id for r in runs] == [summary["runId"]]
     run = runs[0]
     assert run.info.status == "FINISHED"
-    assert run.data.tags[constants.MLFLOW_TAG_JOB_UID]
+    assert run.data.tags[names.MLFLOW_TAG_JOB_UID]
     assert run.data.tags["mwms.dev/job-name"] == "breast-cancer"
     assert run.data.tags["mwms.dev/job-namespace"] == "default"
     assert run.data.params["replicas"] == "4"

@@ -18,7 +18,7 @@ import pytest
 from support.pid_namespace import AVAILABLE, WHY_NOT, pid1_of
 from tf_support import Group, StallingProxy, group, trainjob_spec
 
-from mwms_operator import constants
+from mwms_contract import names
 
 pytestmark = [pytest.mark.tf, pytest.mark.skipif(not AVAILABLE, reason=WHY_NOT)]
 STOP_BOUND_SECONDS = 5
@@ -64,7 +64,7 @@ def test_sigterm_inside_the_strategy_constructor(mlflow_server, tmp_path):
     """The peer answered the rendezvous but never registers: the worker is blocked in C++, holding the GIL."""
     spec = trainjob_spec("sigterm-registering", 2, {"epochs": 1}, startup_timeout=600)
     g = group(spec, mlflow_server.url, tmp_path)
-    peer = json.loads(g.envs[1][constants.ENV_TF_CONFIG])["cluster"]["worker"][1]
+    peer = json.loads(g.envs[1][names.ENV_TF_CONFIG])["cluster"]["worker"][1]
     with socket.socket() as fake_peer:
         fake_peer.bind(("127.0.0.1", int(peer.rsplit(":", 1)[1])))
         fake_peer.listen(8)

@@ -16,7 +16,7 @@ import uuid
 import pytest
 from tf_support import REPO, StallingProxy, group, models_of, runs_of, trainjob_spec
 
-from mwms_operator import constants
+from mwms_contract import names
 from mwms_trainer import result as job_result
 
 pytestmark = pytest.mark.tf
@@ -27,7 +27,7 @@ MODEL_FILE = re.compile(r"/models/(m-[0-9a-f]+)/artifacts/MLmodel$")
 def _code_group(name, replicas, entrypoint, tracking_uri, job_dir, args=(), **env):
     code = {"configMap": "unused-locally", "entrypoint": entrypoint, "args": list(args)}
     spec = trainjob_spec(name, replicas, None, code=code, startup_timeout=300)
-    return group(spec, tracking_uri, job_dir, **{constants.ENV_CODE_DIR: str(CODE)}, **env)
+    return group(spec, tracking_uri, job_dir, **{names.ENV_CODE_DIR: str(CODE)}, **env)
 
 
 class FailFirstAttempts:
@@ -91,7 +91,7 @@ def test_a_100_kb_result_arrives_whole(mlflow_server, tmp_path):
 @pytest.mark.timeout(600)
 def test_a_result_above_1_mib_fails_the_job_saying_so(mlflow_server, tmp_path):
     g = _code_group("too-big-result", 1, "returns.py", mlflow_server.url, tmp_path, args=["2000000"]).start()
-    assert g.wait(timeout=400) == {0: constants.EXIT_FAILURE}, g.log(0)[-4000:]
+    assert g.wait(timeout=400) == {0: names.EXIT_FAILURE}, g.log(0)[-4000:]
     message = g.termination(0)
     assert message.startswith("failed: the chief's return value is "), message
     assert "bytes as JSON, above the 1048576 bytes (1 MiB) a job returns" in message
@@ -101,7 +101,7 @@ def test_a_result_above_1_mib_fails_the_job_saying_so(mlflow_server, tmp_path):
 def test_a_peer_lost_while_initial_weights_are_broadcast_at_import_exits_75(mlflow_server, tmp_path):
     g = _code_group("lost-in-broadcast", 2, "builds_at_import:train", mlflow_server.url, tmp_path).start()
     codes = g.wait(timeout=400)
-    assert codes[0] == constants.EXIT_RETRYABLE, g.log(0)[-4000:]
+    assert codes[0] == names.EXIT_RETRYABLE, g.log(0)[-4000:]
     assert codes[1] == -9  # the peer that died
     assert g.termination(0).startswith("retryable: lost a peer in train_fn: UnavailableError"), g.termination(
         0

@@ -1,7 +1,7 @@
 """Helpers of the tf tests: real TensorFlow worker processes over real sockets, a real `mlflow server`.
 
 Groups are started with the same environment the operator gives pods (mwms_trainer.local.worker_envs, which
-calls mwms_operator.builders.trainer_env), on free 127.0.0.1 ports. Sized for 2 cores: small groups, few
+calls mwms_contract.trainjob.trainer_env), on free 127.0.0.1 ports. Sized for 2 cores: small groups, few
 epochs, except where a test checks the seed's defaults.
 """
 

@@ -15,20 +15,17 @@ import traceback
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from mwms_operator import constants
+from mwms_contract import names, termination
 
 if TYPE_CHECKING:
     from mwms_trainer.errors import TrainerError
 
-MAX_MESSAGE_BYTES = 4000  # the kubelet keeps 4 KiB of a termination message
-
 
 def write_termination(path: str, message: str | Mapping[str, Any]) -> None:
     """What the operator reads back into the TrainJob's status; never fatal if the file cannot be written."""
-    text = message if isinstance(message, str) else json.dumps(message, separators=(",", ":"))
     try:
         with open(path, "w", encoding="utf-8") as f:
-            f.write(text.encode()[:MAX_MESSAGE_BYTES].decode(errors="ignore"))
+            f.write(termination.encode(message))
     except OSError as e:
         logging.getLogger("mwms_trainer").debug("cannot write the termination message to %s: %s", path, e)
 
@@ -38,19 +35,21 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     log = logging.getLogger("mwms_trainer")
     logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-step collective chatter at INFO
     environ = os.environ if environ is None else environ
-    path = environ.get(constants.ENV_TERMINATION_LOG, "").strip() or constants.TERMINATION_MESSAGE_PATH
+    path = environ.get(names.ENV_TERMINATION_LOG, "").strip() or names.TERMINATION_MESSAGE_PATH
     from mwms_trainer import pid1
 
     # First, before TensorFlow: as PID 1 this process becomes a small init and the trainer its child.
     code = pid1.fork_unless_pid1_is_taken(
-        lambda code: write_termination(path, f"retryable: stopped by {signal.Signals(code - 128).name}")
+        lambda code: write_termination(
+            path, termination.failure(termination.RETRYABLE, f"stopped by {signal.Signals(code - 128).name}")
+        )
     )
     if code is not None:
         return code
     from mwms_trainer import config
     from mwms_trainer.errors import TrainerError
 
-    if environ.get(constants.ENV_CODE_ENTRYPOINT, "").strip():
+    if environ.get(names.ENV_CODE_ENTRYPOINT, "").strip():
         return run_user_code(environ, path)
     try:
         settings = config.load(environ)
@@ -71,15 +70,14 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         return trainer_error(e, path)
     except Exception as e:
         traceback.print_exc()
-        write_termination(path, " ".join(f"failed: {type(e).__name__}: {e}".split()))
-        return constants.EXIT_FAILURE
+        write_termination(path, termination.failure(termination.FAILED, f"{type(e).__name__}: {e}"))
+        return names.EXIT_FAILURE
     return success(summary, path)
 
 
 def trainer_error(error: TrainerError, path: str) -> int:
     """A TrainerError's exit code, its kind and message on one line as the termination message."""
-    kind = {constants.EXIT_INVALID_CONFIG: "invalid configuration", constants.EXIT_RETRYABLE: "retryable"}
-    message = " ".join(f"{kind.get(error.exit_code, 'failed')}: {error}".split())  # one line
+    message = termination.failure(termination.failure_kind(error.exit_code), str(error))
     logging.getLogger("mwms_trainer").error("%s", message)
     write_termination(path, message)
     return error.exit_code
@@ -88,7 +86,7 @@ def trainer_error(error: TrainerError, path: str) -> int:
 def success(summary: Mapping[str, Any], path: str) -> int:
     write_termination(path, summary)
     print(json.dumps(summary), flush=True)
-    return constants.EXIT_SUCCESS
+    return names.EXIT_SUCCESS
 
 
 def run_user_code(environ: Mapping[str, str], path: str) -> int:
@@ -99,7 +97,7 @@ def run_user_code(environ: Mapping[str, str], path: str) -> int:
     from mwms_trainer import usercode
     from mwms_trainer.errors import TrainerError
 
-    code_dir = Path(environ.get(constants.ENV_CODE_DIR) or constants.CODE_MOUNT_PATH)
+    code_dir = Path(environ.get(names.ENV_CODE_DIR) or names.CODE_MOUNT_PATH)
     try:
         summary = usercode.run(environ)
     except TrainerError as e:
@@ -107,14 +105,17 @@ def run_user_code(environ: Mapping[str, str], path: str) -> int:
     except SystemExit as e:  # a script's sys.exit(n): n is its verdict (0 or None: success)
         if e.code in (None, 0):
             write_termination(path, {})
-            return constants.EXIT_SUCCESS
-        code = e.code if isinstance(e.code, int) and 0 < e.code < 128 else constants.EXIT_FAILURE
-        write_termination(path, f"failed: the entrypoint exited with {e.code!r}")
+            return names.EXIT_SUCCESS
+        code = e.code if isinstance(e.code, int) and 0 < e.code < 128 else names.EXIT_FAILURE
+        exited = f"the entrypoint exited with {e.code!r}"
+        write_termination(path, termination.failure(termination.FAILED, exited))
         return code
     except Exception as e:  # the user's code: syntax errors and exceptions alike
         traceback.print_exc()
-        write_termination(path, " ".join(f"failed: {usercode.last_traceback_line(e, code_dir)}".split()))
-        return constants.EXIT_FAILURE
+        write_termination(
+            path, termination.failure(termination.FAILED, usercode.last_traceback_line(e, code_dir))
+        )
+        return names.EXIT_FAILURE
     return success(summary, path)
 
 

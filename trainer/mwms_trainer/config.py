@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from mwms_operator import constants
+from mwms_contract import names
 from mwms_trainer import cluster as cluster_mod
 from mwms_trainer import cpus
 from mwms_trainer.errors import ConfigError
@@ -48,7 +48,7 @@ class TrainerConfig:
 
 
 def _setting(key: str) -> str:
-    return f"{constants.ENV_TRAINER_CONFIG}.{key}"
+    return f"{names.ENV_TRAINER_CONFIG}.{key}"
 
 
 def _int(raw: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
@@ -78,9 +78,9 @@ def parse_trainer_config(raw_json: str | None, num_workers: int = 1) -> TrainerC
         try:
             raw = json.loads(raw_json)
         except json.JSONDecodeError as e:
-            raise ConfigError(constants.ENV_TRAINER_CONFIG, f"is not valid JSON ({e.msg})") from None
+            raise ConfigError(names.ENV_TRAINER_CONFIG, f"is not valid JSON ({e.msg})") from None
     if not isinstance(raw, dict):
-        raise ConfigError(constants.ENV_TRAINER_CONFIG, "must be a JSON object")
+        raise ConfigError(names.ENV_TRAINER_CONFIG, "must be a JSON object")
     known = {f for f in TrainerConfig.__dataclass_fields__}
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -169,32 +169,32 @@ def _env_number(environ: Mapping[str, str], name: str, default: int, minimum: in
 
 def load(environ: Mapping[str, str]) -> Settings:
     """Everything the trainer reads from its environment, validated; raises ConfigError naming the setting."""
-    cluster = cluster_mod.from_tf_config(environ.get(constants.ENV_TF_CONFIG))
-    trainer = parse_trainer_config(environ.get(constants.ENV_TRAINER_CONFIG), cluster.num_workers)
-    job_name = environ.get(constants.ENV_JOB_NAME, "").strip() or "mwms-job"
-    tracking_uri = environ.get(constants.ENV_TRACKING_URI, "").strip()
+    cluster = cluster_mod.from_tf_config(environ.get(names.ENV_TF_CONFIG))
+    trainer = parse_trainer_config(environ.get(names.ENV_TRAINER_CONFIG), cluster.num_workers)
+    job_name = environ.get(names.ENV_JOB_NAME, "").strip() or "mwms-job"
+    tracking_uri = environ.get(names.ENV_TRACKING_URI, "").strip()
     if not tracking_uri:
         # Checked on every worker, so the whole group fails the same way before anything starts.
         raise ConfigError(
-            constants.ENV_TRACKING_URI, "is not set; the chief logs the run and the model there"
+            names.ENV_TRACKING_URI, "is not set; the chief logs the run and the model there"
         )
     return Settings(
         cluster=cluster,
         trainer=trainer,
         tracking_uri=tracking_uri,
-        experiment_name=environ.get(constants.ENV_EXPERIMENT_NAME, "").strip() or job_name,
-        registered_model_name=environ.get(constants.ENV_REGISTERED_MODEL_NAME, "").strip() or None,
+        experiment_name=environ.get(names.ENV_EXPERIMENT_NAME, "").strip() or job_name,
+        registered_model_name=environ.get(names.ENV_REGISTERED_MODEL_NAME, "").strip() or None,
         job_name=job_name,
-        job_namespace=environ.get(constants.ENV_JOB_NAMESPACE, "").strip() or "default",
+        job_namespace=environ.get(names.ENV_JOB_NAMESPACE, "").strip() or "default",
         # Without a uid (a hand-started trainer) every start is its own job.
-        job_uid=environ.get(constants.ENV_JOB_UID, "").strip() or f"local-{uuid.uuid4()}",
-        restart_count=_env_number(environ, constants.ENV_RESTART_COUNT, 0, 0),
-        checkpoint_dir=environ.get(constants.ENV_CHECKPOINT_DIR, "").strip() or None,
+        job_uid=environ.get(names.ENV_JOB_UID, "").strip() or f"local-{uuid.uuid4()}",
+        restart_count=_env_number(environ, names.ENV_RESTART_COUNT, 0, 0),
+        checkpoint_dir=environ.get(names.ENV_CHECKPOINT_DIR, "").strip() or None,
         startup_timeout_seconds=_env_number(
-            environ, constants.ENV_STARTUP_TIMEOUT, DEFAULT_STARTUP_TIMEOUT_SECONDS, 1
+            environ, names.ENV_STARTUP_TIMEOUT, DEFAULT_STARTUP_TIMEOUT_SECONDS, 1
         ),
-        termination_log=environ.get(constants.ENV_TERMINATION_LOG, "").strip()
-        or constants.TERMINATION_MESSAGE_PATH,
+        termination_log=environ.get(names.ENV_TERMINATION_LOG, "").strip()
+        or names.TERMINATION_MESSAGE_PATH,
         threads=cpus.thread_count(environ),
         peer_wait_seconds=peer_wait_seconds(environ),
     )
@@ -203,5 +203,5 @@ def load(environ: Mapping[str, str]) -> Settings:
 def peer_wait_seconds(environ: Mapping[str, str]) -> float | None:
     """How long to wait for the peers: MWMS_PEER_WAIT_SECONDS (0: no limit), else the startup timeout (a
     hand-started group has nobody else to end a wait for a peer that never comes)."""
-    startup = _env_number(environ, constants.ENV_STARTUP_TIMEOUT, DEFAULT_STARTUP_TIMEOUT_SECONDS, 1)
-    return _env_number(environ, constants.ENV_PEER_WAIT, startup, 0) or None
+    startup = _env_number(environ, names.ENV_STARTUP_TIMEOUT, DEFAULT_STARTUP_TIMEOUT_SECONDS, 1)
+    return _env_number(environ, names.ENV_PEER_WAIT, startup, 0) or None

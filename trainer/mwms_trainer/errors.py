@@ -1,18 +1,18 @@
-"""The trainer's failures, each with the exit code the operator acts on (see mwms_operator.constants)."""
+"""The trainer's failures, each with the exit code the operator acts on (see mwms_contract.names)."""
 
 from __future__ import annotations
 
-from mwms_operator import constants
+from mwms_contract import names
 
 
 class TrainerError(Exception):
-    exit_code = constants.EXIT_FAILURE
+    exit_code = names.EXIT_FAILURE
 
 
 class ConfigError(TrainerError, ValueError):
     """A setting is invalid: permanent, the message names the setting."""
 
-    exit_code = constants.EXIT_INVALID_CONFIG
+    exit_code = names.EXIT_INVALID_CONFIG
 
     def __init__(self, setting: str, message: str) -> None:
         super().__init__(f"{setting}: {message}")
@@ -22,7 +22,7 @@ class ConfigError(TrainerError, ValueError):
 class RetryableError(TrainerError):
     """Peer lost, startup deadline passed, MLflow unreachable: restarting the group may succeed."""
 
-    exit_code = constants.EXIT_RETRYABLE
+    exit_code = names.EXIT_RETRYABLE
 
 
 class MlflowRefusedError(TrainerError):

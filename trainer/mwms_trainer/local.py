@@ -1,6 +1,6 @@
 """`mwms local FILE.yaml`: run a TrainJob manifest as local worker processes, with the operator's env.
 
-The workers get exactly what the operator would put in their pods (mwms_operator.builders.trainer_env), except
+The workers get exactly what the operator would put in their pods (mwms_contract.trainjob.trainer_env), except
 the addresses (127.0.0.1 on free ports), MLflow (--tracking-uri, or a sqlite store under --workdir, created
 here once before any worker starts: several processes initialising one sqlite file crash) and the files a pod
 would have (termination message, checkpoint volume) under the job's work directory.
@@ -22,9 +22,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from mwms_operator import constants
+from mwms_contract import names, termination
+from mwms_contract.trainjob import SpecError, TrainJobSpec, parse, trainer_env
 
 DEFAULT_WORKDIR = ".mwms"
+LOCAL = "local"  # the spec's default image and tracking URI: neither is used here
 GRACE_SECONDS = 30  # how long the chief may outlive a failed peer before it is stopped
 
 
@@ -52,7 +54,7 @@ def prepare_sqlite_store(workdir: Path, experiment: str) -> str:
 
 
 def worker_envs(
-    spec: Any,
+    spec: TrainJobSpec,
     *,
     job_name: str,
     namespace: str,
@@ -64,8 +66,6 @@ def worker_envs(
     base: Mapping[str, str] | None = None,
 ) -> list[dict[str, str]]:
     """One environment per worker: the operator's (same function), pointed at local files and ports."""
-    from mwms_operator.builders import trainer_env
-
     ports = list(ports) if ports is not None else free_ports(spec.replicas)
     hosts = [f"127.0.0.1:{p}" for p in ports]
     envs = []
@@ -82,10 +82,10 @@ def worker_envs(
                 restart_count=restart_count,
             )
         )
-        env[constants.ENV_TRACKING_URI] = tracking_uri
-        env[constants.ENV_TERMINATION_LOG] = str(job_dir / f"worker-{index}.termination")
-        if constants.ENV_CHECKPOINT_DIR in env:
-            env[constants.ENV_CHECKPOINT_DIR] = str(job_dir / "checkpoint")
+        env[names.ENV_TRACKING_URI] = tracking_uri
+        env[names.ENV_TERMINATION_LOG] = str(job_dir / f"worker-{index}.termination")
+        if names.ENV_CHECKPOINT_DIR in env:
+            env[names.ENV_CHECKPOINT_DIR] = str(job_dir / "checkpoint")
         envs.append(env)
     return envs
 
@@ -166,18 +166,16 @@ def read_termination(job_dir: Path, index: int) -> str:
 def load_manifest(path: Path) -> dict[str, Any]:
     import yaml
 
-    from mwms_operator.spec import SpecError
-
     try:
         docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
     except (OSError, yaml.YAMLError) as e:
         raise SpecError(str(path), f"cannot read the manifest: {e}") from None
-    jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == constants.KIND]
+    jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == names.KIND]
     if len(jobs) != 1:
-        raise SpecError("kind", f"{path} must hold exactly one {constants.KIND}, found {len(jobs)}")
+        raise SpecError("kind", f"{path} must hold exactly one {names.KIND}, found {len(jobs)}")
     body = jobs[0]
-    if body.get("apiVersion") != constants.API_VERSION:
-        raise SpecError("apiVersion", f"must be {constants.API_VERSION}, got {body.get('apiVersion')!r}")
+    if body.get("apiVersion") != names.API_VERSION:
+        raise SpecError("apiVersion", f"must be {names.API_VERSION}, got {body.get('apiVersion')!r}")
     name = (body.get("metadata") or {}).get("name")
     if not isinstance(name, str) or not name:
         raise SpecError("metadata.name", "is required")
@@ -194,22 +192,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path(DEFAULT_WORKDIR), help="default: ./.mwms")
     args = parser.parse_args(argv)
 
-    from mwms_operator.config import OperatorConfig
-    from mwms_operator.spec import SpecError, parse_trainjob
-
     try:
         body = load_manifest(args.manifest)
-        spec = parse_trainjob(body, OperatorConfig())
+        # Local workers run this checkout's trainer with --tracking-uri (or a sqlite store), whatever the
+        # manifest's image and tracking URI say; the defaults only have to be valid.
+        spec = parse(body, tracking_uri=LOCAL, image=LOCAL)
     except SpecError as e:
         print(f"mwms local: invalid TrainJob: {e}", file=sys.stderr)
-        return constants.EXIT_INVALID_CONFIG
+        return names.EXIT_INVALID_CONFIG
     if spec.code is not None:
         print(
             "mwms local: spec.code names a ConfigMap or volume, which exists only in a cluster; run your "
             "script here as it is (MirroredStrategyRunner(num_slots=N).run(train) starts N local workers)",
             file=sys.stderr,
         )
-        return constants.EXIT_INVALID_CONFIG
+        return names.EXIT_INVALID_CONFIG
     name = body["metadata"]["name"]
     namespace = body["metadata"].get("namespace") or "default"
     uid = str(uuid.uuid4())
@@ -231,9 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     chief = codes[0]
     message = read_termination(job_dir, 0)
-    try:
-        summary = json.loads(message)
-    except json.JSONDecodeError:
+    summary = termination.summary(message)
+    if summary is None:
         summary = {"error": message or f"the chief exited {chief}"}
     summary.update(
         {"replicas": spec.replicas, "exitCodes": codes, "trackingUri": tracking_uri, "logs": str(job_dir)}

@@ -14,10 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mwms_contract import termination
 from mwms_trainer.errors import ResultError
 
 MAX_RESULT_BYTES = 1024 * 1024
-INLINE_BYTES = 3000  # what is left of the kubelet's 4 KiB termination message after the run's fields
+INLINE_BYTES = 3000  # what is left of termination.MAX_BYTES after the run's fields
 ARTIFACT = "mwms/result.json"
 KEEP_IT_SMALL = "log bigger things to the run (mlflow.log_dict, mlflow.log_artifact) and return their names"
 
@@ -46,7 +47,7 @@ def summary_fields(value: Any, log_text: Callable[[str, str], str | None]) -> di
     text = encode(value)
     size = len(text.encode())
     if size <= INLINE_BYTES:
-        return {"result": value}
+        return {termination.RESULT: value}
     uri = log_text(text, ARTIFACT)
     if uri is None:
         raise ResultError(
@@ -54,7 +55,7 @@ def summary_fields(value: Any, log_text: Callable[[str, str], str | None]) -> di
             "in its termination message: give the job a tracking server (spec.mlflow.trackingUri, or the "
             f"operator's) to return up to 1 MiB, or {KEEP_IT_SMALL}"
         )
-    return {"resultArtifact": uri, "resultBytes": size}
+    return {termination.RESULT_ARTIFACT: uri, termination.RESULT_BYTES: size}
 
 
 def read(artifact_uri: str, tracking_uri: str | None) -> Any:

@@ -8,7 +8,7 @@ TCP), which fails cleanly with exit 75 at the deadline; only then the constructo
 for a peer that dies inside that short window (default action: the kernel ends the process; Kubernetes reports
 exit code 128+14, which the operator retries like 75).
 
-In a pod the trainer also keeps its rendezvous state in constants.RENDEZVOUS_FILE: the last reason it has not
+In a pod the trainer also keeps its rendezvous state in names.RENDEZVOUS_FILE: the last reason it has not
 joined, then "joined" once every peer answered (rendezvous(): the built-in trainer and a runner's train_fn
 alike, also one that never creates MultiWorkerMirroredStrategy; the constructor that follows has its own
 backstop). The trainer container's readiness probe prints that line, so the pod is Ready once its worker
@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from mwms_operator import constants
+from mwms_contract import names, termination
 from mwms_trainer.cluster import Cluster, split_host_port
 from mwms_trainer.errors import RetryableError
 
@@ -36,7 +36,7 @@ log = logging.getLogger("mwms_trainer")
 POLL_SECONDS = 0.5
 STILL_WAITING_LOG_SECONDS = 60  # how often a wait without a deadline says whom it waits for
 BACKSTOP_MIN_SECONDS = 15  # every peer was listening a moment ago: registration takes seconds
-RENDEZVOUS_FILE = constants.RENDEZVOUS_FILE
+RENDEZVOUS_FILE = names.RENDEZVOUS_FILE
 
 
 def note_rendezvous(text: str) -> None:
@@ -56,14 +56,14 @@ def note_rendezvous(text: str) -> None:
 def _joined(path: str) -> bool:
     try:
         with open(path, encoding="utf-8") as f:
-            return f.readline().strip() == constants.RENDEZVOUS_JOINED
+            return f.readline().strip() == names.RENDEZVOUS_JOINED
     except FileNotFoundError:
         return False
 
 
 def mark_joined() -> None:
     """This worker is in the group (or has no group to join): its pod becomes Ready."""
-    note_rendezvous(constants.RENDEZVOUS_JOINED)
+    note_rendezvous(names.RENDEZVOUS_JOINED)
 
 
 def _reachable(address: str) -> str | None:
@@ -176,8 +176,9 @@ PEER_LOSS_ERRORS = (
     "CancelledError",
     "FailedPreconditionError",
 )
-REGISTRATION_BACKSTOP_NOTE = (
-    "retryable: startup deadline passed in MultiWorkerMirroredStrategy(): a peer left during registration"
+REGISTRATION_BACKSTOP_NOTE = termination.failure(
+    termination.RETRYABLE,
+    "startup deadline passed in MultiWorkerMirroredStrategy(): a peer left during registration",
 )
 
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from mwms_operator import constants
+from mwms_contract import names
 from mwms_trainer.errors import MlflowRefusedError, RetryableError
 
 log = logging.getLogger("mwms_trainer")
@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 TAG_JOB_NAME = "mwms.dev/job-name"
 TAG_JOB_NAMESPACE = "mwms.dev/job-namespace"
-TAG_JOB_UID = constants.MLFLOW_TAG_JOB_UID
+TAG_JOB_UID = names.MLFLOW_TAG_JOB_UID
 TAG_RESTART_COUNT = "mwms.dev/restart-count"
 TAG_RESUMED_FROM_EPOCH = "mwms.dev/resumed-from-epoch"
 MODEL_NAME = "model"

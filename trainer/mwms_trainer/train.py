@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mwms_contract import termination
 from mwms_trainer import data, startup, streaming, tracking
 from mwms_trainer import model as model_mod
 from mwms_trainer.config import Settings
@@ -296,10 +297,10 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
         ok = True
         log.info("held-out accuracy %.4f, model %s", metrics["val_accuracy"], model_uri)
         return {
-            "runId": tracker.run_id,
-            "experimentId": tracker.experiment_id,
-            "modelUri": model_uri,
-            "metrics": {k: round(v, 6) for k, v in metrics.items()},
+            termination.RUN_ID: tracker.run_id,
+            termination.EXPERIMENT_ID: tracker.experiment_id,
+            termination.MODEL_URI: model_uri,
+            termination.METRICS: {k: round(v, 6) for k, v in metrics.items()},
         }
     finally:
         tracker.close(ok)

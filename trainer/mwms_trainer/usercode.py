@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mwms_operator import constants
+from mwms_contract import names
 from mwms_trainer.errors import ConfigError
 
 log = logging.getLogger("mwms_trainer")
@@ -104,7 +104,7 @@ def install_requirements(code_dir: Path, requirements: str, environ: Mapping[str
     target = Path(tempfile.gettempdir()) / "mwms-packages"
     argv = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     argv += ["--target", str(target), "-r", str(path)]
-    checkpoint = environ.get(constants.ENV_CHECKPOINT_DIR, "").strip()
+    checkpoint = environ.get(names.ENV_CHECKPOINT_DIR, "").strip()
     argv += ["--cache-dir", f"{checkpoint}/.pip-cache"] if checkpoint else ["--no-cache-dir"]
     log.info("installing %s", requirements)
     done = subprocess.run(argv, cwd=code_dir, capture_output=True, text=True, check=False)
@@ -134,19 +134,19 @@ def run(environ: Mapping[str, str]) -> dict[str, Any]:
     """Run spec.code on this worker; the termination summary (the chief's carries the run and the result)."""
     from mwms_trainer import runner
 
-    code_dir = Path(environ.get(constants.ENV_CODE_DIR) or constants.CODE_MOUNT_PATH)
-    entrypoint = environ.get(constants.ENV_CODE_ENTRYPOINT, "").strip()
+    code_dir = Path(environ.get(names.ENV_CODE_DIR) or names.CODE_MOUNT_PATH)
+    entrypoint = environ.get(names.ENV_CODE_ENTRYPOINT, "").strip()
     try:
-        args = json.loads(environ.get(constants.ENV_CODE_ARGS) or "[]")
+        args = json.loads(environ.get(names.ENV_CODE_ARGS) or "[]")
     except ValueError:
         raise ConfigError("spec.code.args", "must be a JSON list of strings") from None
-    requirements = environ.get(constants.ENV_CODE_REQUIREMENTS, "").strip()
+    requirements = environ.get(names.ENV_CODE_REQUIREMENTS, "").strip()
     if requirements:
         install_requirements(code_dir, requirements, environ)
     from mwms_trainer.tfenv import tensorflow
 
     tensorflow()  # TF_USE_LEGACY_KERAS before the user's module imports TensorFlow
-    source = environ.get(constants.ENV_CODE_SOURCE) or "configMap"
+    source = environ.get(names.ENV_CODE_SOURCE) or "configMap"
     function = load_entrypoint(code_dir, entrypoint, [str(a) for a in args], source)
     summary: dict[str, Any] = {}
     runner.run_here(function, {}, use_custom_strategy=True, summary=summary)
@@ -162,7 +162,7 @@ def run_pickled() -> Any:
 
     from mwms_trainer.runner import MirroredStrategyRunner
 
-    code_dir = Path(os.environ.get(constants.ENV_CODE_DIR) or constants.CODE_MOUNT_PATH)
+    code_dir = Path(os.environ.get(names.ENV_CODE_DIR) or names.CODE_MOUNT_PATH)
     payload = base64.b64decode((code_dir / "function.pkl.b64").read_text())
     function, kwargs, custom = cloudpickle.loads(payload)
     return MirroredStrategyRunner(use_custom_strategy=custom).run(function, **kwargs)

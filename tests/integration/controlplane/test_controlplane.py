@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mwms_operator.constants import TRAINER_IMAGE
+from mwms_contract.names import TRAINER_IMAGE
 
 pytestmark = pytest.mark.integration
 

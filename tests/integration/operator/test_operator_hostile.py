@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
 
-from mwms_operator.constants import RESERVED_ENV
+from mwms_contract.names import RESERVED_ENV
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from mwms_operator.constants import MLFLOW_TAG_JOB_UID
+from mwms_contract.names import MLFLOW_TAG_JOB_UID
 
 pytestmark = pytest.mark.integration
 

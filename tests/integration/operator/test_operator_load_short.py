@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mwms_operator.constants import LABEL_JOB_NAME
+from mwms_contract.names import LABEL_JOB_NAME
 
 pytestmark = pytest.mark.integration
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mwms_operator import constants
+from mwms_contract import names
+from mwms_contract.tf_config import worker_hosts
 from mwms_operator.builders import build_service, build_worker_pod, trainer_env
 from mwms_operator.spec import SpecError, parse_trainjob
-from mwms_operator.tf_config import worker_hosts
 
 GOLDEN = Path(__file__).resolve().parents[2] / "data" / "operator"
 UID = "0b7e9a57-1c4b-4f7e-9d43-6c1f2b9c0e11"
@@ -92,7 +92,7 @@ def test_each_pod_gets_its_own_task_index_and_the_same_cluster(make_trainjob, co
     tf = json.loads(env_of(pod)["TF_CONFIG"])
     assert tf["task"] == {"type": "worker", "index": index}
     assert tf["cluster"]["worker"] == [f"mnist-worker-{i}.mnist.team-a.svc:2222" for i in range(3)]
-    assert pod["metadata"]["labels"][constants.LABEL_ROLE] == ("chief" if index == 0 else "worker")
+    assert pod["metadata"]["labels"][names.LABEL_ROLE] == ("chief" if index == 0 else "worker")
     assert pod["spec"]["hostname"] == f"mnist-worker-{index}" and pod["spec"]["subdomain"] == "mnist"
 
 
@@ -114,9 +114,9 @@ def test_trainer_env_lists_every_reserved_variable_that_applies(make_trainjob, c
     env = trainer_env(
         parsed, job_name="mnist", namespace="team-a", uid=UID, index=1, hosts=hosts, restart_count=2
     )
-    code_env = {n for n in constants.RESERVED_ENV if n.startswith("MWMS_CODE_")}  # spec.code's: not in FULL
+    code_env = {n for n in names.RESERVED_ENV if n.startswith("MWMS_CODE_")}  # spec.code's: not in FULL
     # MWMS_PEER_WAIT_SECONDS is only in pods (the golden pods have it): a hand-started group keeps a limit.
-    assert set(env) == constants.RESERVED_ENV - code_env - {constants.ENV_PEER_WAIT}
+    assert set(env) == names.RESERVED_ENV - code_env - {names.ENV_PEER_WAIT}
     assert env["MWMS_RESTART_COUNT"] == "2"
     assert json.loads(env["MWMS_TRAINER_CONFIG"]) == FULL["trainer"]
     assert env["MWMS_CHECKPOINT_DIR"] == "/mwms/checkpoint"
@@ -129,8 +129,8 @@ def test_trainer_env_lists_every_reserved_variable_that_applies(make_trainjob, c
         hosts=hosts,
         restart_count=0,
     )
-    optional = {"MWMS_CHECKPOINT_DIR", "MWMS_REGISTERED_MODEL_NAME", constants.ENV_PEER_WAIT} | code_env
-    assert set(constants.RESERVED_ENV) - set(minimal) == optional
+    optional = {"MWMS_CHECKPOINT_DIR", "MWMS_REGISTERED_MODEL_NAME", names.ENV_PEER_WAIT} | code_env
+    assert set(names.RESERVED_ENV) - set(minimal) == optional
     assert json.loads(minimal["MWMS_TRAINER_CONFIG"]) == {}
 
 

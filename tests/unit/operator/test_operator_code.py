@@ -3,7 +3,7 @@ entrypoint passed in the environment; a job without it keeps the built-in fit.""
 
 import pytest
 
-from mwms_operator import constants
+from mwms_contract import names
 from mwms_operator.builders import build_worker_pod
 from mwms_operator.spec import CodeSpec, SpecError, parse_trainjob
 
@@ -24,7 +24,7 @@ def pod_of(spec, index=0):
 
 
 def trainer_container(pod):
-    return next(c for c in pod["spec"]["containers"] if c["name"] == constants.CONTAINER_NAME)
+    return next(c for c in pod["spec"]["containers"] if c["name"] == names.CONTAINER_NAME)
 
 
 def test_code_is_parsed(make_trainjob, config):
@@ -43,7 +43,7 @@ def test_code_is_parsed(make_trainjob, config):
 def test_without_code_the_builtin_fit_runs(make_trainjob, config):
     pod = pod_of(parse_trainjob(make_trainjob(), config))
     env = {e["name"] for e in trainer_container(pod)["env"]}
-    assert constants.ENV_CODE_ENTRYPOINT not in env
+    assert names.ENV_CODE_ENTRYPOINT not in env
     # Only the rendezvous state's own volume (every worker has it): no code volume.
     assert [v["name"] for v in pod["spec"]["volumes"]] == ["mwms-rendezvous"]
 
@@ -52,11 +52,11 @@ def test_the_configmap_is_mounted_read_only_and_the_entrypoint_passed(make_train
     pod = pod_of(parse_trainjob(make_trainjob(code={**CODE, "requirements": "req.txt"}), config))
     container = trainer_container(pod)
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert env[constants.ENV_CODE_DIR] == "/mwms/code"
-    assert env[constants.ENV_CODE_ENTRYPOINT] == "train.py"
-    assert env[constants.ENV_CODE_ARGS] == '["--epochs","3"]'
-    assert env[constants.ENV_CODE_REQUIREMENTS] == "req.txt"
-    assert constants.ENV_CODE_SOURCE not in env  # configMap is the default
+    assert env[names.ENV_CODE_DIR] == "/mwms/code"
+    assert env[names.ENV_CODE_ENTRYPOINT] == "train.py"
+    assert env[names.ENV_CODE_ARGS] == '["--epochs","3"]'
+    assert env[names.ENV_CODE_REQUIREMENTS] == "req.txt"
+    assert names.ENV_CODE_SOURCE not in env  # configMap is the default
     assert {"name": "mwms-code", "mountPath": "/mwms/code", "readOnly": True} in container["volumeMounts"]
     assert {"name": "mwms-code", "configMap": {"name": "train-code", "optional": True}} in pod["spec"][
         "volumes"
@@ -72,9 +72,9 @@ def test_a_code_volume_is_mounted_read_only_where_the_configmap_would_be(make_tr
     (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "mwms-code"]
     assert volume == {"name": "mwms-code", "persistentVolumeClaim": {"claimName": "big-code"}}
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert env[constants.ENV_CODE_DIR] == "/mwms/code"
-    assert env[constants.ENV_CODE_ENTRYPOINT] == "pkg.train:main"
-    assert env[constants.ENV_CODE_SOURCE] == "volume"  # so an empty volume is named, not the ConfigMap
+    assert env[names.ENV_CODE_DIR] == "/mwms/code"
+    assert env[names.ENV_CODE_ENTRYPOINT] == "pkg.train:main"
+    assert env[names.ENV_CODE_SOURCE] == "volume"  # so an empty volume is named, not the ConfigMap
 
 
 def test_items_go_to_the_volume(make_trainjob, config):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
+from mwms_contract.names import RESERVED_ENV
 from mwms_operator.config import OperatorConfig
-from mwms_operator.constants import RESERVED_ENV
 from mwms_operator.pods import WorkerPod
 from mwms_operator.policy import decide
 from mwms_operator.progress import progress_from_run

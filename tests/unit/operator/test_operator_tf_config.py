@@ -1,6 +1,6 @@
 import pytest
 
-from mwms_operator.tf_config import tf_config, worker_hosts
+from mwms_contract.tf_config import tf_config, worker_hosts
 
 
 @pytest.mark.parametrize(

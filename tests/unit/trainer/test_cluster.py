@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mwms_operator.tf_config import tf_config
+from mwms_contract.tf_config import tf_config
 from mwms_trainer.cluster import from_tf_config
 from mwms_trainer.errors import ConfigError
 

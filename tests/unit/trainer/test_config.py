@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mwms_operator import constants
-from mwms_operator.tf_config import tf_config
+from mwms_contract import names
+from mwms_contract.tf_config import tf_config
 from mwms_trainer.config import DATASETS, SHARDINGS, TrainerConfig, load, parse_trainer_config
 from mwms_trainer.errors import ConfigError
 
@@ -72,18 +72,18 @@ def test_invalid_settings_name_the_setting(raw, workers, setting):
     with pytest.raises(ConfigError) as err:
         parse_trainer_config(text, num_workers=workers)
     assert err.value.setting == setting
-    assert err.value.exit_code == constants.EXIT_INVALID_CONFIG
+    assert err.value.exit_code == names.EXIT_INVALID_CONFIG
 
 
 def _env(**extra):
     env = {
-        constants.ENV_TF_CONFIG: json.dumps(tf_config(["a:1", "b:1"], 1)),
-        constants.ENV_TRACKING_URI: "http://mlflow:5000",
-        constants.ENV_JOB_NAME: "job",
-        constants.ENV_JOB_NAMESPACE: "ns",
-        constants.ENV_JOB_UID: "uid-1",
-        constants.ENV_RESTART_COUNT: "2",
-        constants.ENV_EXPERIMENT_NAME: "exp",
+        names.ENV_TF_CONFIG: json.dumps(tf_config(["a:1", "b:1"], 1)),
+        names.ENV_TRACKING_URI: "http://mlflow:5000",
+        names.ENV_JOB_NAME: "job",
+        names.ENV_JOB_NAMESPACE: "ns",
+        names.ENV_JOB_UID: "uid-1",
+        names.ENV_RESTART_COUNT: "2",
+        names.ENV_EXPERIMENT_NAME: "exp",
     }
     env.update(extra)
     return env
@@ -121,11 +121,11 @@ def test_load_reads_the_operator_environment():
 @pytest.mark.parametrize(
     ("extra", "setting"),
     [
-        ({constants.ENV_TRACKING_URI: ""}, constants.ENV_TRACKING_URI),
-        ({constants.ENV_RESTART_COUNT: "x"}, constants.ENV_RESTART_COUNT),
-        ({constants.ENV_STARTUP_TIMEOUT: "0"}, constants.ENV_STARTUP_TIMEOUT),
-        ({constants.ENV_PEER_WAIT: "-1"}, constants.ENV_PEER_WAIT),
-        ({constants.ENV_TRAINER_CONFIG: '{"globalBatchSize": 3}'}, S + "globalBatchSize"),  # 2 workers
+        ({names.ENV_TRACKING_URI: ""}, names.ENV_TRACKING_URI),
+        ({names.ENV_RESTART_COUNT: "x"}, names.ENV_RESTART_COUNT),
+        ({names.ENV_STARTUP_TIMEOUT: "0"}, names.ENV_STARTUP_TIMEOUT),
+        ({names.ENV_PEER_WAIT: "-1"}, names.ENV_PEER_WAIT),
+        ({names.ENV_TRAINER_CONFIG: '{"globalBatchSize": 3}'}, S + "globalBatchSize"),  # 2 workers
     ],
 )
 def test_load_rejects_bad_environment(extra, setting):

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mwms_operator import constants
+from mwms_contract import names
 from mwms_operator.config import OperatorConfig
 from mwms_operator.spec import parse_trainjob
 from mwms_trainer import local
 
 REPO = Path(__file__).resolve().parents[3]
 GOOD = {
-    "apiVersion": constants.API_VERSION,
+    "apiVersion": names.API_VERSION,
     "kind": "TrainJob",
     "metadata": {"name": "j"},
     "spec": {"replicas": 2},
@@ -45,7 +45,7 @@ def _write(tmp_path, body):
 )
 def test_bad_manifest_exits_2_naming_the_field(tmp_path, capsys, body, field):
     code = local.main([str(_write(tmp_path, body)), "--workdir", str(tmp_path / "w"), "--json"])
-    assert code == constants.EXIT_INVALID_CONFIG
+    assert code == names.EXIT_INVALID_CONFIG
     err = capsys.readouterr().err
     assert "invalid TrainJob" in err and field in err
     assert not (tmp_path / "w" / "jobs").exists()  # no worker was started
@@ -71,15 +71,15 @@ def test_worker_envs_are_the_operators_pointed_at_local_files(tmp_path):
             "cluster": {"worker": hosts},
             "task": {"type": "worker", "index": i},
         }
-        assert env[constants.ENV_TRACKING_URI] == "sqlite:///m.db"
-        assert env[constants.ENV_JOB_UID] == "u" and env[constants.ENV_RESTART_COUNT] == "0"
-        assert env[constants.ENV_CHECKPOINT_DIR] == str(tmp_path / "checkpoint")
+        assert env[names.ENV_TRACKING_URI] == "sqlite:///m.db"
+        assert env[names.ENV_JOB_UID] == "u" and env[names.ENV_RESTART_COUNT] == "0"
+        assert env[names.ENV_CHECKPOINT_DIR] == str(tmp_path / "checkpoint")
         assert env["MWMS_TERMINATION_LOG"] == str(tmp_path / f"worker-{i}.termination")
 
 
 def test_spec_code_is_refused_with_what_to_do_instead(tmp_path, capsys):
     body = {**GOOD, "spec": {"replicas": 2, "code": {"configMap": "c", "entrypoint": "train.py"}}}
     code = local.main([str(_write(tmp_path, body)), "--workdir", str(tmp_path / "w")])
-    assert code == constants.EXIT_INVALID_CONFIG
+    assert code == names.EXIT_INVALID_CONFIG
     assert "spec.code names a ConfigMap or volume" in capsys.readouterr().err
     assert not (tmp_path / "w" / "jobs").exists()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mwms_operator import constants
+from mwms_contract import names
 from mwms_trainer import result
 from mwms_trainer.errors import ResultError
 
@@ -34,7 +34,7 @@ def test_a_value_that_is_not_json_fails_the_job_saying_so():
         ResultError, match=r"not JSON \(TypeError: Object of type set is not JSON serializable\)"
     ):
         result.summary_fields({1, 2}, no_mlflow)
-    assert ResultError.exit_code == constants.EXIT_FAILURE
+    assert ResultError.exit_code == names.EXIT_FAILURE
 
 
 def test_a_value_above_1_mib_fails_the_job_saying_so():

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
+from mwms_contract.names import RENDEZVOUS_FILE
 from mwms_operator.builders import READINESS_PROBE
-from mwms_operator.constants import RENDEZVOUS_FILE
 from mwms_trainer import startup
 from mwms_trainer.cluster import Cluster
 from mwms_trainer.errors import RetryableError

@@ -1,0 +1,330 @@
+"""The TrainJob: a body parsed into a typed, defaulted object (defaults are applied here, once), and the
+environment each of its workers gets. The operator's pods and `mwms local` both use these, so the two cannot
+drift.
+
+The CRD schema rejects most bad input at the API server; these checks repeat the ones that matter, so a body
+that never went through the API server (local mode, tests) fails with the same clear, field-named error.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mwms_contract import names
+from mwms_contract.tf_config import tf_config
+
+MAX_REPLICAS = 256
+# Durations beyond ten years are surely mistakes (and would overflow date arithmetic); the CRD says the same.
+MAX_SECONDS = 10 * 365 * 24 * 3600
+CLEAN_POD_POLICIES = ("Running", "All", "None")
+DEFAULT_BACKOFF_LIMIT = 3
+DEFAULT_CLEAN_POD_POLICY = "Running"
+DEFAULT_STARTUP_TIMEOUT_SECONDS = 300
+VOLUME_SOURCES = ("persistentVolumeClaim", "hostPath", "nfs")  # spec.checkpoint, spec.code.volume
+# spec.code.entrypoint: `package.module:function`, or a relative path to a script.
+ENTRYPOINT_FUNCTION = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
+CONFIGMAP_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+class SpecError(ValueError):
+    """The TrainJob spec is invalid; `field` is the path of the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class CodeSpec:
+    """spec.code: run the user's files (a ConfigMap, or a volume for big code) instead of the built-in fit."""
+
+    entrypoint: str  # "module:function" or "path/to/script.py"
+    config_map: str | None = None  # exactly one of config_map and volume
+    volume: Mapping[str, Any] | None = None  # a pod volume source: one of VOLUME_SOURCES
+    args: tuple[str, ...] = ()
+    items: tuple[tuple[str, str], ...] = ()  # (ConfigMap key, relative path); empty: every key as is
+    requirements: str | None = None  # a pip requirements file in the code directory
+
+
+@dataclass(frozen=True)
+class TrainJobSpec:
+    replicas: int
+    image: str
+    tracking_uri: str
+    experiment: str
+    trainer: Mapping[str, Any] = field(default_factory=dict)  # camelCase, passed on as MWMS_TRAINER_CONFIG
+    template: Mapping[str, Any] = field(default_factory=dict)  # a PodTemplateSpec
+    registered_model_name: str | None = None
+    port: int = names.DEFAULT_PORT
+    checkpoint: Mapping[str, Any] | None = None  # a volume source: {"persistentVolumeClaim": {...}} etc.
+    backoff_limit: int = DEFAULT_BACKOFF_LIMIT
+    active_deadline_seconds: int | None = None
+    ttl_seconds_after_finished: int | None = None
+    clean_pod_policy: str = DEFAULT_CLEAN_POD_POLICY
+    suspend: bool = False
+    startup_timeout_seconds: int = DEFAULT_STARTUP_TIMEOUT_SECONDS
+    # The TrainJob's kueue.x-k8s.io/queue-name label: its workers become one Kueue pod group in that queue.
+    queue_name: str | None = None
+    code: CodeSpec | None = None
+
+
+def _mapping(value: Any, path: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(path, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _int(value: Any, path: str, *, minimum: int, maximum: int | None = None) -> int:
+    # bool is an int in Python; a YAML `true` is not a count.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(path, f"must be an integer, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise SpecError(path, f"must be {bound}, got {value}")
+    return value
+
+
+def _optional_int(value: Any, path: str, *, minimum: int, maximum: int | None = None) -> int | None:
+    return None if value is None else _int(value, path, minimum=minimum, maximum=maximum)
+
+
+def _str(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(path, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _list_of_objects(value: Any, path: str) -> list[Mapping[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SpecError(path, f"must be a list, got {type(value).__name__}")
+    for k, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise SpecError(f"{path}[{k}]", f"must be an object, got {type(item).__name__}")
+    return value
+
+
+def _check_template(template: Mapping[str, Any]) -> None:
+    """The shapes the pod builder relies on (spec.template.spec is passed through, untyped, by the CRD),
+    and no reserved variable in the `trainer` container's env."""
+    metadata = _mapping(template.get("metadata"), "spec.template.metadata")
+    for key in ("labels", "annotations"):
+        for label, value in _mapping(metadata.get(key), f"spec.template.metadata.{key}").items():
+            if not isinstance(value, str):
+                raise SpecError(f"spec.template.metadata.{key}.{label}", "must be a string")
+    pod = _mapping(template.get("spec"), "spec.template.spec")
+    _list_of_objects(pod.get("volumes"), "spec.template.spec.volumes")
+    for i, container in enumerate(_list_of_objects(pod.get("containers"), "spec.template.spec.containers")):
+        if container.get("name") != names.CONTAINER_NAME:
+            continue
+        path = f"spec.template.spec.containers[{i}]"
+        for key in ("ports", "volumeMounts"):
+            _list_of_objects(container.get(key), f"{path}.{key}")
+        for j, var in enumerate(_list_of_objects(container.get("env"), f"{path}.env")):
+            name = var.get("name")
+            if not isinstance(name, str):
+                raise SpecError(f"{path}.env[{j}].name", f"must be a string, got {name!r}")
+            if name in names.RESERVED_ENV:
+                raise SpecError(
+                    f"{path}.env[{j}].name",
+                    f"{name} is set by the operator for the {names.CONTAINER_NAME!r} container and may "
+                    f"not be set in the template (reserved: {', '.join(sorted(names.RESERVED_ENV))})",
+                )
+
+
+def _volume_source(value: Any, path: str) -> Mapping[str, Any] | None:
+    """spec.checkpoint or spec.code.volume: exactly one of the VOLUME_SOURCES."""
+    if value is None:
+        return None
+    source = _mapping(value, path)
+    present = [key for key in VOLUME_SOURCES if key in source]
+    unknown = sorted(set(source) - set(VOLUME_SOURCES))
+    if unknown:
+        raise SpecError(f"{path}.{unknown[0]}", f"unsupported volume source; use one of {VOLUME_SOURCES}")
+    if len(present) != 1:
+        raise SpecError(path, f"must set exactly one of {', '.join(VOLUME_SOURCES)}")
+    return copy.deepcopy(dict(source))
+
+
+def _relative_path(value: Any, path: str) -> str:
+    text = _str(value, path)
+    if text.startswith("/") or ".." in text.split("/"):
+        raise SpecError(path, f"must be a relative path without '..', got {text!r}")
+    return text
+
+
+def _code(value: Any) -> CodeSpec | None:
+    if value is None:
+        return None
+    code = _mapping(value, "spec.code")
+    if ("configMap" in code) == ("volume" in code):
+        raise SpecError("spec.code", "must set exactly one of configMap, volume")
+    config_map = None
+    if "configMap" in code:
+        config_map = _str(code["configMap"], "spec.code.configMap")
+        if len(config_map) > 253 or not CONFIGMAP_NAME.fullmatch(config_map):
+            raise SpecError("spec.code.configMap", f"must be the name of a ConfigMap, got {config_map!r}")
+    elif "items" in code:
+        raise SpecError("spec.code.items", "selects ConfigMap keys: it needs spec.code.configMap")
+    entrypoint = _str(code.get("entrypoint"), "spec.code.entrypoint")
+    if not ENTRYPOINT_FUNCTION.fullmatch(entrypoint):
+        if not entrypoint.endswith(".py"):
+            raise SpecError(
+                "spec.code.entrypoint",
+                f"must be module:function or a path to a .py script, got {entrypoint!r}",
+            )
+        _relative_path(entrypoint, "spec.code.entrypoint")
+    args = code.get("args") or []
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise SpecError("spec.code.args", f"must be a list of strings, got {args!r}")
+    items = []
+    for i, item in enumerate(_list_of_objects(code.get("items"), "spec.code.items")):
+        key = _str(item.get("key"), f"spec.code.items[{i}].key")
+        items.append((key, _relative_path(item.get("path"), f"spec.code.items[{i}].path")))
+    requirements = code.get("requirements")
+    return CodeSpec(
+        config_map=config_map,
+        volume=_volume_source(code.get("volume"), "spec.code.volume"),
+        entrypoint=entrypoint,
+        args=tuple(args),
+        items=tuple(items),
+        requirements=None if requirements is None else _relative_path(requirements, "spec.code.requirements"),
+    )
+
+
+def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJobSpec:
+    """Parse a TrainJob (the whole object, or at least its `spec`) and apply every default once; tracking_uri
+    and image are the defaults of spec.mlflow.trackingUri and spec.image (the operator's settings)."""
+    spec = _mapping(body.get("spec"), "spec")
+    metadata = _mapping(body.get("metadata"), "metadata")
+    name = metadata.get("name")
+    queue = _mapping(metadata.get("labels"), "metadata.labels").get(names.LABEL_KUEUE_QUEUE)
+
+    if "replicas" not in spec:
+        raise SpecError("spec.replicas", "is required")
+    replicas = _int(spec["replicas"], "spec.replicas", minimum=1, maximum=MAX_REPLICAS)
+
+    trainer = dict(_mapping(spec.get("trainer"), "spec.trainer"))
+    batch = trainer.get("globalBatchSize")
+    if isinstance(batch, int) and not isinstance(batch, bool) and batch % replicas:
+        raise SpecError(
+            "spec.trainer.globalBatchSize",
+            f"must be a multiple of spec.replicas ({replicas}) (equal slices per worker), got {batch}",
+        )
+
+    code = _code(spec.get("code"))
+    if code is not None and "trainer" in spec:
+        raise SpecError(
+            "spec.code",
+            "spec.code and spec.trainer are exclusive: spec.trainer configures the built-in fit, "
+            "spec.code runs your own",
+        )
+
+    mlflow = _mapping(spec.get("mlflow"), "spec.mlflow")
+    tracking_uri = mlflow.get("trackingUri", tracking_uri)
+    # One experiment per TrainJob name by default, so reruns of a job land side by side.
+    experiment = mlflow.get("experiment", name or "Default")
+    registered = mlflow.get("registeredModelName")
+
+    template = copy.deepcopy(dict(_mapping(spec.get("template"), "spec.template")))
+    _check_template(template)
+
+    run_policy = _mapping(spec.get("runPolicy"), "spec.runPolicy")
+    clean = run_policy.get("cleanPodPolicy", DEFAULT_CLEAN_POD_POLICY)
+    if clean not in CLEAN_POD_POLICIES:
+        raise SpecError("spec.runPolicy.cleanPodPolicy", f"must be one of {', '.join(CLEAN_POD_POLICIES)}")
+    suspend = run_policy.get("suspend", False)
+    if not isinstance(suspend, bool):
+        raise SpecError("spec.runPolicy.suspend", f"must be true or false, got {suspend!r}")
+
+    return TrainJobSpec(
+        replicas=replicas,
+        image=_str(spec.get("image", image), "spec.image"),
+        tracking_uri=_str(tracking_uri, "spec.mlflow.trackingUri"),
+        experiment=_str(experiment, "spec.mlflow.experiment"),
+        trainer=trainer,
+        template=template,
+        registered_model_name=None
+        if registered is None
+        else _str(registered, "spec.mlflow.registeredModelName"),
+        port=_int(spec.get("port", names.DEFAULT_PORT), "spec.port", minimum=1, maximum=65535),
+        checkpoint=_volume_source(spec.get("checkpoint"), "spec.checkpoint"),
+        backoff_limit=_int(
+            run_policy.get("backoffLimit", DEFAULT_BACKOFF_LIMIT),
+            "spec.runPolicy.backoffLimit",
+            minimum=0,
+            maximum=1000,
+        ),
+        active_deadline_seconds=_optional_int(
+            run_policy.get("activeDeadlineSeconds"),
+            "spec.runPolicy.activeDeadlineSeconds",
+            minimum=1,
+            maximum=MAX_SECONDS,
+        ),
+        ttl_seconds_after_finished=_optional_int(
+            run_policy.get("ttlSecondsAfterFinished"),
+            "spec.runPolicy.ttlSecondsAfterFinished",
+            minimum=0,
+            maximum=MAX_SECONDS,
+        ),
+        clean_pod_policy=clean,
+        suspend=suspend,
+        code=code,
+        queue_name=None if queue is None else _str(queue, f"metadata.labels.{names.LABEL_KUEUE_QUEUE}"),
+        startup_timeout_seconds=_int(
+            run_policy.get("startupTimeoutSeconds", DEFAULT_STARTUP_TIMEOUT_SECONDS),
+            "spec.runPolicy.startupTimeoutSeconds",
+            minimum=1,
+            maximum=MAX_SECONDS,
+        ),
+    )
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def trainer_env(
+    spec: TrainJobSpec,
+    *,
+    job_name: str,
+    namespace: str,
+    uid: str,
+    index: int,
+    hosts: list[str],
+    restart_count: int,
+) -> dict[str, str]:
+    """Every reserved variable that applies to worker `index` (pods and local mode both use this)."""
+    env = {
+        names.ENV_TF_CONFIG: _compact(tf_config(hosts, index)),
+        names.ENV_JOB_NAME: job_name,
+        names.ENV_JOB_NAMESPACE: namespace,
+        names.ENV_JOB_UID: uid,
+        names.ENV_RESTART_COUNT: str(restart_count),
+        names.ENV_TRAINER_CONFIG: _compact(dict(spec.trainer)),
+        names.ENV_TRACKING_URI: spec.tracking_uri,
+        names.ENV_EXPERIMENT_NAME: spec.experiment,
+        names.ENV_STARTUP_TIMEOUT: str(spec.startup_timeout_seconds),
+    }
+    if spec.registered_model_name:
+        env[names.ENV_REGISTERED_MODEL_NAME] = spec.registered_model_name
+    if spec.checkpoint is not None:
+        env[names.ENV_CHECKPOINT_DIR] = names.CHECKPOINT_MOUNT_PATH
+    if spec.code is not None:
+        env[names.ENV_CODE_DIR] = names.CODE_MOUNT_PATH
+        env[names.ENV_CODE_ENTRYPOINT] = spec.code.entrypoint
+        env[names.ENV_CODE_ARGS] = _compact(list(spec.code.args))
+        if spec.code.requirements:
+            env[names.ENV_CODE_REQUIREMENTS] = spec.code.requirements
+        if spec.code.volume is not None:
+            env[names.ENV_CODE_SOURCE] = "volume"
+    return env
