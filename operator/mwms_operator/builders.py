@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from mwms_contract import names
 from mwms_contract.trainjob import CodeSpec, TrainJobSpec, trainer_env
-from mwms_operator import constants
 
 CHECKPOINT_VOLUME = "mwms-checkpoint"
 CODE_VOLUME = "mwms-code"
@@ -20,8 +20,8 @@ READINESS_PROBE = {
         "command": [
             "sh",
             "-c",
-            f'{{ read -r state < {constants.RENDEZVOUS_FILE}; }} 2>/dev/null || state="the trainer has not'
-            f' begun its rendezvous yet"; echo "$state"; [ "$state" = {constants.RENDEZVOUS_JOINED} ]',
+            f'{{ read -r state < {names.RENDEZVOUS_FILE}; }} 2>/dev/null || state="the trainer has not'
+            f' begun its rendezvous yet"; echo "$state"; [ "$state" = {names.RENDEZVOUS_JOINED} ]',
         ]
     },
     "periodSeconds": 5,
@@ -58,14 +58,14 @@ def code_volume(code: CodeSpec) -> dict[str, Any]:
 
 
 def job_labels(job_name: str) -> dict[str, str]:
-    return {constants.LABEL_JOB_NAME: job_name, constants.LABEL_MANAGED_BY: constants.MANAGED_BY}
+    return {names.LABEL_JOB_NAME: job_name, names.LABEL_MANAGED_BY: names.MANAGED_BY}
 
 
 def owner_reference(job_name: str, uid: str) -> dict[str, Any]:
     # controller=true: garbage collection removes children with the job, and kubectl shows the owner.
     return {
-        "apiVersion": constants.API_VERSION,
-        "kind": constants.KIND,
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
         "name": job_name,
         "uid": uid,
         "controller": True,
@@ -87,9 +87,9 @@ def build_service(spec: TrainJobSpec, *, job_name: str, namespace: str, uid: str
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {constants.LABEL_JOB_NAME: job_name},
+            "selector": {names.LABEL_JOB_NAME: job_name},
             "ports": [
-                {"name": constants.PORT_NAME, "port": spec.port, "targetPort": spec.port, "protocol": "TCP"}
+                {"name": names.PORT_NAME, "port": spec.port, "targetPort": spec.port, "protocol": "TCP"}
             ],
         },
     }
@@ -97,9 +97,9 @@ def build_service(spec: TrainJobSpec, *, job_name: str, namespace: str, uid: str
 
 def _trainer_container(containers: list[dict[str, Any]]) -> dict[str, Any]:
     for container in containers:
-        if container.get("name") == constants.CONTAINER_NAME:
+        if container.get("name") == names.CONTAINER_NAME:
             return container
-    container = {"name": constants.CONTAINER_NAME}
+    container = {"name": names.CONTAINER_NAME}
     containers.insert(0, container)
     return container
 
@@ -124,9 +124,9 @@ def build_worker_pod(
     labels.update(job_labels(job_name))
     labels.update(
         {
-            constants.LABEL_REPLICA_INDEX: str(index),
-            constants.LABEL_ROLE: constants.ROLE_CHIEF if index == 0 else constants.ROLE_WORKER,
-            constants.LABEL_RESTART: str(restart_count),
+            names.LABEL_REPLICA_INDEX: str(index),
+            names.LABEL_ROLE: names.ROLE_CHIEF if index == 0 else names.ROLE_WORKER,
+            names.LABEL_RESTART: str(restart_count),
         }
     )
     metadata: dict[str, Any] = {
@@ -141,11 +141,11 @@ def build_worker_pod(
         # One Kueue pod group per (re)start: Kueue admits all the group's workers or none (MWMS needs all).
         # Not retriable in group: a lost worker ends the group (and frees its quota); the operator's
         # whole-group restart is a new group, admitted anew.
-        labels[constants.LABEL_KUEUE_QUEUE] = spec.queue_name
-        labels[constants.LABEL_KUEUE_POD_GROUP] = f"{job_name}-{restart_count}"
+        labels[names.LABEL_KUEUE_QUEUE] = spec.queue_name
+        labels[names.LABEL_KUEUE_POD_GROUP] = f"{job_name}-{restart_count}"
         annotations = metadata.setdefault("annotations", {})
-        annotations[constants.ANNOTATION_KUEUE_POD_GROUP_TOTAL] = str(spec.replicas)
-        annotations[constants.ANNOTATION_KUEUE_RETRIABLE_IN_GROUP] = "false"
+        annotations[names.ANNOTATION_KUEUE_POD_GROUP_TOTAL] = str(spec.replicas)
+        annotations[names.ANNOTATION_KUEUE_RETRIABLE_IN_GROUP] = "false"
 
     containers = list(pod_spec.get("containers") or [])
     container = _trainer_container(containers)
@@ -163,17 +163,17 @@ def build_worker_pod(
     # longer than startupTimeoutSeconds, which must not cost a counted restart. The operator sees the pods
     # and ends a group that is stuck (startupTimeoutSeconds while some worker runs and not all have joined,
     # not counting image pulls; ContainerError).
-    reserved[constants.ENV_PEER_WAIT] = "0"
+    reserved[names.ENV_PEER_WAIT] = "0"
     # Ours first, so user variables may refer to them with $(NAME).
     container["env"] = [{"name": k, "value": v} for k, v in reserved.items()] + list(
         container.get("env") or []
     )
     ports = list(container.get("ports") or [])
     if not any(p.get("containerPort") == spec.port for p in ports):
-        ports.append({"name": constants.PORT_NAME, "containerPort": spec.port, "protocol": "TCP"})
+        ports.append({"name": names.PORT_NAME, "containerPort": spec.port, "protocol": "TCP"})
     container["ports"] = ports
     container.setdefault("securityContext", copy.deepcopy(RESTRICTED_SECURITY_CONTEXT))
-    container.setdefault("terminationMessagePath", constants.TERMINATION_MESSAGE_PATH)
+    container.setdefault("terminationMessagePath", names.TERMINATION_MESSAGE_PATH)
     # A worker that dies before writing its message still tells us why (the tail of its log).
     container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
 
@@ -181,18 +181,18 @@ def build_worker_pod(
     if spec.checkpoint is not None:
         volumes.append({"name": CHECKPOINT_VOLUME, **copy.deepcopy(dict(spec.checkpoint))})
         mounts = list(container.get("volumeMounts") or [])
-        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": constants.CHECKPOINT_MOUNT_PATH})
+        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": names.CHECKPOINT_MOUNT_PATH})
         container["volumeMounts"] = mounts
     if spec.code is not None:
         volumes.append(code_volume(spec.code))
         mounts = list(container.get("volumeMounts") or [])
-        mounts.append({"name": CODE_VOLUME, "mountPath": constants.CODE_MOUNT_PATH, "readOnly": True})
+        mounts.append({"name": CODE_VOLUME, "mountPath": names.CODE_MOUNT_PATH, "readOnly": True})
         container["volumeMounts"] = mounts
 
     # The rendezvous state lives in a volume of its own: the root filesystem may be read-only.
     volumes.append({"name": RENDEZVOUS_VOLUME, "emptyDir": {}})
     mounts = list(container.get("volumeMounts") or [])
-    mounts.append({"name": RENDEZVOUS_VOLUME, "mountPath": constants.RENDEZVOUS_MOUNT_PATH})
+    mounts.append({"name": RENDEZVOUS_VOLUME, "mountPath": names.RENDEZVOUS_MOUNT_PATH})
     container["volumeMounts"] = mounts
     container.setdefault("readinessProbe", copy.deepcopy(READINESS_PROBE))
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mwms_operator import __version__, constants
+from mwms_contract import names
+from mwms_operator import __version__
 from mwms_operator.tracking import ANY, TrackingAccess, TrackingCredentials, server_base, without_userinfo
 
 # The trainer image of this operator's own release: the two images are versioned together.
-DEFAULT_TRAINER_IMAGE = f"{constants.TRAINER_IMAGE}:{__version__}"
+DEFAULT_TRAINER_IMAGE = f"{names.TRAINER_IMAGE}:{__version__}"
 DEFAULT_TRACKING_URI = "http://mlflow:5000"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 

@@ -25,9 +25,9 @@ from mwms_contract.conditions import (
     TEMPLATE_VALID,
     WEBHOOK_UNAVAILABLE,
 )
+from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.builders import pod_name
 from mwms_operator.pods import Failure, WorkerPod, classify, replica_statuses, startup_clock
-from mwms_operator.spec import SpecError, TrainJobSpec
 from mwms_operator.status import (
     Builder,
     Decision,

@@ -12,13 +12,14 @@ from typing import Any
 
 import kopf
 
-from mwms_operator import constants, k8s, metrics
+from mwms_contract import names
+from mwms_operator import k8s, metrics
 from mwms_operator.config import OperatorConfig
 from mwms_operator.pods import worker_pod
 from mwms_operator.reconciler import Reconciler
 from mwms_operator.state import owner_key
 
-TRAINJOBS = (constants.GROUP, constants.VERSION, constants.PLURAL)
+TRAINJOBS = (names.GROUP, names.VERSION, names.PLURAL)
 KOPF_PREFIX = "kopf.mwms.dev"
 # Versions up to 0.1 ran timers, so kopf put this finalizer on every TrainJob. Naming it as kopf's finalizer
 # makes kopf take it off at the first event of each object (every object is listed at startup), because no
@@ -39,7 +40,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         # Server-side: the API server sends only our pods and Services (a `labels=` filter on a handler would
         # still receive, parse and drop every pod of the cluster).
         for resource in ("pods", "services"):
-            settings.watching.label_selectors[resource] = constants.LABEL_JOB_NAME
+            settings.watching.label_selectors[resource] = names.LABEL_JOB_NAME
         memo.reconciler = Reconciler(k8s.Kube.connect(settings), config)
         memo.reconciler.start()
         metrics.serve(config.metrics_port)

@@ -24,7 +24,8 @@ from typing import Any
 
 import kopf
 
-from mwms_operator import __version__, constants, metrics
+from mwms_contract import names
+from mwms_operator import __version__, metrics
 from mwms_operator.refusals import ApiError, NamespaceEnding, NameTaken, refusal
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ EVENT_TIMEOUT_SECONDS = 10.0
 # `resourcez`) is refused with 400 naming it, instead of being dropped silently.
 STRICT = "?fieldValidation=Strict"
 DRY_RUN = "&dryRun=All"  # admission (quota, LimitRange, webhooks) answers; nothing is stored
-TRAINJOBS_PATH = f"/apis/{constants.GROUP}/{constants.VERSION}/namespaces/{{namespace}}/{constants.PLURAL}"
+TRAINJOBS_PATH = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{{namespace}}/{names.PLURAL}"
 
 
 # What a call may raise that a later try can fix: the API server's errors, timeouts, lost connections.
@@ -144,7 +145,7 @@ class Kube:
             connection.timeout = timeout
             if connection.sock is not None:
                 connection.sock.settimeout(timeout)
-            headers = {"Accept": "application/json", "User-Agent": f"{constants.MANAGED_BY}/{__version__}"}
+            headers = {"Accept": "application/json", "User-Agent": f"{names.MANAGED_BY}/{__version__}"}
             if data is not None:
                 headers["Content-Type"] = content_type
             try:
@@ -264,8 +265,8 @@ class Kube:
             "kind": "Event",
             "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
             "involvedObject": {
-                "apiVersion": constants.API_VERSION,
-                "kind": constants.KIND,
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND,
                 "name": meta.get("name"),
                 "namespace": meta.get("namespace"),
                 "uid": meta.get("uid"),
@@ -273,8 +274,8 @@ class Kube:
             "type": type_,
             "reason": reason,
             "message": message[:1024],
-            "source": {"component": constants.MANAGED_BY},
-            "reportingComponent": constants.MANAGED_BY,
+            "source": {"component": names.MANAGED_BY},
+            "reportingComponent": names.MANAGED_BY,
             "reportingInstance": socket.gethostname(),
             "firstTimestamp": now,
             "lastTimestamp": now,

@@ -24,7 +24,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from mwms_operator import constants
+from mwms_contract import names
 from mwms_operator.config import Timing
 from mwms_operator.k8s import TRANSIENT_ERRORS, Kube
 
@@ -87,7 +87,7 @@ class Elector:
                 metadata = {
                     "name": self.name,
                     "namespace": self.namespace,
-                    "labels": {constants.LABEL_MANAGED_BY: constants.MANAGED_BY},
+                    "labels": {names.LABEL_MANAGED_BY: names.MANAGED_BY},
                 }
                 body = self._lease_body(claimed_spec({}, self.identity, seconds), metadata)
                 return self.kube.create_lease(self.namespace, body, timeout=timeout)

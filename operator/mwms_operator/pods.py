@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from mwms_contract import termination
+from mwms_contract import names, termination
 from mwms_contract.conditions import (
     FAILED,
     INVALID_SPEC,
@@ -19,7 +19,6 @@ from mwms_contract.conditions import (
     TERMINAL,
     WORKER_FAILED,
 )
-from mwms_operator import constants
 from mwms_operator.status import parse_time, truncate
 
 # Container waiting reasons that mean "this will not start by itself". InvalidImageName never heals; a failing
@@ -135,13 +134,13 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     try:
-        index = int(labels[constants.LABEL_REPLICA_INDEX])
-        restart = int(labels.get(constants.LABEL_RESTART, "0"))
+        index = int(labels[names.LABEL_REPLICA_INDEX])
+        restart = int(labels.get(names.LABEL_RESTART, "0"))
     except (KeyError, ValueError):
         return None
     status = pod.get("status") or {}
     trainer: Mapping[str, Any] = next(
-        (c for c in status.get("containerStatuses") or [] if c.get("name") == constants.CONTAINER_NAME), {}
+        (c for c in status.get("containerStatuses") or [] if c.get("name") == names.CONTAINER_NAME), {}
     )
     state = trainer.get("state") or {}
     terminated = state.get("terminated") or {}
@@ -175,7 +174,7 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
         unschedulable=unschedulable,
         container_error=_container_error(status),
         sidecars_running=any(
-            c.get("name") != constants.CONTAINER_NAME and not (c.get("state") or {}).get("terminated")
+            c.get("name") != names.CONTAINER_NAME and not (c.get("state") or {}).get("terminated")
             for c in status.get("containerStatuses") or []
         ),
         trainer_unready="running" in state and not trainer.get("ready"),
@@ -218,7 +217,7 @@ def classify(pod: WorkerPod, *, missing: bool = False) -> Failure:
         text += f" ({pod.reason})"
     if pod.message:
         text += f": {pod.message}"
-    return Failure(pod, code == constants.EXIT_RETRYABLE or code >= 128, truncate(text))
+    return Failure(pod, code == names.EXIT_RETRYABLE or code >= 128, truncate(text))
 
 
 def failure_reason(failure: Failure) -> str:
@@ -226,7 +225,7 @@ def failure_reason(failure: Failure) -> str:
     trainer says so with exit 2 naming the field, and that is a spec error like those the parser finds."""
     pod = failure.pod
     kind, what = termination.parse_failure(pod.message) or ("", "")
-    if pod.exit_code == constants.EXIT_INVALID_CONFIG and kind == termination.INVALID_CONFIG:
+    if pod.exit_code == names.EXIT_INVALID_CONFIG and kind == termination.INVALID_CONFIG:
         return INVALID_SPEC if what.startswith("spec.code.") else WORKER_FAILED
     return WORKER_FAILED
 

@@ -31,6 +31,7 @@ from mwms_contract.conditions import (
     WAITING_FOR_OLD_PODS,
     WORKERS_PENDING,
 )
+from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.facts import (
     REFUSALS,
     STOPPED_STARTUP_CLOCKS,
@@ -41,7 +42,6 @@ from mwms_operator.facts import (
     restart_backoff,
 )
 from mwms_operator.pods import FATAL_WAITING_REASONS, WorkerPod, failure_reason, why_not_joined, why_pending
-from mwms_operator.spec import SpecError, TrainJobSpec
 from mwms_operator.status import (
     CONTAINER_ERROR_GRACE_SECONDS,
     Builder,

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mwms_contract import names
 from mwms_contract.conditions import TRACKING_SERVER_NOT_ALLOWED
-from mwms_operator import constants
 from mwms_operator.tracking import TrackingAccess, without_userinfo
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def find_run(
         f"{base}/runs/search",
         {
             "experiment_ids": [experiment_id],
-            "filter": f"tags.`{constants.MLFLOW_TAG_JOB_UID}` = '{job_uid}'",
+            "filter": f"tags.`{names.MLFLOW_TAG_JOB_UID}` = '{job_uid}'",
             "max_results": 1,
             "order_by": ["attributes.start_time DESC"],
         },

@@ -13,12 +13,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mwms_contract.conditions import PODS_CREATED, RUNNING, SUSPENDED, TERMINAL
+from mwms_contract.tf_config import worker_hosts
+from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator import builders, k8s, metrics, refusals
 from mwms_operator.config import OperatorConfig
 from mwms_operator.pods import WorkerPod, pod_events, startup_unexplained, worker_pod
 from mwms_operator.policy import decide
 from mwms_operator.progress import ProgressReader, Skipped, status_patch
-from mwms_operator.spec import SpecError, TrainJobSpec, parse_trainjob
+from mwms_operator.spec import parse_trainjob
 from mwms_operator.state import JobKey, State, owner_key
 from mwms_operator.status import (
     CreatePods,
@@ -31,7 +33,6 @@ from mwms_operator.status import (
     next_due,
     parse_time,
 )
-from mwms_operator.tf_config import worker_hosts
 from mwms_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -296,8 +297,8 @@ class Reconciler:
         created = await self._create_all(meta.namespace, pods, dry_run=False)
         self.state.creation_accepted(JobKey(meta.namespace, meta.name, meta.uid))
         if created:
-            names = ", ".join(name for name, _ in created)
-            message = f"created worker pods {names} (restart {action.restart_count})"
+            pod_names = ", ".join(name for name, _ in created)
+            message = f"created worker pods {pod_names} (restart {action.restart_count})"
             await asyncio.to_thread(self.kube.post_event, body, "Normal", PODS_CREATED, message)
 
     async def _create_all(

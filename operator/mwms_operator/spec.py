@@ -1,7 +1,6 @@
 """The TrainJob spec with the operator's own defaults: its tracking server and its release's trainer image.
 
-The parser is mwms_contract.trainjob, which `mwms local` shares; its names are re-exported here for the
-operator's modules until they import them from there.
+The parser is mwms_contract.trainjob, which `mwms local` shares.
 """
 
 from __future__ import annotations
@@ -9,10 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mwms_contract.trainjob import CodeSpec, SpecError, TrainJobSpec, parse
+from mwms_contract.trainjob import TrainJobSpec, parse
 from mwms_operator.config import OperatorConfig
-
-__all__ = ["CodeSpec", "SpecError", "TrainJobSpec", "parse_trainjob"]
 
 
 def parse_trainjob(body: Mapping[str, Any], config: OperatorConfig) -> TrainJobSpec:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
+from mwms_contract import names
 from mwms_contract.conditions import NAME_CONFLICT
-from mwms_operator import constants
 from mwms_operator.facts import CreationRefused
 from mwms_operator.pods import WorkerPod
 
@@ -45,7 +45,7 @@ def owner_key(body: Mapping[str, Any]) -> JobKey | None:
     """The TrainJob that controls this pod or Service, from its owner reference."""
     meta = body.get("metadata") or {}
     for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == constants.KIND and ref.get("controller") and meta.get("namespace"):
+        if ref.get("kind") == names.KIND and ref.get("controller") and meta.get("namespace"):
             return JobKey(meta["namespace"], ref.get("name", ""), ref.get("uid", ""))
     return None
 

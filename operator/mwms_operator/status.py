@@ -15,8 +15,8 @@ from typing import Any
 
 from mwms_contract import termination
 from mwms_contract.conditions import FAILED, PENDING, PHASE_CONDITIONS, RESTARTING, SUSPENDED, TERMINAL
+from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.builders import pod_name
-from mwms_operator.spec import SpecError, TrainJobSpec
 
 MAX_MESSAGE = 1024
 # A pull or a missing Secret/ConfigMap that might heal fails the job once it has lasted this long (pods.py).
@@ -39,8 +39,6 @@ class JobMeta:
     namespace: str
     uid: str
     generation: int = 1
-
-
 
 
 def truncate(text: str) -> str:
@@ -89,7 +87,6 @@ class Decision:
     rule: str = ""  # the name of the rule in RULES that decided
 
 
-
 def chief_mlflow(message: str) -> dict[str, str] | None:
     """The run the chief's termination message names (runId, experimentId, modelUri); else None."""
     return termination.run(message)  # the trainer writes it with the same module
@@ -122,7 +119,6 @@ def set_condition(
             "observedGeneration": generation,
         }
     )
-
 
 
 class Builder:
@@ -167,7 +163,6 @@ class Builder:
     def finish(self, replicas: dict[str, int]) -> Decision:
         status = dict(self.status, conditions=self.conditions, replicaStatuses=replicas)
         return Decision(status, tuple(self.actions), tuple(self.events), self.all_pods_created)
-
 
 
 def next_due(spec: TrainJobSpec | SpecError, status: Mapping[str, Any]) -> datetime | None:

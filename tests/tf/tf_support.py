@@ -18,8 +18,9 @@ from typing import Any
 
 from support.pid_namespace import start_as_pid1
 
+from mwms_contract.trainjob import TrainJobSpec
 from mwms_operator.config import OperatorConfig
-from mwms_operator.spec import TrainJobSpec, parse_trainjob
+from mwms_operator.spec import parse_trainjob
 from mwms_trainer import local
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,8 +9,9 @@ import yaml
 
 from mwms_contract import names
 from mwms_contract.tf_config import worker_hosts
+from mwms_contract.trainjob import SpecError
 from mwms_operator.builders import build_service, build_worker_pod, trainer_env
-from mwms_operator.spec import SpecError, parse_trainjob
+from mwms_operator.spec import parse_trainjob
 
 GOLDEN = Path(__file__).resolve().parents[2] / "data" / "operator"
 UID = "0b7e9a57-1c4b-4f7e-9d43-6c1f2b9c0e11"

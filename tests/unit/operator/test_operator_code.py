@@ -4,8 +4,9 @@ entrypoint passed in the environment; a job without it keeps the built-in fit.""
 import pytest
 
 from mwms_contract import names
+from mwms_contract.trainjob import CodeSpec, SpecError
 from mwms_operator.builders import build_worker_pod
-from mwms_operator.spec import CodeSpec, SpecError, parse_trainjob
+from mwms_operator.spec import parse_trainjob
 
 CODE = {"configMap": "train-code", "entrypoint": "train.py", "args": ["--epochs", "3"]}
 VOLUME_CODE = {"volume": {"persistentVolumeClaim": {"claimName": "big-code"}}, "entrypoint": "pkg.train:main"}

@@ -7,9 +7,9 @@ import pytest
 from support.decisions import EVICTED, META, RUN, T0, conditions, group, pod, running_status, spec, step
 
 from mwms_contract import conditions as contract
+from mwms_contract.trainjob import SpecError
 from mwms_operator.facts import CreationRefused
 from mwms_operator.policy import RULES, decide
-from mwms_operator.spec import SpecError
 from mwms_operator.status import CreatePods, CreateService, DeleteJob, DeletePods, format_time
 
 
@@ -538,5 +538,3 @@ def test_a_chief_whose_trainer_exited_is_kept_while_its_pod_phase_catches_up():
     d = step(running_status(), pods, at=60)
     assert d.status["phase"] == "Succeeded"
     assert d.actions == (DeletePods(("mnist-worker-2",)),)
-
-

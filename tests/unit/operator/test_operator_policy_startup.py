@@ -66,7 +66,6 @@ def test_the_startup_clock_stops_when_the_group_is_no_longer_partly_stuck():
     assert d.status["stalledSince"] == format_time(T0 + timedelta(seconds=35))
 
 
-
 def test_startup_timeout_counts_while_workers_run_and_have_not_all_joined_and_names_them_with_their_reasons():
     job = spec(replicas=2, runPolicy={"startupTimeoutSeconds": 30})
     first = step(None, [], job=job, service=False)

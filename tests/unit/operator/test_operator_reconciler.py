@@ -135,8 +135,6 @@ def reconciler(indexes) -> Reconciler:
     return reconciler
 
 
-
-
 def test_a_new_job_gets_its_service_and_pods_and_one_event_naming_them(reconciler):
     reconciler.job_event("ADDED", job_body())
     asyncio.run(reconciler.reconcile(KEY))
@@ -443,4 +441,3 @@ def test_while_a_worker_runs_and_not_all_have_joined_their_pods_events_decide_th
     kube.pod_event_lists["mnist-worker-1"] = [pulling, pulled]
     asyncio.run(reconciler.reconcile(KEY))
     assert reconciler.state.status(KEY).get("stalledSince") is not None
-

@@ -2,8 +2,9 @@ import dataclasses
 
 import pytest
 
+from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.config import OperatorConfig
-from mwms_operator.spec import SpecError, TrainJobSpec, parse_trainjob
+from mwms_operator.spec import parse_trainjob
 
 
 def test_defaults_are_applied_once_here(make_trainjob, config):

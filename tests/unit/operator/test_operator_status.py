@@ -7,8 +7,8 @@ from pathlib import Path
 from support.decisions import T0, spec
 
 from mwms_contract import conditions
+from mwms_contract.trainjob import SpecError
 from mwms_operator.facts import REFUSALS
-from mwms_operator.spec import SpecError
 from mwms_operator.status import format_time, next_due
 
 
