@@ -62,13 +62,15 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return found
 
 
-@pytest.fixture(scope="module", params=PYTHONS)
+@pytest.fixture(scope="module", params=[v for v, found in PYTHONS.items() if found or v == "3.11"])
 def venv(
     request: pytest.FixtureRequest, wheels: list[Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """A fresh venv of that Python with only the two wheels and their dependencies; its bin directory."""
-    where = tmp_path_factory.mktemp(request.param)
-    created = run(request.param, "-m", "venv", where / "venv", cwd=where)
+    python = PYTHONS[request.param]
+    assert python, f"no Python {request.param} here: the client must install on the trainer image's Python"
+    where = tmp_path_factory.mktemp(f"py{request.param}")
+    created = run(python, "-m", "venv", where / "venv", cwd=where)
     assert created.returncode == 0, created.stderr
     bin_dir = where / "venv" / "bin"
     installed = run(bin_dir / "python", "-m", "pip", "install", "--quiet", *wheels, cwd=where)
