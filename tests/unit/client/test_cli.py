@@ -127,3 +127,12 @@ def test_the_dev_packages_commands_appear_where_it_is_installed():
     assert "dev-cluster" in shown and "demo" in shown and "from mwms-operator" in shown
     for verb in ("submit", "list", "get", "logs", "wait", "delete", "runs", "local"):
         assert verb in shown
+
+
+def test_the_client_and_its_command_import_nothing_of_the_trainer_operator_or_dev_cluster():
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import mwms, mwms.cli; mwms.cli.parser(mwms.cli.installed_plugins())\n"
+         "import sys; print(' '.join(sys.modules))"],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout.split()  # fmt: skip
+    assert {"mwms_trainer", "mwms_operator", "mwms_dev", "tensorflow", "kopf", "mlflow"}.isdisjoint(loaded)
