@@ -280,7 +280,7 @@ def parser(plugins: Mapping[str, importlib.metadata.EntryPoint]) -> argparse.Arg
         sub = verbs.add_parser(name, parents=[cluster], help=text, description=text)
         sub.set_defaults(run=run)
         if output:
-            sub.add_argument("--output", "-o", choices=output, help="default: a table")
+            sub.add_argument("--output", "-o", choices=output, help="default: text for people")
         return sub
 
     submit = verb("submit", cmd_submit, "run your training script as a TrainJob (packs it into a ConfigMap)")
@@ -323,7 +323,8 @@ def parser(plugins: Mapping[str, importlib.metadata.EntryPoint]) -> argparse.Arg
         "local", help="run a TrainJob manifest as local processes (needs the trainer)", add_help=False
     )
     for name, entry in sorted(plugins.items()):
-        verbs.add_parser(name, help=f"from {entry.dist.name if entry.dist else entry.module}", add_help=False)
+        source = entry.dist.name if entry.dist else entry.module
+        verbs.add_parser(name, help=f"{source}'s command: mwms {name} --help", add_help=False)
     return top
 
 

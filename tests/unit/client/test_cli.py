@@ -124,7 +124,7 @@ def test_the_dev_packages_commands_appear_where_it_is_installed():
     shown = subprocess.run(
         [sys.executable, "-m", "mwms.cli", "--help"], capture_output=True, text=True, check=True
     ).stdout
-    assert "dev-cluster" in shown and "demo" in shown and "from mwms-operator" in shown
+    assert "dev-cluster" in shown and "demo" in shown and "mwms-operator's command" in shown
     for verb in ("submit", "list", "get", "logs", "wait", "delete", "runs", "local"):
         assert verb in shown
 
