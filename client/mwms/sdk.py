@@ -126,11 +126,17 @@ class Client:
                 lines.append(line)
                 ready.notify()
 
+        failed: list[Exception] = []
+
         def stream() -> None:
-            self.api.stream_log(pod, take, stop)
-            with ready:
-                stop.set()
-                ready.notify()
+            try:
+                self.api.stream_log(pod, take, stop)
+            except Exception as e:  # raised by the generator below, in the caller's thread
+                failed.append(e)
+            finally:
+                with ready:
+                    stop.set()
+                    ready.notify()
 
         threading.Thread(target=stream, daemon=True).start()
         try:
@@ -141,6 +147,8 @@ class Client:
                     ended = stop.is_set()
                 yield from taken
                 if ended and not taken:
+                    if failed:
+                        raise SubmitError(f"following the log of pod {pod}: {failed[0]}") from failed[0]
                     return
         finally:
             stop.set()
