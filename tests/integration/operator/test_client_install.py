@@ -55,7 +55,11 @@ def run(*argv: str | Path, cwd: Path, env: dict[str, str] | None = None) -> subp
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     out = tmp_path_factory.mktemp("wheels")
     for project in ("contract", "client"):
-        built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", out, REPO / project, cwd=out)
+        # A copy (links to VERSION and LICENSE followed): building in place would leave build/ in the tree.
+        source = shutil.copytree(
+            REPO / project, out / "src" / project, ignore=shutil.ignore_patterns("build")
+        )
+        built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", out, source, cwd=out)
         assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     found = sorted(out.glob("*.whl"))
     assert [w.name.split("-")[0] for w in found] == ["mwms", "mwms_contract"], found
