@@ -68,7 +68,7 @@ def test_the_table_and_its_wide_columns():
         "MESSAGE",
     ]  # fmt: skip
     assert wide[1].split()[-2:] == ["3/6", "<none>"]
-    assert wide[2].endswith("worker 1 exited 1")  # the first line of the message
+    assert len(wide) == 3 and wide[2].endswith("worker 1 exited 1")  # one row: the message's first line
 
 
 @pytest.mark.parametrize("output", ["json", "yaml"])
