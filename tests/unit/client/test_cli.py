@@ -137,3 +137,10 @@ def test_the_client_and_its_command_import_nothing_of_the_trainer_operator_or_de
         capture_output=True, text=True, check=True, timeout=120,
     ).stdout.split()  # fmt: skip
     assert {"mwms_trainer", "mwms_operator", "mwms_dev", "tensorflow", "kopf", "mlflow"}.isdisjoint(loaded)
+
+
+def test_local_runs_the_trainers_local_mode_in_its_own_process_where_the_trainer_is_installed():
+    shown = subprocess.run(
+        [sys.executable, "-m", "mwms.cli", "local", "--help"], capture_output=True, text=True, check=False
+    )
+    assert shown.returncode == 0 and shown.stdout.startswith("usage: mwms local"), shown.stderr
