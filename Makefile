@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml contract/pyproject.toml VERSION | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml contract/pyproject.toml client/pyproject.toml VERSION | sha1sum | cut -c1-12)
 
 .PHONY: setup venv tools control-plane images lock kueue node demo test test-unit test-integration test-node test-kueue lint clean
 
@@ -11,10 +11,10 @@ setup: venv tools control-plane
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml contract/pyproject.toml VERSION
+$(STAMP): pyproject.toml contract/pyproject.toml client/pyproject.toml VERSION
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
-	$(PY) -m pip install --quiet -e ./contract -e ".[operator,trainer,dev]" --group test --group lint --group lock
+	$(PY) -m pip install --quiet -e ./contract -e ./client -e ".[operator,trainer,dev]" --group test --group lint --group lock
 	rm -f $(VENV)/.installed-* && touch $@
 
 tools: venv
@@ -59,8 +59,8 @@ test-unit: venv
 	$(VENV)/bin/python -m pytest -m "not integration and not e2e and not tf and not static and not images and not node" tests
 
 lint: venv
-	$(VENV)/bin/ruff check contract operator trainer dev tests bench
-	$(VENV)/bin/mypy -p mwms_contract -p mwms_operator -p mwms_trainer -p mwms_dev
+	$(VENV)/bin/ruff check contract operator trainer dev client tests bench
+	$(VENV)/bin/mypy -p mwms_contract -p mwms_operator -p mwms_trainer -p mwms_dev -p mwms
 
 clean:
 	-$(VENV)/bin/mwms dev-cluster down

@@ -84,10 +84,10 @@ def test_shellcheck(script):
 
 
 def test_python_is_ruff_clean():
-    run([venv_tool("ruff"), "check", "contract", "operator", "trainer", "dev", "tests", "bench"])
+    run([venv_tool("ruff"), "check", "contract", "operator", "trainer", "dev", "client", "tests", "bench"])
 
 
 def test_our_packages_type_check(tmp_path):
     # A fresh cache: a stale one has reported modules as missing attributes.
-    packages = ["-p", "mwms_contract", "-p", "mwms_operator", "-p", "mwms_trainer", "-p", "mwms_dev"]
+    packages = ["-p", "mwms_contract", "-p", "mwms_operator", "-p", "mwms_trainer", "-p", "mwms_dev", "-p", "mwms"]
     run([venv_tool("mypy"), "--cache-dir", tmp_path, *packages], timeout=600)

@@ -7,7 +7,7 @@ import re
 import pytest
 from static_support import REPO
 
-from mwms_trainer import submit
+from mwms import submit
 
 pytestmark = pytest.mark.static
 

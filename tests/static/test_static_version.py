@@ -20,6 +20,7 @@ COPIES = {
     "manifests/gitops/argocd-application.yaml",
     "manifests/gitops/flux-helmrelease.yaml",
     "CHANGELOG.md",
+    "client/pyproject.toml",  # the client's pin of mwms-contract: one release, one contract
 }
 # Not shipped: test data with fixed images, lock files (other projects' versions), recorded results.
 NOT_SHIPPED = ("tests/", "requirements/", "bench/results/")
@@ -36,6 +37,25 @@ def test_python_distribution_reads_version_file():
     assert "version" not in pyproject["project"]
     assert pyproject["project"]["dynamic"] == ["version"]
     assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"file": "VERSION"}
+
+
+@pytest.mark.parametrize("project", ["contract", "client"])
+def test_the_published_distributions_read_version_through_a_link(project):
+    """mwms-contract and mwms are built from their own directories (release.yml): VERSION is a link there."""
+    import tomllib
+
+    assert (REPO / project / "VERSION").resolve() == REPO / "VERSION"
+    pyproject = tomllib.loads((REPO / project / "pyproject.toml").read_text())
+    assert pyproject["project"]["dynamic"] == ["version"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"file": "VERSION"}
+
+
+def test_the_client_needs_the_contract_of_its_own_release():
+    import tomllib
+
+    pyproject = tomllib.loads((REPO / "client" / "pyproject.toml").read_text())
+    pins = [d for d in pyproject["project"]["dependencies"] if d.startswith("mwms-contract")]
+    assert pins == [f"mwms-contract=={VERSION}"]
 
 
 def test_installed_operator_has_this_version():

@@ -24,7 +24,7 @@ def run_mwms(
 ) -> subprocess.CompletedProcess[str]:
     """`mwms <command> --namespace N <args>` in a subprocess, as a user runs it against that cluster."""
     return subprocess.run(
-        [sys.executable, "-m", "mwms_dev.cli", *args[:1], "--namespace", namespace, *args[1:]],
+        [sys.executable, "-m", "mwms.cli", *args[:1], "--namespace", namespace, *args[1:]],
         env={**os.environ, "KUBECONFIG": str(kubeconfig)},
         capture_output=True,
         text=True,
@@ -47,7 +47,7 @@ def user_module(name: str = "seed_function") -> ModuleType:
 def run_seed_function(namespace: str, kubeconfig: Path) -> Any:
     """The seed's train() submitted from Python as a notebook would (2 workers, 2 epochs): the chief's return
     value. TF_CONFIG must not be set in this process (it would mean "run here, as a worker")."""
-    from mwms_trainer import Cluster, MirroredStrategyRunner
+    from mwms import Cluster, MirroredStrategyRunner
 
     runner = MirroredStrategyRunner(
         num_slots=2,

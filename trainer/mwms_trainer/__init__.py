@@ -1,5 +1,5 @@
 """The MWMS trainer: `python -m mwms_trainer` in worker pods, and a migration API for
-spark-tensorflow-distributor users.
+spark-tensorflow-distributor users (local processes and in-pod; the cluster path is the `mwms` client's).
 
 Importing this package does not import TensorFlow; the names below load their modules on first use.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["Cluster", "MirroredStrategyRunner", "is_chief", "log_model", "mlflow_callback"]
-_EXPORTS = {name: "mwms_trainer.runner" for name in __all__} | {"Cluster": "mwms_trainer.jobclient"}
+__all__ = ["MirroredStrategyRunner", "is_chief", "log_model", "mlflow_callback"]
+_EXPORTS = {name: "mwms_trainer.runner" for name in __all__}
 
 
 def __getattr__(name: str) -> Any:

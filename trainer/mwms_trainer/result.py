@@ -2,16 +2,15 @@
 
 A small value (up to INLINE_BYTES) travels in the chief's termination message, which the kubelet cuts at 4 KiB
 and which also carries the run's fields; a larger one is an artifact of the job's MLflow run (ARTIFACT), named
-in the message, and read back from there by the caller. A value that is not JSON, above the limit, or above
-INLINE_BYTES for a job without MLflow fails the job (exit 1, saying which) instead of arriving cut.
+in the message, and read back from there by the caller (the `mwms` client). A value that is not JSON, above
+the limit, or above INLINE_BYTES for a job without MLflow fails the job (exit 1, saying which) instead of
+arriving cut.
 """
 
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from mwms_contract import termination
@@ -57,20 +56,3 @@ def summary_fields(value: Any, log_text: Callable[[str, str], str | None]) -> di
         )
     return {termination.RESULT_ARTIFACT: uri, termination.RESULT_BYTES: size}
 
-
-def read(artifact_uri: str, tracking_uri: str | None) -> Any:
-    """The value the chief stored in MLflow (client side); RuntimeError naming the server when unreadable."""
-    import mlflow
-
-    try:
-        with tempfile.TemporaryDirectory(prefix="mwms-result-") as tmp:
-            path = mlflow.artifacts.download_artifacts(
-                artifact_uri=artifact_uri, dst_path=tmp, tracking_uri=tracking_uri
-            )
-            return json.loads(Path(path).read_text(encoding="utf-8"))
-    except Exception as e:
-        raise RuntimeError(
-            f"the chief's result is in MLflow ({artifact_uri}) but could not be read from {tracking_uri}: "
-            f"{type(e).__name__}: {e}. Set MLFLOW_TRACKING_URI to an address of that tracking server this "
-            "machine reaches"
-        ) from e

@@ -23,16 +23,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mwms_operator import constants
+from mwms_contract import names
+from mwms_contract.tf_config import tf_config
 from mwms_trainer import cluster as cluster_mod
 from mwms_trainer.errors import TrainerError
-from mwms_trainer.jobclient import Cluster
 
 _state: dict[str, Any] = {}  # this worker's tracker while run() is inside train_fn
 
 
 def _cluster() -> cluster_mod.Cluster:
-    return cluster_mod.from_tf_config(os.environ.get(constants.ENV_TF_CONFIG))
+    return cluster_mod.from_tf_config(os.environ.get(names.ENV_TF_CONFIG))
 
 
 def is_chief() -> bool:
@@ -73,19 +73,19 @@ def _open_tracker(environ: Mapping[str, str], cluster: cluster_mod.Cluster) -> A
     """The chief's run logs `replicas` as the built-in trainer's does, so runs of either path compare."""
     from mwms_trainer import tracking
 
-    uri = environ.get(constants.ENV_TRACKING_URI, "").strip()
+    uri = environ.get(names.ENV_TRACKING_URI, "").strip()
     if not cluster.is_chief or not uri:
         return tracking.NullTracker()
-    name = environ.get(constants.ENV_JOB_NAME) or "mirrored-strategy-runner"
+    name = environ.get(names.ENV_JOB_NAME) or "mirrored-strategy-runner"
     return tracking.MlflowTracker(
         tracking_uri=uri,
-        experiment_name=environ.get(constants.ENV_EXPERIMENT_NAME) or name,
+        experiment_name=environ.get(names.ENV_EXPERIMENT_NAME) or name,
         job_name=name,
-        job_namespace=environ.get(constants.ENV_JOB_NAMESPACE) or "default",
-        job_uid=environ.get(constants.ENV_JOB_UID) or f"local-{uuid.uuid4()}",
-        restart_count=int(environ.get(constants.ENV_RESTART_COUNT) or 0),
+        job_namespace=environ.get(names.ENV_JOB_NAMESPACE) or "default",
+        job_uid=environ.get(names.ENV_JOB_UID) or f"local-{uuid.uuid4()}",
+        restart_count=int(environ.get(names.ENV_RESTART_COUNT) or 0),
         params={"replicas": cluster.num_workers},
-        registered_model_name=environ.get(constants.ENV_REGISTERED_MODEL_NAME) or None,
+        registered_model_name=environ.get(names.ENV_REGISTERED_MODEL_NAME) or None,
     )
 
 
@@ -121,9 +121,9 @@ def run_here(
     size_thread_pools(thread_count(os.environ))
     cluster = _cluster()
     started = time.monotonic()
-    deadline = started + float(os.environ.get(constants.ENV_STARTUP_TIMEOUT) or 300)
+    deadline = started + float(os.environ.get(names.ENV_STARTUP_TIMEOUT) or 300)
     peers_by = startup.peer_deadline(started, peer_wait_seconds(os.environ))
-    path = os.environ.get(constants.ENV_TERMINATION_LOG, "").strip() or constants.TERMINATION_MESSAGE_PATH
+    path = os.environ.get(names.ENV_TERMINATION_LOG, "").strip() or names.TERMINATION_MESSAGE_PATH
     from mwms_trainer.__main__ import write_termination
 
     def note(message: str) -> None:
@@ -171,8 +171,8 @@ def run_here(
 
 
 class MirroredStrategyRunner:
-    """spark-tensorflow-distributor's signature (Spark-only arguments are accepted and ignored), plus
-    `cluster`: run on Kubernetes instead of local processes."""
+    """spark-tensorflow-distributor's signature (Spark-only arguments are accepted and ignored). Running on
+    Kubernetes from a notebook is the client's: `from mwms import Cluster, MirroredStrategyRunner`."""
 
     def __init__(
         self,
@@ -181,35 +181,28 @@ class MirroredStrategyRunner:
         use_gpu: bool = False,
         gpu_resource_name: str = "gpu",
         use_custom_strategy: bool = False,
-        cluster: Cluster | None = None,
+        cluster: Any = None,
     ) -> None:
+        if cluster is not None:  # the client's runner: this package never imports the client
+            raise TypeError(
+                "MirroredStrategyRunner(cluster=...) submits to Kubernetes: that is the client's runner. "
+                "pip install mwms, then `from mwms import Cluster, MirroredStrategyRunner`"
+            )
         if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
             raise ValueError(f"num_slots must be a positive integer, got {num_slots!r}")
         self.num_slots = num_slots
         self.use_custom_strategy = use_custom_strategy
-        self.cluster = cluster
 
     def run(self, train_fn: Callable[..., Any], **kwargs: Any) -> Any:
-        """The chief's return value. In a worker pod: train_fn on this worker. With `cluster`: a TrainJob of
-        num_slots workers there (see mwms_trainer.submit). Otherwise: num_slots local processes."""
-        if os.environ.get(constants.ENV_TF_CONFIG):
+        """The chief's return value. In a worker pod: train_fn on this worker. Otherwise: num_slots local
+        processes."""
+        if os.environ.get(names.ENV_TF_CONFIG):
             return run_here(train_fn, kwargs, self.use_custom_strategy)
-        if self.cluster is not None:
-            from mwms_trainer import submit
-
-            return submit.run_function(
-                self.cluster,
-                train_fn,
-                kwargs,
-                num_slots=self.num_slots,
-                use_custom_strategy=self.use_custom_strategy,
-            )
         return self._run_local(train_fn, kwargs)
 
     def _run_local(self, train_fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
         import cloudpickle
 
-        from mwms_operator.tf_config import tf_config
         from mwms_trainer import local
 
         with tempfile.TemporaryDirectory(prefix="mwms-runner-") as tmp:
@@ -220,16 +213,16 @@ class MirroredStrategyRunner:
             )
             hosts = [f"127.0.0.1:{p}" for p in local.free_ports(self.num_slots)]
             uid = str(uuid.uuid4())
-            job_name = os.environ.get(constants.ENV_JOB_NAME) or str(getattr(train_fn, "__name__", "train"))
+            job_name = os.environ.get(names.ENV_JOB_NAME) or str(getattr(train_fn, "__name__", "train"))
             path = os.pathsep.join(p for p in sys.path if p and Path(p).exists())
             envs = []
             for index in range(self.num_slots):
                 env = dict(os.environ)
                 env.update(
                     {
-                        constants.ENV_TF_CONFIG: json.dumps(tf_config(hosts, index)),
-                        constants.ENV_JOB_UID: uid,
-                        constants.ENV_JOB_NAME: job_name,
+                        names.ENV_TF_CONFIG: json.dumps(tf_config(hosts, index)),
+                        names.ENV_JOB_UID: uid,
+                        names.ENV_JOB_NAME: job_name,
                         "PYTHONPATH": path,
                     }
                 )
@@ -269,7 +262,7 @@ def _worker_main(argv: list[str]) -> int:
     if is_chief():
         with open(argv[1], "wb") as f:
             cloudpickle.dump(result, f)
-    return constants.EXIT_SUCCESS
+    return names.EXIT_SUCCESS
 
 
 if __name__ == "__main__":

@@ -129,15 +129,21 @@ def test_a_failing_script_fails_at_once_with_its_traceback_line(operator, mwms, 
     assert f"Failed: {failed['message']}" in done.stdout
 
 
-def test_a_syntax_error_names_file_and_line(operator, mwms, kubectl, namespace, tmp_path):
+def test_a_syntax_error_names_file_and_line(operator, cluster, kubectl, namespace, tmp_path):
+    """From Python this time: Client().submit(script) and .wait() give the Failed job and its message."""
+    from mwms import Client
+
     script = tmp_path / "broken.py"
     script.write_text("import os\ndef train(:\n    pass\n")
-    done = mwms("submit", str(script), "--follow")
-    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    client = Client(namespace=namespace, kubeconfig=cluster.kubeconfig)
+    submitted = client.submit(script, name="broken")
+    assert (submitted.name, submitted.namespace, submitted.phase) == ("broken", namespace, "Pending")
+    done = client.wait("broken", timeout=300)
+    assert done.phase == "Failed" and not done.succeeded
+    assert "SyntaxError" in done.message and "(broken.py, line 2)" in done.message
     (job,) = jobs_in(kubectl, namespace)
-    failed = condition(job, "Failed")
-    assert "SyntaxError" in failed["message"] and "(broken.py, line 2)" in failed["message"]
-    assert job["status"]["restarts"] == 0
+    assert condition(job, "Failed")["message"] == done.message
+    assert job["status"]["restarts"] == 0 == done.restarts
 
 
 def test_a_missing_configmap_fails_naming_the_field(operator, kubectl, namespace):
@@ -225,7 +231,7 @@ def test_a_100_kb_result_comes_back_whole_and_a_too_big_one_fails_saying_so(
 ):
     """Above what the chief's termination message holds, the value goes through an artifact of the job's run
     and the caller reads it back (at the chief's tracking URI); above 1 MiB the job fails saying so."""
-    from mwms_trainer import Cluster, MirroredStrategyRunner
+    from mwms import Cluster, MirroredStrategyRunner
 
     monkeypatch.delenv("TF_CONFIG", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -275,3 +281,76 @@ def test_code_from_a_volume_runs_like_a_configmap(operator, kubectl, namespace, 
     pod = kubectl.json("get", "pod", "fromvolume-worker-0", "-n", namespace)
     (status,) = pod["status"]["containerStatuses"]
     assert json.loads(status["state"]["terminated"]["message"])["result"] == {"words": 1_000_000}
+
+
+def test_each_verb_of_the_command_and_the_sdk_on_a_job(
+    operator, mwms, cluster, kubectl, namespace, make_standin
+):
+    """list, get, logs (-f), wait, runs and delete, from `mwms` and from Client, on one real TrainJob (the
+    stand-in worker: no TensorFlow), read back against what the API server holds."""
+    from mwms import Client, NotFound
+
+    kubectl.apply(make_standin("verbs", 1, env={"STANDIN_SLEEP_SECONDS": "2"}), "-n", namespace)
+    client = Client(namespace=namespace, kubeconfig=str(cluster.kubeconfig))
+    streamed = mwms("logs", "verbs", "-f")  # from the start (or the end) of the chief's log to its end
+    assert streamed.returncode == 0, streamed.stderr
+    assert "standin: run id" in streamed.stdout
+
+    waited = mwms("wait", "verbs", "--timeout", "5m")
+    assert (waited.returncode, waited.stdout) == (0, "trainjob/verbs Succeeded\n"), waited.stderr
+    job = client.wait("verbs", timeout=300)
+    stored = kubectl.json("get", "trainjob", "verbs", "-n", namespace)
+    run_id = stored["status"]["mlflow"]["runId"]
+    assert (job.phase, job.mlflow.run_id, job.uid) == ("Succeeded", run_id, stored["metadata"]["uid"])
+    assert {c.type for c in job.conditions} >= {"Created", "Succeeded"}
+
+    assert [j.name for j in client.list()] == ["verbs"]
+    assert (namespace, "verbs") in {(j.namespace, j.name) for j in client.list(all_namespaces=True)}
+    assert mwms("list", "-o", "name").stdout == "trainjob.mwms.dev/verbs\n"
+    table = mwms("list").stdout.splitlines()
+    assert table[0].split()[:3] == ["NAME", "REPLICAS", "PHASE"] and table[1].split()[:3] == [
+        "verbs",
+        "1",
+        "Succeeded",
+    ]
+    got = mwms("get", "verbs", "-o", "json")
+    assert got.returncode == 0 and json.loads(got.stdout)["metadata"]["uid"] == stored["metadata"]["uid"]
+    assert client.get("verbs") == job
+
+    runs = mwms("runs", "verbs", "-o", "json")
+    assert json.loads(runs.stdout)["runId"] == run_id == client.runs("verbs").run_id
+    assert client.runs("verbs").model_uri == stored["status"]["mlflow"].get("modelUri")
+    logged = mwms("logs", "verbs")
+    assert logged.returncode == 0 and f"standin: run id {run_id}" in logged.stdout
+    assert (
+        f"standin: run id {run_id}" in list(client.logs("verbs")) == list(client.logs("verbs", follow=True))
+    )
+
+    deleted = client.delete("verbs")
+    assert deleted.name == "verbs" and deleted.succeeded
+    with pytest.raises(NotFound, match="verbs: not found"):
+        client.get("verbs")
+    gone = mwms("get", "verbs")
+    assert gone.returncode == 1 and "TrainJob verbs: not found in namespace" in gone.stderr
+    again = mwms("delete", "verbs")
+    assert again.returncode == 1 and "not found" in again.stderr
+
+
+def test_wait_exits_1_for_a_failed_job_and_after_its_timeout(
+    operator, mwms, cluster, kubectl, namespace, make_standin
+):
+    from mwms import Client
+
+    failing = make_standin("fails", 1, env={"STANDIN_FAIL_INDEX": "0", "STANDIN_EXIT_CODE": "1"})
+    kubectl.apply(failing, "-n", namespace)
+    kubectl.apply(make_standin("slow", 1, env={"STANDIN_SLEEP_SECONDS": "3600"}), "-n", namespace)
+    failed = mwms("wait", "fails", "--timeout", "5m")
+    assert failed.returncode == 1 and failed.stdout == "trainjob/fails Failed\n"
+    assert "mwms wait: trainjob/fails failed: " in failed.stderr and "exited with code 1" in failed.stderr
+    timed_out = mwms("wait", "slow", "--timeout", "1s")
+    assert timed_out.returncode == 1 and f"TrainJob {namespace}/slow is still" in timed_out.stderr
+    with pytest.raises(TimeoutError, match="after 1s"):
+        Client(namespace=namespace, kubeconfig=str(cluster.kubeconfig)).wait("slow", timeout=1)
+    deleted = mwms("delete", "slow", "fails")
+    assert deleted.returncode == 0, deleted.stderr
+    assert deleted.stdout == 'trainjob.mwms.dev "slow" deleted\ntrainjob.mwms.dev "fails" deleted\n'

@@ -124,3 +124,11 @@ def test_null_tracker_never_imports_mlflow():
         "from mwms_trainer import tracking\ntracking.NullTracker().log_epoch(0, {'loss': 1.0})"
     )
     assert "mlflow" not in mods
+
+
+def test_the_trainers_runner_sends_cluster_users_to_the_client():
+    """The cluster path is the client's (`mwms`), which this package never imports."""
+    from mwms_trainer import MirroredStrategyRunner
+
+    with pytest.raises(TypeError, match="from mwms import Cluster, MirroredStrategyRunner"):
+        MirroredStrategyRunner(num_slots=2, cluster=object())

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from mwms_trainer import submit
-from mwms_trainer.jobclient import SubmitError
+from mwms import cli, follow, jobs, submit
+from mwms.kube import SubmitError
 
 
 def test_a_script_alone_is_one_key_named_like_it(tmp_path):
@@ -91,9 +91,10 @@ def test_a_working_dir_leaves_out_secrets_and_what_its_ignore_files_name(tmp_pat
 def test_dry_run_lists_the_files_their_size_and_what_is_left_out_without_a_cluster(tmp_path, capsys):
     script = working_dir(tmp_path / "project")
     nowhere = str(tmp_path / "no-such-kubeconfig")  # any cluster call would fail on it
-    args = [str(script), "--working-dir", str(script.parent), "--kubeconfig", nowhere, "--dry-run"]
-    assert submit.main(args) == 0
-    assert capsys.readouterr().out.splitlines() == [
+    args = ["submit", str(script), "--working-dir", str(script.parent), "--kubeconfig", nowhere, "--dry-run"]
+    out = io.StringIO()
+    assert cli.main(args, out=out) == 0
+    assert out.getvalue().splitlines() == [
         "         7 B  .env.example",
         "        22 B  .gitignore",
         "        24 B  .mwmsignore",
@@ -172,47 +173,50 @@ def chief_pod(message):
     }
 
 
-def test_the_outcome_carries_the_run_and_the_chiefs_result():
-    job = {"status": {"phase": "Succeeded", "mlflow": {"runId": "r1", "modelUri": "models:/m-1"}}}
-    result = submit.outcome(job, chief_pod(json.dumps({"runId": "r1", "result": {"loss": 0.5}})))
+def test_the_report_carries_the_run_and_the_chiefs_result():
+    job = jobs.job_from(
+        {"status": {"phase": "Succeeded", "mlflow": {"runId": "r1", "modelUri": "models:/m-1"}}}
+    )
+    summary = jobs.chief_summary(chief_pod(json.dumps({"runId": "r1", "result": {"loss": 0.5}})))
     out = io.StringIO()
-    assert submit.report(result, out) == 0
+    assert cli.report(job, summary, out) == 0
     assert out.getvalue() == 'Succeeded. MLflow run ID: r1\nModel URI: models:/m-1\nResult: {"loss": 0.5}\n'
 
 
-def test_a_result_stored_in_mlflow_is_read_from_there_not_printed_whole():
-    """Above a few KB the chief's message names an artifact of its run: the caller reads it at this machine's
-    MLFLOW_TRACKING_URI, else at the chief's."""
-    job = {"status": {"phase": "Succeeded", "mlflow": {"runId": "r1", "modelUri": "models:/m-1"}}}
+def test_a_result_stored_in_mlflow_is_named_not_printed_whole():
+    """Above a few KB the chief's message names an artifact of its run (Client().result reads it at this
+    machine's MLFLOW_TRACKING_URI, else at the chief's)."""
+    job = jobs.job_from(
+        {"status": {"phase": "Succeeded", "mlflow": {"runId": "r1", "modelUri": "models:/m-1"}}}
+    )
     message = {"runId": "r1", "resultArtifact": "runs:/r1/mwms/result.json", "resultBytes": 102400}
     pod = chief_pod(json.dumps(message))
     pod["spec"] = {
         "containers": [{"name": "trainer", "env": [{"name": "MLFLOW_TRACKING_URI", "value": "http://m"}]}]
     }
-    result = submit.outcome(job, pod)
-    assert (result.result_artifact, result.tracking_uri) == ("runs:/r1/mwms/result.json", "http://m")
+    assert jobs.chief_tracking_uri(pod) == "http://m"
     out = io.StringIO()
-    assert submit.report(result, out) == 0
+    assert cli.report(job, jobs.chief_summary(pod), out) == 0
     assert out.getvalue().endswith("Result: 102400 bytes of JSON, in MLflow at runs:/r1/mwms/result.json\n")
 
 
 def test_a_failed_job_exits_1_with_its_condition_message():
     job = {"status": {"phase": "Failed", "conditions": [{"type": "Failed", "message": "worker x exited 1"}]}}
     out = io.StringIO()
-    assert submit.report(submit.outcome(job, None), out) == 1
+    assert cli.report(jobs.job_from(job), {}, out) == 1
     assert out.getvalue() == "Failed: worker x exited 1\n"
 
 
 def test_progress_is_a_bar_on_a_terminal_and_a_line_otherwise():
     progress = {"epoch": 3, "epochs": 6, "metrics": {"loss": 0.25}}
-    assert submit.progress_line(progress, tty=True) == "epoch 3/6 [##########..........] loss=0.2500"
-    assert submit.progress_line(progress, tty=False) == "epoch 3/6 loss=0.2500"
+    assert follow.progress_line(progress, tty=True) == "epoch 3/6 [##########..........] loss=0.2500"
+    assert follow.progress_line(progress, tty=False) == "epoch 3/6 loss=0.2500"
 
 
 def test_arguments_after_double_dash_go_to_the_script():
-    args = submit.parse_args(["train.py", "--replicas", "2", "--follow", "--", "--epochs", "3", "--follow"])
-    assert (args.replicas, args.follow, args.args) == (2, True, ["--epochs", "3", "--follow"])
-    assert submit.parse_args(["train.py"]).args == []
+    own, script = cli.split_script_args(["submit", "train.py", "-f", "--", "--epochs", "3", "--follow"])
+    assert (own, script) == (["submit", "train.py", "-f"], ["--epochs", "3", "--follow"])
+    assert cli.split_script_args(["submit", "train.py"]) == (["submit", "train.py"], [])
 
 
 class ScriptedClient:
@@ -254,8 +258,8 @@ def states():
 def test_follow_prints_phases_progress_lines_and_the_chiefs_log_off_a_terminal():
     out = io.StringIO()
     client = ScriptedClient(states(), ["hello from the chief"], chief_pod('{"result": 7}'))
-    result = submit.Follower(client, "j", out, tty=False, poll=0).follow()
-    assert (result.phase, result.run_id, result.result) == ("Succeeded", "r1", 7)
+    result = follow.Follower(client, "j", out, tty=False, poll=0).follow()
+    assert (result.phase, result.mlflow.run_id, result.progress.epoch) == ("Succeeded", "r1", 2)
     lines = out.getvalue().splitlines()
     assert lines[:2] == ["j: Pending", "j: Running"]
     assert "[worker-0] hello from the chief" in lines
@@ -265,12 +269,13 @@ def test_follow_prints_phases_progress_lines_and_the_chiefs_log_off_a_terminal()
 
 def test_follow_draws_a_bar_on_a_terminal():
     out = io.StringIO()
-    submit.Follower(ScriptedClient(states(), []), "j", out, tty=True, poll=0).follow()
+    follow.Follower(ScriptedClient(states(), []), "j", out, tty=True, poll=0).follow()
     assert "\r\033[Kepoch 1/2 [##########..........]" in out.getvalue()
     assert "\r\033[Kepoch 2/2 [####################]" in out.getvalue()
 
 
 def test_ctrl_c_with_detach_never_deletes_the_job(capsys):
     client = ScriptedClient(states(), [])
-    assert submit.interrupted(client, "j", detach=True) == 130
-    assert client.deleted == [] and "trainjob/j keeps running" in capsys.readouterr().out
+    out = io.StringIO()
+    assert cli.interrupted(client, "j", detach=True, out=out) == 130
+    assert client.deleted == [] and "trainjob/j keeps running" in out.getvalue()

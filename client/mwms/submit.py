@@ -1,30 +1,25 @@
-"""`mwms submit train.py --replicas N`, and `MirroredStrategyRunner(cluster=Cluster(...)).run(train)`.
+"""What `mwms submit train.py`, `Client().submit(...)` and `MirroredStrategyRunner(cluster=...)` send.
 
 The code travels in a ConfigMap (spec.code) that the TrainJob owns, so it goes away with the job. The
 ConfigMap is created first and the job second (its pods must find their files), then the job is made its
-owner. Packing and the objects are pure functions here; jobclient.py is the only module that talks to the
+owner. Packing and the objects are pure functions here; kube.py is the only module that talks to the
 API server.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
-import json
-import os
 import re
 import secrets
 import sys
-import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from mwms_operator import constants
-from mwms_trainer.jobclient import Cluster, JobClient, SubmitError
+from mwms.kube import JobClient, SubmitError
+from mwms_contract import names
 
 # A ConfigMap is stored whole in etcd, which refuses objects above 1 MiB (the API server says so too).
 # Keep some room for the object's metadata.
@@ -54,7 +49,6 @@ DEFAULT_IGNORED = (
     "node_modules/",
 )
 IGNORE_FILES = (".gitignore", ".mwmsignore")  # in every directory, for it and below; the later file wins
-TERMINAL = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -229,7 +223,7 @@ def code_configmap(name: str, code: Code) -> dict[str, Any]:
         "kind": "ConfigMap",
         "metadata": {
             "name": f"{name}-code",
-            "labels": {constants.LABEL_JOB_NAME: name, "app.kubernetes.io/created-by": "mwms-submit"},
+            "labels": {names.LABEL_JOB_NAME: name, "app.kubernetes.io/created-by": "mwms-submit"},
         },
         "data": dict(code.files),
     }
@@ -257,8 +251,8 @@ def trainjob(
     if image:
         spec["image"] = image
     return {
-        "apiVersion": constants.API_VERSION,
-        "kind": constants.KIND,
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
         "metadata": {"name": name},
         "spec": spec,
     }
@@ -274,7 +268,7 @@ def submit(client: JobClient, name: str, code: Code, **job: Any) -> dict[str, An
     created = None
     try:
         created = client.create_trainjob(trainjob(name, code, **job))
-        owner = {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "name": name}
+        owner = {"apiVersion": names.API_VERSION, "kind": names.KIND, "name": name}
         client.own_configmap(configmap, {**owner, "uid": created["metadata"]["uid"]})
     except BaseException as error:
         left = take_back(client, configmap, name if created is not None else None)
@@ -298,165 +292,6 @@ def take_back(client: JobClient, configmap: str, job: str | None) -> str:
         except Exception as e:  # said to the user with what to delete by hand, not raised over the refusal
             left.append(f"{e}: kubectl delete {kind} {name} -n {client.namespace}")
     return "; ".join(left)
-
-
-@dataclass
-class Outcome:
-    phase: str
-    message: str = ""
-    run_id: str | None = None
-    model_uri: str | None = None
-    result: Any = None
-    has_result: bool = False
-    result_artifact: str | None = None  # a result above a few KB: an artifact of the job's MLflow run
-    result_bytes: int | None = None
-    tracking_uri: str | None = None  # the chief's MLflow, where result_artifact is
-
-
-def chief_summary(pod: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The chief's termination message (pod as the kubernetes client's to_dict() gives it), parsed."""
-    for status in ((pod or {}).get("status") or {}).get("container_statuses") or []:
-        if status.get("name") != constants.CONTAINER_NAME:
-            continue
-        terminated = (status.get("state") or {}).get("terminated") or {}
-        with contextlib.suppress(TypeError, ValueError):
-            data = json.loads(terminated.get("message") or "")
-            if isinstance(data, dict):
-                return data
-    return {}
-
-
-def chief_tracking_uri(pod: Mapping[str, Any] | None) -> str | None:
-    """The MLflow tracking URI the chief ran with (pod as the kubernetes client's to_dict() gives it)."""
-    for container in ((pod or {}).get("spec") or {}).get("containers") or []:
-        if container.get("name") == constants.CONTAINER_NAME:
-            env = {e.get("name"): e.get("value") for e in container.get("env") or []}
-            return env.get(constants.ENV_TRACKING_URI) or None
-    return None
-
-
-def outcome(job: Mapping[str, Any], chief: Mapping[str, Any] | None) -> Outcome:
-    status = job.get("status") or {}
-    phase = status.get("phase") or "Pending"
-    failed: Mapping[str, Any] = next(
-        (c for c in status.get("conditions") or [] if c.get("type") == phase), {}
-    )
-    mlflow = status.get("mlflow") or {}
-    summary = chief_summary(chief) if phase == "Succeeded" else {}
-    return Outcome(
-        phase=phase,
-        message=failed.get("message", ""),
-        run_id=mlflow.get("runId") or summary.get("runId"),
-        model_uri=mlflow.get("modelUri") or summary.get("modelUri"),
-        result=summary.get("result"),
-        has_result="result" in summary or "resultArtifact" in summary,
-        result_artifact=summary.get("resultArtifact"),
-        result_bytes=summary.get("resultBytes"),
-        tracking_uri=chief_tracking_uri(chief),
-    )
-
-
-def chiefs_value(result: Outcome, environ: Mapping[str, str]) -> Any:
-    """The chief's return value, whole: from its termination message, or from MLflow when it was too big for
-    it (at this machine's MLFLOW_TRACKING_URI, else the chief's)."""
-    if result.result_artifact is None:
-        return result.result
-    from mwms_trainer import result as job_result
-
-    uri = environ.get(constants.ENV_TRACKING_URI) or result.tracking_uri
-    return job_result.read(result.result_artifact, uri)
-
-
-def progress_line(progress: Mapping[str, Any], tty: bool) -> str:
-    epoch, epochs = progress.get("epoch"), progress.get("epochs")
-    metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted((progress.get("metrics") or {}).items())[:4])
-    if tty and epochs:
-        done = int(20 * min(epoch or 0, epochs) / epochs)
-        return f"epoch {epoch}/{epochs} [{'#' * done}{'.' * (20 - done)}] {metrics}"
-    return f"epoch {epoch}{f'/{epochs}' if epochs else ''} {metrics}".rstrip()
-
-
-class Follower:
-    """Phase and per-epoch progress (a bar on a terminal, plain lines otherwise) and the chief's log."""
-
-    def __init__(self, client: JobClient, name: str, out: IO[str], tty: bool, poll: float = 1.0) -> None:
-        self.client, self.name, self.out, self.tty, self.poll = client, name, out, tty, poll
-        self._bar = ""
-        self._lock = threading.Lock()
-
-    def _print(self, line: str) -> None:
-        with self._lock:
-            if self.tty and self._bar:
-                self.out.write("\r\033[K")
-            self.out.write(line + "\n")
-            if self.tty and self._bar:
-                self.out.write(self._bar)
-            self.out.flush()
-
-    def _show_progress(self, line: str) -> None:
-        if self.tty:
-            with self._lock:
-                self._bar = line
-                self.out.write("\r\033[K" + line)
-                self.out.flush()
-        else:
-            self._print(line)
-
-    def follow(self) -> Outcome:
-        phase, epoch, restarts = None, None, -1
-        stop = threading.Event()
-        streamer: threading.Thread | None = None
-        chief = f"{self.name}-worker-0"
-        try:
-            while True:
-                job = self.client.get_trainjob(self.name)
-                if job is None:
-                    raise SubmitError(f"TrainJob {self.name} was deleted")
-                status = job.get("status") or {}
-                if status.get("phase") != phase:
-                    phase = status.get("phase")
-                    if phase:
-                        self._print(f"{self.name}: {phase}")
-                if status.get("restarts", 0) != restarts and phase in ("Running", "Restarting", *TERMINAL):
-                    # A (re)started group: follow the new chief's log.
-                    restarts = status.get("restarts", 0)
-                    stop.set()
-                    if streamer is not None:
-                        streamer.join(timeout=5)
-                    stop = threading.Event()
-                    streamer = threading.Thread(
-                        target=self.client.stream_log,
-                        args=(chief, lambda line: self._print(f"[worker-0] {line}"), stop),
-                        daemon=True,
-                    )
-                    streamer.start()
-                progress = status.get("progress") or {}
-                if progress.get("epoch") is not None and progress.get("epoch") != epoch:
-                    epoch = progress["epoch"]
-                    self._show_progress(progress_line(progress, self.tty))
-                if phase in TERMINAL:
-                    if streamer is not None:
-                        streamer.join(timeout=10)  # the rest of the chief's log
-                    stop.set()
-                    if self.tty and self._bar:
-                        self.out.write("\n")
-                        self._bar = ""
-                    return outcome(job, self.client.get_pod(chief))
-                time.sleep(self.poll)
-        finally:
-            stop.set()
-
-
-def report(result: Outcome, out: IO[str]) -> int:
-    if result.phase == "Succeeded":
-        out.write(f"Succeeded. MLflow run ID: {result.run_id}\nModel URI: {result.model_uri}\n")
-        if result.result_artifact is not None:  # up to 1 MiB: not for a terminal
-            out.write(f"Result: {result.result_bytes} bytes of JSON, in MLflow at {result.result_artifact}\n")
-        elif result.has_result and result.result is not None:
-            out.write(f"Result: {json.dumps(result.result)}\n")
-        return constants.EXIT_SUCCESS
-    out.write(f"Failed: {result.message}\n")
-    return constants.EXIT_FAILURE
 
 
 def check_python(image_python: tuple[int, int] = IMAGE_PYTHON) -> None:
@@ -490,110 +325,3 @@ def pack_function(function: Callable[..., Any], kwargs: Mapping[str, Any], use_c
     keys = {rel: _key(rel, used) for rel in extra}
     check_size({rel: len(text.encode()) for rel, text in extra.items()}, keys)
     return Code(files={keys[rel]: text for rel, text in extra.items()}, entrypoint=PICKLED_ENTRYPOINT)
-
-
-def run_function(
-    cluster: Cluster,
-    function: Callable[..., Any],
-    kwargs: Mapping[str, Any],
-    *,
-    num_slots: int,
-    use_custom_strategy: bool,
-    out: IO[str] | None = None,
-) -> Any:
-    """Submit, follow, and return the chief's return value (RuntimeError naming the failure otherwise)."""
-    code = pack_function(function, kwargs, use_custom_strategy)
-    client = JobClient(cluster)
-    name = job_name(str(getattr(function, "__name__", "train")).replace("_", "-"))
-    submit(client, name, code, replicas=num_slots, image=cluster.image)
-    stream = out or sys.stderr
-    result = Follower(client, name, stream, tty=stream.isatty()).follow()
-    if result.phase != "Succeeded":
-        raise RuntimeError(f"TrainJob {client.namespace}/{name} failed: {result.message}")
-    return chiefs_value(result, os.environ)
-
-
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    """Everything after `--` goes to the script (argparse alone would take it for unknown options)."""
-    argv = list(argv)
-    script_args = argv[argv.index("--") + 1 :] if "--" in argv else []
-    argv = argv[: argv.index("--")] if "--" in argv else argv
-    parser = argparse.ArgumentParser(
-        prog="mwms submit",
-        usage="mwms submit SCRIPT [options] [-- SCRIPT_ARGS...]",
-        description="Run your training script as a TrainJob: packs it into a ConfigMap the job owns.",
-    )
-    parser.add_argument("script", type=Path, help="the script to run on every worker (as __main__)")
-    parser.add_argument("--replicas", type=int, default=1, help="number of workers (default 1)")
-    parser.add_argument("--namespace", "-n", help="default: the kubeconfig context's")
-    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config")
-    parser.add_argument("--experiment", help="MLflow experiment (default: the job's name)")
-    parser.add_argument("--image", help="trainer image (default: the operator's)")
-    parser.add_argument(
-        "--working-dir",
-        type=Path,
-        help="pack this directory (it must hold the script), less what its .gitignore and .mwmsignore files "
-        "and the defaults (.git/, .env*, keys, .kube/, .aws/) leave out",
-    )
-    parser.add_argument(
-        "--dry-run", action="store_true", help="list the files it would pack and their size; create nothing"
-    )
-    parser.add_argument("--requirements", type=Path, help="a pip requirements file installed on each worker")
-    parser.add_argument("--name", help="the TrainJob's name (default: the script's name and a suffix)")
-    parser.add_argument("--follow", "-f", action="store_true", help="show progress and the chief's log")
-    parser.add_argument("--detach", action="store_true", help="with --follow: Ctrl-C never deletes the job")
-    args = parser.parse_args(argv)
-    if args.replicas < 1:
-        parser.error("--replicas must be at least 1")
-    args.args = script_args
-    return args
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        code = pack(args.script, args.working_dir, args.requirements)
-        if args.dry_run:
-            dry_run(code, sys.stdout)
-            return constants.EXIT_SUCCESS
-        if code.left_out:
-            print(f"mwms submit: left out (ignored): {', '.join(code.left_out)}", file=sys.stderr)
-        client = JobClient(Cluster(namespace=args.namespace, kubeconfig=args.kubeconfig))
-        name = args.name or job_name(args.script.name)
-        submit(
-            client,
-            name,
-            code,
-            replicas=args.replicas,
-            args=args.args,
-            experiment=args.experiment,
-            image=args.image,
-        )
-    except SubmitError as e:
-        print(f"mwms submit: {e}", file=sys.stderr)
-        return constants.EXIT_INVALID_CONFIG
-    print(f"trainjob/{name} created in namespace {client.namespace}", flush=True)
-    if not args.follow:
-        return constants.EXIT_SUCCESS
-    try:
-        result = Follower(client, name, sys.stdout, tty=sys.stdout.isatty()).follow()
-    except KeyboardInterrupt:
-        return interrupted(client, name, args.detach)
-    except SubmitError as e:
-        print(f"mwms submit: {e}", file=sys.stderr)
-        return constants.EXIT_FAILURE
-    return report(result, sys.stdout)
-
-
-def interrupted(client: JobClient, name: str, detach: bool) -> int:
-    """Ctrl-C: ask whether to delete the job (never with --detach, nor without a terminal to ask on)."""
-    delete = False
-    if not detach and sys.stdin.isatty():
-        with contextlib.suppress(EOFError, KeyboardInterrupt):
-            delete = input(f"\ndelete trainjob/{name}? [y/N] ").strip().lower() in ("y", "yes")
-    if delete:
-        client.delete_trainjob(name)
-        print(f"trainjob/{name} deleted")
-    else:
-        print(f"\ntrainjob/{name} keeps running: kubectl get trainjob {name} -n {client.namespace}")
-    return 130

@@ -1,0 +1,366 @@
+"""The `mwms` command (also `kubectl mwms`): a thin layer over `mwms.Client`.
+
+Exit codes, as kubectl's: 0 done; 1 an error (not found, refused, unreachable), a job that failed
+(`submit --follow`, `wait`) or a wait that timed out; 2 a bad command line, or nothing was submitted;
+130 interrupted. Subcommands of other installed packages (the `mwms.commands` entry points: `dev-cluster`
+and `demo` from mwms-operator's dev package) are listed and run as their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import importlib.metadata
+import importlib.util
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from mwms import submit as packing
+from mwms.jobs import Job
+from mwms.kube import SubmitError
+from mwms.sdk import Client
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+PLUGINS = "mwms.commands"
+TRAINER_MISSING = (
+    "mwms local runs the trainer on this machine, which needs TensorFlow: "
+    "pip install 'mwms-operator[trainer]'"
+)
+
+
+# -- output ------------------------------------------------------------------------------------------------
+
+
+def age(created: str | None, now: datetime.datetime) -> str:
+    """kubectl's AGE: 45s, 12m, 3h, 2d."""
+    if not created:
+        return "<unknown>"
+    seconds = int((now - datetime.datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= 2 * size or (unit == "m" and seconds >= size):
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+def table(rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell, three spaces apart (kubectl's look)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    )
+
+
+def job_rows(jobs: Sequence[Job], wide: bool, all_namespaces: bool, now: datetime.datetime) -> str:
+    head = ["NAME", "REPLICAS", "PHASE", "RESTARTS", "RUN ID", "AGE"]
+    head = (
+        (["NAMESPACE"] if all_namespaces else []) + head + (["EPOCH", "MODEL URI", "MESSAGE"] if wide else [])
+    )
+    rows = [head]
+    for job in jobs:
+        row = [job.name, str(job.replicas), job.phase, str(job.restarts), job.mlflow.run_id or "<none>"]
+        row = ([job.namespace] if all_namespaces else []) + row + [age(job.created, now)]
+        if wide:
+            progress = job.progress
+            epoch = "<none>" if progress is None or progress.epoch is None else str(progress.epoch)
+            if progress is not None and progress.epochs:
+                epoch += f"/{progress.epochs}"
+            row += [
+                epoch,
+                job.mlflow.model_uri or "<none>",
+                job.message.splitlines()[0] if job.message else "",
+            ]
+        rows.append(row)
+    return table(rows)
+
+
+def dump(data: Any, output: str) -> str:
+    if output == "json":
+        return json.dumps(data, indent=2, sort_keys=True)
+    return yaml.safe_dump(data, sort_keys=True).rstrip("\n")
+
+
+def show_jobs(
+    jobs: Sequence[Job], output: str | None, out: IO[str], all_namespaces: bool = False, single: bool = False
+) -> None:
+    """`-o` as kubectl: the object itself for one named job (`single`), else a v1 List; `name`:
+    trainjob.mwms.dev/NAME; `wide`: the table with epoch, model and message."""
+    if output in ("json", "yaml"):
+        items = [job.raw for job in jobs]
+        out.write(dump(items[0] if single else {"apiVersion": "v1", "kind": "List", "items": items}, output))
+    elif output == "name":
+        out.write("\n".join(f"trainjob.mwms.dev/{job.name}" for job in jobs))
+    elif not jobs:
+        out.write("No TrainJobs found.")
+    else:
+        now = datetime.datetime.now(datetime.UTC)
+        out.write(job_rows(jobs, output == "wide", all_namespaces, now))
+    out.write("\n")
+
+
+def run_fields(job: Job) -> dict[str, Any]:
+    return {
+        "name": job.name,
+        "namespace": job.namespace,
+        "phase": job.phase,
+        "runId": job.mlflow.run_id,
+        "experimentId": job.mlflow.experiment_id,
+        "modelUri": job.mlflow.model_uri,
+    }
+
+
+def report(job: Job, summary: Mapping[str, Any], out: IO[str]) -> int:
+    """After `submit --follow`: the run, the model and the chief's result (from its termination message,
+    `summary`); exit 0, or 1 with the failure."""
+    if not job.succeeded:
+        out.write(f"Failed: {job.message}\n")
+        return EXIT_ERROR
+    out.write(f"Succeeded. MLflow run ID: {job.mlflow.run_id}\nModel URI: {job.mlflow.model_uri}\n")
+    if "resultArtifact" in summary:  # up to 1 MiB: not for a terminal (Client().result(name) reads it)
+        out.write(
+            f"Result: {summary.get('resultBytes')} bytes of JSON, in MLflow at {summary['resultArtifact']}\n"
+        )
+    elif summary.get("result") is not None:
+        out.write(f"Result: {json.dumps(summary['result'])}\n")
+    return EXIT_OK
+
+
+# -- commands ----------------------------------------------------------------------------------------------
+
+
+def client_of(args: argparse.Namespace) -> Client:
+    return Client(namespace=args.namespace, kubeconfig=args.kubeconfig, context=args.context)
+
+
+def cmd_submit(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    try:
+        code = packing.pack(args.script, args.working_dir, args.requirements)
+        if args.dry_run:
+            packing.dry_run(code, out)
+            return EXIT_OK
+        if code.left_out:
+            err.write(f"mwms submit: left out (ignored): {', '.join(code.left_out)}\n")
+        client = client_of(args)
+        job = client.submit(
+            args.script,
+            replicas=args.replicas,
+            args=args.args,
+            name=args.name,
+            experiment=args.experiment,
+            image=args.image,
+            working_dir=args.working_dir,
+            requirements=args.requirements,
+        )
+    except SubmitError as e:
+        err.write(f"mwms submit: {e}\n")
+        return EXIT_USAGE
+    out.write(f"trainjob/{job.name} created in namespace {client.namespace}\n")
+    out.flush()
+    if not args.follow:
+        return EXIT_OK
+    try:
+        done = client.follow(job.name, out)
+    except KeyboardInterrupt:
+        return interrupted(client, job.name, args.detach, out)
+    return report(done, client.chief_summary(job.name), out)
+
+
+def interrupted(client: Client, name: str, detach: bool, out: IO[str]) -> int:
+    """Ctrl-C: ask whether to delete the job (never with --detach, nor without a terminal to ask on)."""
+    delete = False
+    if not detach and sys.stdin.isatty():
+        with contextlib.suppress(EOFError, KeyboardInterrupt):
+            delete = input(f"\ndelete trainjob/{name}? [y/N] ").strip().lower() in ("y", "yes")
+    if delete:
+        client.delete(name)
+        out.write(f"trainjob/{name} deleted\n")
+    else:
+        out.write(f"\ntrainjob/{name} keeps running: mwms get {name} -n {client.namespace}\n")
+    return EXIT_INTERRUPTED
+
+
+def cmd_list(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    show_jobs(client_of(args).list(args.all_namespaces), args.output, out, all_namespaces=args.all_namespaces)
+    return EXIT_OK
+
+
+def cmd_get(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    client = client_of(args)
+    jobs = [client.get(name) for name in args.names]
+    show_jobs(jobs, args.output, out, single=len(jobs) == 1)
+    return EXIT_OK
+
+
+def cmd_logs(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    for line in client_of(args).logs(args.name, follow=args.follow):
+        out.write(line + "\n")
+        out.flush()
+    return EXIT_OK
+
+
+def cmd_wait(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    job = client_of(args).wait(args.name, timeout=args.timeout)
+    if args.output:
+        show_jobs([job], args.output, out, single=True)
+    else:
+        out.write(f"trainjob/{job.name} {job.phase}\n")
+    if not job.succeeded:
+        err.write(f"mwms wait: trainjob/{job.name} failed: {job.message}\n")
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def cmd_delete(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    client = client_of(args)
+    for name in args.names:
+        client.delete(name)
+        out.write(f'trainjob.mwms.dev "{name}" deleted\n')
+    return EXIT_OK
+
+
+def cmd_runs(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    client = client_of(args)
+    jobs = [client.get(name) for name in args.names] if args.names else client.list()
+    fields = [run_fields(job) for job in jobs]
+    if args.output in ("json", "yaml"):
+        out.write(dump(fields[0] if len(args.names) == 1 else fields, args.output) + "\n")
+        return EXIT_OK
+    rows = [["NAME", "PHASE", "RUN ID", "EXPERIMENT", "MODEL URI"]]
+    rows += [
+        [f["name"], f["phase"], *(f[k] or "<none>" for k in ("runId", "experimentId", "modelUri"))]
+        for f in fields
+    ]
+    out.write(table(rows) + "\n")
+    return EXIT_OK
+
+
+def cmd_local(argv: Sequence[str]) -> int:
+    """The trainer's local mode in its own process: the client never imports the trainer."""
+    if importlib.util.find_spec("mwms_trainer") is None or importlib.util.find_spec("tensorflow") is None:
+        print(f"mwms local: {TRAINER_MISSING}", file=sys.stderr)
+        return EXIT_USAGE
+    return subprocess.run([sys.executable, "-m", "mwms_trainer.local", *argv], check=False).returncode
+
+
+# -- parsing -----------------------------------------------------------------------------------------------
+
+
+def seconds(text: str) -> float:
+    """kubectl's durations: 90, 90s, 15m, 2h."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if text and text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (90, 90s, 15m, 2h)") from None
+
+
+def parser(plugins: Mapping[str, importlib.metadata.EntryPoint]) -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="mwms",
+        description="TensorFlow multi-worker training on Kubernetes: submit and follow TrainJobs.",
+        epilog="exit codes: 0 ok; 1 error, failed job or timeout; 2 bad usage or nothing submitted; "
+        "130 interrupted",
+    )
+    top.add_argument("--version", action="version", version=f"mwms {importlib.metadata.version('mwms')}")
+    verbs = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    cluster = argparse.ArgumentParser(add_help=False)
+    cluster.add_argument("--namespace", "-n", help="default: the kubeconfig context's")
+    cluster.add_argument("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config")
+    cluster.add_argument("--context", help="default: the kubeconfig's current context")
+
+    def verb(name: str, run: Callable[..., int], text: str, output: Sequence[str] = ()) -> Any:
+        sub = verbs.add_parser(name, parents=[cluster], help=text, description=text)
+        sub.set_defaults(run=run)
+        if output:
+            sub.add_argument("--output", "-o", choices=output, help="default: text for people")
+        return sub
+
+    submit = verb("submit", cmd_submit, "run your training script as a TrainJob (packs it into a ConfigMap)")
+    submit.usage = "mwms submit SCRIPT [options] [-- SCRIPT_ARGS...]"
+    submit.add_argument("script", type=Path, help="the script to run on every worker (as __main__)")
+    submit.add_argument("--replicas", type=int, default=1, help="number of workers (default 1)")
+    submit.add_argument("--experiment", help="MLflow experiment (default: the job's name)")
+    submit.add_argument("--image", help="trainer image (default: the operator's)")
+    submit.add_argument(
+        "--working-dir",
+        type=Path,
+        help="pack this directory (it must hold the script), less what its .gitignore and .mwmsignore files "
+        "and the defaults (.git/, .env*, keys, .kube/, .aws/) leave out",
+    )
+    submit.add_argument(
+        "--dry-run", action="store_true", help="list the files it would pack and their size; create nothing"
+    )
+    submit.add_argument("--requirements", type=Path, help="a pip requirements file installed on each worker")
+    submit.add_argument("--name", help="the TrainJob's name (default: the script's name and a suffix)")
+    submit.add_argument("--follow", "-f", action="store_true", help="show progress and the chief's log")
+    submit.add_argument("--detach", action="store_true", help="with --follow: Ctrl-C never deletes the job")
+
+    listing = verb("list", cmd_list, "list TrainJobs", ("json", "yaml", "wide", "name"))
+    listing.add_argument("--all-namespaces", "-A", action="store_true", help="in every namespace")
+    verb("get", cmd_get, "show TrainJobs", ("json", "yaml", "wide", "name")).add_argument("names", nargs="+")
+    logs = verb("logs", cmd_logs, "print the chief's (worker 0's) log")
+    logs.add_argument("name")
+    logs.add_argument("--follow", "-f", action="store_true", help="stream it until the container ends")
+    wait = verb(
+        "wait", cmd_wait, "wait until a TrainJob succeeds (exit 0) or fails (exit 1)", ("json", "yaml")
+    )
+    wait.add_argument("name")
+    wait.add_argument("--timeout", type=seconds, help="give up (exit 1) after this long: 90s, 15m, 2h")
+    verb("delete", cmd_delete, "delete TrainJobs (their pods and code go with them)").add_argument(
+        "names", nargs="+"
+    )
+    runs = verb("runs", cmd_runs, "the MLflow run and model of TrainJobs (default: all)", ("json", "yaml"))
+    runs.add_argument("names", nargs="*")
+    verbs.add_parser(
+        "local", help="run a TrainJob manifest as local processes (needs the trainer)", add_help=False
+    )
+    for name, entry in sorted(plugins.items()):
+        source = entry.dist.name if entry.dist else entry.module
+        verbs.add_parser(name, help=f"{source}'s command: mwms {name} --help", add_help=False)
+    return top
+
+
+def installed_plugins() -> dict[str, importlib.metadata.EntryPoint]:
+    return {entry.name: entry for entry in importlib.metadata.entry_points(group=PLUGINS)}
+
+
+def split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Everything after `--` goes to the script (argparse alone would take it for unknown options)."""
+    if "--" not in argv:
+        return argv, []
+    return argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+
+
+def main(argv: Sequence[str] | None = None, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    out, err = out or sys.stdout, err or sys.stderr
+    plugins = installed_plugins()
+    # local and the plugins parse their own arguments.
+    if argv and argv[0] == "local":
+        return cmd_local(argv[1:])
+    if argv and argv[0] in plugins:
+        return int(plugins[argv[0]].load()(argv[1:]) or 0)
+    own, script_args = split_script_args(argv)
+    args = parser(plugins).parse_args(own)
+    args.args = script_args
+    if args.command == "submit" and args.replicas < 1:
+        parser(plugins).error("--replicas must be at least 1")
+    try:
+        return int(args.run(args, out, err))
+    except (SubmitError, TimeoutError, RuntimeError) as e:
+        err.write(f"mwms {args.command}: {e}\n")
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

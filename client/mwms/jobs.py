@@ -1,0 +1,178 @@
+"""The typed objects the SDK returns, read from a TrainJob's status (pure functions of plain dicts)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mwms_contract import names
+
+SUCCEEDED, FAILED = "Succeeded", "Failed"
+TERMINAL = (SUCCEEDED, FAILED)
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str | None = None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Per-epoch progress the operator reads from the MLflow run while the job runs (may lag)."""
+
+    epoch: int | None = None
+    epochs: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    update_time: str | None = None
+
+
+@dataclass(frozen=True)
+class Run:
+    """The job's one MLflow run and its model (None until the chief has opened it / logged one)."""
+
+    run_id: str | None = None
+    experiment_id: str | None = None
+    model_uri: str | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """A TrainJob as the SDK returns it; `raw` is the object as the API server gave it (`-o json`)."""
+
+    name: str
+    namespace: str
+    phase: str
+    replicas: int
+    restarts: int = 0
+    uid: str = ""
+    created: str | None = None
+    conditions: tuple[Condition, ...] = ()
+    mlflow: Run = field(default_factory=Run)
+    progress: Progress | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def done(self) -> bool:
+        return self.phase in TERMINAL
+
+    @property
+    def succeeded(self) -> bool:
+        return self.phase == SUCCEEDED
+
+    @property
+    def message(self) -> str:
+        """Why the job is in its phase (the Failed condition's message names the worker and its error)."""
+        return next((c.message for c in self.conditions if c.type == self.phase), "")
+
+
+def job_from(obj: Mapping[str, Any]) -> Job:
+    metadata, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    mlflow, progress = status.get("mlflow") or {}, status.get("progress")
+    return Job(
+        name=metadata.get("name", ""),
+        namespace=metadata.get("namespace", ""),
+        phase=status.get("phase") or "Pending",
+        replicas=int(spec.get("replicas") or 0),
+        restarts=int(status.get("restarts") or 0),
+        uid=metadata.get("uid", ""),
+        created=metadata.get("creationTimestamp"),
+        conditions=tuple(
+            Condition(
+                type=c.get("type", ""),
+                status=c.get("status", ""),
+                reason=c.get("reason", ""),
+                message=c.get("message", ""),
+                last_transition_time=c.get("lastTransitionTime"),
+            )
+            for c in status.get("conditions") or []
+        ),
+        mlflow=Run(
+            run_id=mlflow.get("runId") or (progress or {}).get("runId"),
+            experiment_id=mlflow.get("experimentId"),
+            model_uri=mlflow.get("modelUri"),
+        ),
+        progress=None
+        if progress is None
+        else Progress(
+            epoch=progress.get("epoch"),
+            epochs=progress.get("epochs"),
+            metrics=dict(progress.get("metrics") or {}),
+            update_time=progress.get("updateTime"),
+        ),
+        raw=dict(obj),
+    )
+
+
+def chief_summary(pod: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The chief's termination message (pod as the kubernetes client's to_dict() gives it), parsed."""
+    for status in ((pod or {}).get("status") or {}).get("container_statuses") or []:
+        if status.get("name") != names.CONTAINER_NAME:
+            continue
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        with contextlib.suppress(TypeError, ValueError):
+            data = json.loads(terminated.get("message") or "")
+            if isinstance(data, dict):
+                return data
+    return {}
+
+
+def chief_tracking_uri(pod: Mapping[str, Any] | None) -> str | None:
+    """The MLflow tracking URI the chief ran with (pod as the kubernetes client's to_dict() gives it)."""
+    for container in ((pod or {}).get("spec") or {}).get("containers") or []:
+        if container.get("name") == names.CONTAINER_NAME:
+            env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+            return env.get(names.ENV_TRACKING_URI) or None
+    return None
+
+
+class NoResult(LookupError):
+    """The job returned no value (it failed, its chief pod is gone, or the script returns nothing)."""
+
+
+def chiefs_value(summary: Mapping[str, Any], tracking_uri: str | None) -> Any:
+    """The chief's return value, whole: from its termination message, or, when it was too big for it, the
+    `runs:/RUN/PATH` artifact of the job's run, read through the tracking server's REST API (no mlflow)."""
+    if "resultArtifact" not in summary:
+        if "result" not in summary:
+            raise NoResult("the chief's termination message holds no result")
+        return summary["result"]
+    artifact = str(summary["resultArtifact"])
+    if not tracking_uri:
+        raise RuntimeError(
+            f"the chief's result is in MLflow ({artifact}): set MLFLOW_TRACKING_URI to the tracking server"
+        )
+    run_id, _, path = artifact.removeprefix("runs:/").partition("/")
+    query = urllib.parse.urlencode({"run_uuid": run_id, "path": path})
+    request = urllib.request.Request(f"{tracking_uri.rstrip('/')}/get-artifact?{query}")
+    for header, value in tracking_headers(os.environ).items():
+        request.add_header(header, value)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read().decode("utf-8"))
+    except (OSError, ValueError) as e:
+        raise RuntimeError(
+            f"the chief's result is in MLflow ({artifact}) but could not be read from {tracking_uri}: "
+            f"{type(e).__name__}: {e}. Set MLFLOW_TRACKING_URI to an address of that tracking server this "
+            "machine reaches"
+        ) from e
+
+
+def tracking_headers(environ: Mapping[str, str]) -> dict[str, str]:
+    """MLflow's own credential variables, as its client sends them."""
+    if environ.get("MLFLOW_TRACKING_TOKEN"):
+        return {"Authorization": f"Bearer {environ['MLFLOW_TRACKING_TOKEN']}"}
+    user, password = environ.get("MLFLOW_TRACKING_USERNAME"), environ.get("MLFLOW_TRACKING_PASSWORD")
+    if user and password:
+        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+    return {}

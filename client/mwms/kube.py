@@ -1,0 +1,171 @@
+"""The client's one module that talks to the API server, through the `kubernetes` package.
+
+Plain dicts go in and out; a refusal or an unreachable server becomes a SubmitError that says what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mwms_contract import names
+
+
+class SubmitError(RuntimeError):
+    """Something the user must fix (the message says what): a refusal, an unreachable API server."""
+
+
+class NotFound(SubmitError):
+    """No such TrainJob in the namespace."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where `Client`, `MirroredStrategyRunner(cluster=...)` and `mwms` send jobs. None: the kubeconfig's."""
+
+    namespace: str | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+    image: str | None = None  # default: the operator's trainer image
+
+
+class JobClient:
+    def __init__(self, cluster: Cluster) -> None:
+        import kubernetes
+        import urllib3
+
+        try:
+            api = kubernetes.config.new_client_from_config(
+                config_file=cluster.kubeconfig, context=cluster.context
+            )
+            _, active = kubernetes.config.list_kube_config_contexts(config_file=cluster.kubeconfig)
+        except (kubernetes.config.ConfigException, OSError) as e:
+            where = cluster.kubeconfig or "$KUBECONFIG or ~/.kube/config"
+            raise SubmitError(
+                f"no usable kubeconfig at {where} ({e}): set KUBECONFIG or pass --kubeconfig"
+            ) from None
+        # Any: plain dicts go in and out (the client's models are only to_dict()-ed).
+        self._core: Any = kubernetes.client.CoreV1Api(api)
+        self._custom: Any = kubernetes.client.CustomObjectsApi(api)
+        self._errors = kubernetes.client.exceptions.ApiException
+        self._unreachable = urllib3.exceptions.HTTPError
+        self.server = api.configuration.host
+        context = (active or {}).get("context", {})
+        self.namespace = cluster.namespace or context.get("namespace") or "default"
+
+    def _ask(self, what: str, call: Callable[[], Any], missing_ok: bool = False) -> Any:
+        """call(); a refusal or a connection failure as SubmitError naming `what`, a 404 as NotFound (or None
+        with missing_ok)."""
+        try:
+            return call()
+        except self._errors as e:
+            if e.status == 404:
+                if missing_ok:
+                    return None
+                raise NotFound(f"{what}: not found in namespace {self.namespace}") from None
+            raise SubmitError(f"the API server refused {what}: {_message(e)}") from None
+        except self._unreachable as e:
+            raise SubmitError(f"cannot reach the API server at {self.server} ({what}): {e}") from None
+
+    def _custom_args(self, *rest: Any) -> tuple[Any, ...]:
+        return (names.GROUP, names.VERSION, self.namespace, names.PLURAL, *rest)
+
+    def create_configmap(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        create = self._core.create_namespaced_config_map
+        return self._ask(
+            f"ConfigMap {body['metadata'].get('name')}", lambda: create(self.namespace, dict(body)).to_dict()
+        )
+
+    def create_trainjob(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        create = self._custom.create_namespaced_custom_object
+        return self._ask(
+            f"TrainJob {body['metadata'].get('name')}", lambda: create(*self._custom_args(dict(body)))
+        )
+
+    def own_configmap(self, name: str, owner: Mapping[str, Any]) -> None:
+        """The TrainJob owns its code: garbage collection deletes the ConfigMap with the job."""
+        patch = {"metadata": {"ownerReferences": [dict(owner)]}}
+        self._ask(
+            f"making TrainJob {owner.get('name')} the owner of ConfigMap {name}",
+            lambda: self._core.patch_namespaced_config_map(name, self.namespace, patch),
+        )
+
+    def delete_configmap(self, name: str) -> None:
+        delete = self._core.delete_namespaced_config_map
+        self._ask(f"deleting ConfigMap {name}", lambda: delete(name, self.namespace), missing_ok=True)
+
+    def get_trainjob(self, name: str) -> dict[str, Any]:
+        get = self._custom.get_namespaced_custom_object
+        return self._ask(f"TrainJob {name}", lambda: get(*self._custom_args(name)))
+
+    def list_trainjobs(self, all_namespaces: bool = False) -> list[dict[str, Any]]:
+        if all_namespaces:
+            call = lambda: self._custom.list_cluster_custom_object(names.GROUP, names.VERSION, names.PLURAL)  # noqa: E731
+        else:
+            call = lambda: self._custom.list_namespaced_custom_object(*self._custom_args())  # noqa: E731
+        return list(self._ask("listing TrainJobs", call).get("items") or [])
+
+    def delete_trainjob(self, name: str, missing_ok: bool = True) -> None:
+        delete = self._custom.delete_namespaced_custom_object
+        background = {"propagationPolicy": "Background"}  # the pods and the code ConfigMap go after it
+        self._ask(
+            f"deleting TrainJob {name}", lambda: delete(*self._custom_args(name), body=background), missing_ok
+        )
+
+    def get_pod(self, name: str) -> dict[str, Any] | None:
+        """The pod, or None when it is gone (cleanPodPolicy, a restart) or not created yet."""
+        read = self._core.read_namespaced_pod
+        pod = self._ask(f"pod {name}", lambda: read(name, self.namespace), missing_ok=True)
+        return None if pod is None else pod.to_dict()
+
+    def read_log(self, pod: str) -> str:
+        """The `trainer` container's log so far."""
+        read = self._core.read_namespaced_pod_log
+        return str(
+            self._ask(
+                f"the log of pod {pod}",
+                lambda: read(pod, self.namespace, container=names.CONTAINER_NAME),
+            )
+        )
+
+    def stream_log(self, pod: str, on_line: Callable[[str], None], stop: threading.Event) -> None:
+        """Follow the pod's `trainer` log until it ends or `stop` is set (call in a thread)."""
+        while not stop.is_set():
+            try:
+                response = self._core.read_namespaced_pod_log(
+                    pod,
+                    self.namespace,
+                    container=names.CONTAINER_NAME,
+                    follow=True,
+                    _preload_content=False,
+                )
+            except self._errors:  # not started yet
+                stop.wait(1)
+                continue
+            for line in _lines(response.stream(decode_content=True)):
+                on_line(line)
+                if stop.is_set():
+                    break
+            response.release_conn()
+            return
+
+
+def _message(error: Any) -> str:
+    try:
+        return str(json.loads(error.body).get("message") or error.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(error.reason)
+
+
+def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
+    buffer = b""
+    for chunk in chunks:
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            yield line.decode(errors="replace")
+    if buffer:
+        yield buffer.decode(errors="replace")

@@ -1,0 +1,180 @@
+"""`from mwms import Client`: TrainJobs from Python, the same verbs as the `mwms` command.
+
+client = Client(namespace="team-a")
+job = client.submit("train.py", replicas=4, args=["--epochs", "20"])   # or a function: submit(train)
+job = client.wait(job.name, timeout=3600)
+job.phase, job.mlflow.run_id, job.mlflow.model_uri, job.progress
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from mwms import submit as packing
+from mwms.follow import Follower, chief_pod
+from mwms.jobs import Job, NoResult, Run, chief_summary, chief_tracking_uri, chiefs_value, job_from
+from mwms.kube import Cluster, JobClient, SubmitError
+from mwms_contract import names
+
+
+class Client:
+    """TrainJobs in one namespace (default: the kubeconfig context's) of one cluster."""
+
+    def __init__(
+        self,
+        namespace: str | None = None,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        context: str | None = None,
+        image: str | None = None,
+        cluster: Cluster | None = None,
+    ) -> None:
+        self.cluster = cluster or Cluster(
+            namespace=namespace,
+            kubeconfig=None if kubeconfig is None else os.fspath(Path(kubeconfig).expanduser()),
+            context=context,
+            image=image,
+        )
+        self.api = JobClient(self.cluster)
+        self.namespace = self.api.namespace
+
+    def submit(
+        self,
+        target: Callable[..., Any] | str | os.PathLike[str],
+        *,
+        replicas: int = 1,
+        args: Sequence[str] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        experiment: str | None = None,
+        image: str | None = None,
+        working_dir: str | os.PathLike[str] | None = None,
+        requirements: str | os.PathLike[str] | None = None,
+        use_custom_strategy: bool = False,
+    ) -> Job:
+        """A script (with `args`, from `working_dir` and a pip `requirements` file) or a function (called with
+        `kwargs`; inside a MultiWorkerMirroredStrategy scope unless use_custom_strategy) as a TrainJob of
+        `replicas` workers. SubmitError (nothing left behind) when the code or the API server refuses."""
+        if replicas < 1:
+            raise SubmitError(f"replicas must be at least 1, got {replicas}")
+        if callable(target):
+            code = packing.pack_function(target, kwargs or {}, use_custom_strategy)
+            default_name = str(getattr(target, "__name__", "train")).replace("_", "-")
+        else:
+            code = packing.pack(
+                Path(target),
+                None if working_dir is None else Path(working_dir),
+                None if requirements is None else Path(requirements),
+            )
+            default_name = Path(target).name
+        name = name or packing.job_name(default_name)
+        created = packing.submit(
+            self.api,
+            name,
+            code,
+            replicas=replicas,
+            args=args,
+            experiment=experiment,
+            image=image or self.cluster.image,
+        )
+        return job_from(created)
+
+    def get(self, name: str) -> Job:
+        """The job now (NotFound when there is none)."""
+        return job_from(self.api.get_trainjob(name))
+
+    def list(self, all_namespaces: bool = False) -> list[Job]:
+        return [job_from(obj) for obj in self.api.list_trainjobs(all_namespaces)]
+
+    def delete(self, name: str) -> Job:
+        """Deletes the job (its pods and code ConfigMap follow); the job as it was (NotFound if none)."""
+        job = self.get(name)
+        self.api.delete_trainjob(name, missing_ok=False)
+        return job
+
+    def wait(self, name: str, timeout: float | None = None, poll: float = 1.0) -> Job:
+        """The job once it has succeeded or failed (see `.phase`); TimeoutError after `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.get(name)
+            if job.done:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"TrainJob {self.namespace}/{name} is still {job.phase} after {timeout:g}s"
+                )
+            time.sleep(poll)
+
+    def logs(self, name: str, follow: bool = False) -> Iterator[str]:
+        """The chief's (worker 0's) log lines: what it has written so far, or, with `follow`, as it writes
+        them until its container ends."""
+        pod = chief_pod(self.get(name).name)
+        if not follow:
+            yield from self.api.read_log(pod).splitlines()
+            return
+        lines: list[str] = []
+        ready = threading.Condition()
+        stop = threading.Event()
+
+        def take(line: str) -> None:
+            with ready:
+                lines.append(line)
+                ready.notify()
+
+        failed: list[Exception] = []
+
+        def stream() -> None:
+            try:
+                self.api.stream_log(pod, take, stop)
+            except Exception as e:  # raised by the generator below, in the caller's thread
+                failed.append(e)
+            finally:
+                with ready:
+                    stop.set()
+                    ready.notify()
+
+        threading.Thread(target=stream, daemon=True).start()
+        try:
+            while True:
+                with ready:
+                    ready.wait_for(lambda: lines or stop.is_set())
+                    taken, lines[:] = list(lines), []
+                    ended = stop.is_set()
+                yield from taken
+                if ended and not taken:
+                    if failed:
+                        raise SubmitError(f"following the log of pod {pod}: {failed[0]}") from failed[0]
+                    return
+        finally:
+            stop.set()
+
+    def runs(self, name: str) -> Run:
+        """The job's MLflow run and model."""
+        return self.get(name).mlflow
+
+    def follow(self, name: str, out: IO[str] | None = None) -> Job:
+        """Prints the job's phases, progress and the chief's log to `out` (stderr) until it is done."""
+        stream = out or sys.stderr
+        return Follower(self.api, name, stream, tty=stream.isatty()).follow()
+
+    def chief_summary(self, name: str) -> dict[str, Any]:
+        """What the chief's termination message says ({} while it runs, or once its pod is gone): runId,
+        modelUri, and its return value (`result`) or where in MLflow it is (`resultArtifact`)."""
+        return chief_summary(self.api.get_pod(chief_pod(name)))
+
+    def result(self, name: str) -> Any:
+        """The chief's return value of a succeeded job, whole, read from MLflow when it was too big for the
+        termination message (at this machine's MLFLOW_TRACKING_URI, else the chief's); NoResult otherwise."""
+        job = self.get(name)
+        if not job.succeeded:
+            raise NoResult(f"TrainJob {self.namespace}/{name} is {job.phase}: {job.message}".rstrip(": "))
+        pod = self.api.get_pod(chief_pod(name))
+        if pod is None:
+            raise NoResult(f"the chief pod of {name} is gone (spec.cleanPodPolicy): its result went with it")
+        uri = os.environ.get(names.ENV_TRACKING_URI) or chief_tracking_uri(pod)
+        return chiefs_value(chief_summary(pod), uri)
