@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import urllib.parse
@@ -12,10 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mwms_contract import names
-
-SUCCEEDED, FAILED = "Succeeded", "Failed"
-TERMINAL = (SUCCEEDED, FAILED)
+from mwms_contract import names, termination
+from mwms_contract.conditions import SUCCEEDED, TERMINAL
 
 
 @dataclass(frozen=True)
@@ -120,10 +117,7 @@ def chief_summary(pod: Mapping[str, Any] | None) -> dict[str, Any]:
         if status.get("name") != names.CONTAINER_NAME:
             continue
         terminated = (status.get("state") or {}).get("terminated") or {}
-        with contextlib.suppress(TypeError, ValueError):
-            data = json.loads(terminated.get("message") or "")
-            if isinstance(data, dict):
-                return data
+        return termination.summary(terminated.get("message") or "") or {}
     return {}
 
 

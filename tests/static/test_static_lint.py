@@ -89,5 +89,5 @@ def test_python_is_ruff_clean():
 
 def test_our_packages_type_check(tmp_path):
     # A fresh cache: a stale one has reported modules as missing attributes.
-    packages = ["-p", "mwms_contract", "-p", "mwms_operator", "-p", "mwms_trainer", "-p", "mwms_dev", "-p", "mwms"]
-    run([venv_tool("mypy"), "--cache-dir", tmp_path, *packages], timeout=600)
+    packages = ["mwms_contract", "mwms_operator", "mwms_trainer", "mwms_dev", "mwms"]
+    run([venv_tool("mypy"), "--cache-dir", tmp_path, *(f"-p{name}" for name in packages)], timeout=600)
