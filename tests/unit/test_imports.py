@@ -97,9 +97,7 @@ def test_operator_imports_with_tensorflow_blocked():
         "assert 'tensorflow' not in [m for m, v in sys.modules.items() if v is not None]\n"
         "print('ok')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok"
+    assert _run(code) == "ok"
 
 
 def test_the_running_operator_loads_no_kubernetes_client():
@@ -115,9 +113,7 @@ def test_the_running_operator_loads_no_kubernetes_client():
         "loaded = {m.split('.')[0] for m, v in sys.modules.items() if v is not None}\n"
         "print(sorted(loaded & {'kubernetes', 'pydantic', 'urllib3', 'google'}))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert _run(code) == "[]"
 
 
 def test_a_bad_setting_stops_the_operator_with_the_variable_named():
