@@ -56,6 +56,8 @@ def table_files(data_path: str, dataset: str) -> list[DataFile]:
     if path.is_file():
         return [path]
     if path.is_dir():
+        if (path / objectstore.DELTA_LOG).is_dir():
+            raise ConfigError(f"{_SETTING}.dataPath", objectstore.delta_table(data_path))
         files = [f for f in path.glob(f"*.{dataset}") if f.is_file() and not f.name.startswith(("_", "."))]
         where = f"directory {data_path!r} holds no *.{dataset} files"
     else:

@@ -184,16 +184,31 @@ def _matches(key: str, pattern: str) -> bool:
 
 
 def _listing(location: S3Object, recursive: bool) -> list[S3Object]:
+    """The objects under a prefix; a Delta table's directory exits 2 (see data.DELTA_LOG)."""
     from pyarrow import fs
 
     selector = fs.FileSelector(location.path, recursive=recursive)
     with reading(str(location)):
         infos = filesystem().get_file_info(selector)
+    if any(info.base_name == DELTA_LOG and info.type == fs.FileType.Directory for info in infos):
+        raise ConfigError(_SETTING, delta_table(str(location)))
     return [
         S3Object(location.bucket, info.path.split("/", 1)[1])
         for info in infos
         if info.type == fs.FileType.File
     ]
+
+
+DELTA_LOG = "_delta_log"
+
+
+def delta_table(where: str) -> str:
+    """Why a Delta table's directory is refused: it keeps files its log has removed, which a listing reads."""
+    return (
+        f"{where!r} is a Delta table ({DELTA_LOG}/): its directory also holds the parquet files of older "
+        "versions, which reading every file would train on; write the version you want as plain parquet "
+        "(spark.read.format('delta').load(...).write.parquet(...)) and give that path"
+    )
 
 
 def list_files(data_path: str, dataset: str) -> list[S3Object]:
