@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from support.mlflow_server import stop_group
+
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_SECONDS = 180  # ~5 s idle; much more on 2 loaded cores
 BUCKET = "mwms-data"
@@ -136,17 +138,7 @@ class S3Server:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
 
     def stop(self) -> None:
-        """SIGTERM weed's process group, SIGKILL if it lingers."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, 15)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, 9)
-            self.process.wait(timeout=15)
+        stop_group(self.process, 30)
 
     def __enter__(self) -> S3Server:
         return self.start()

@@ -154,7 +154,7 @@ def mask(text: str, env: Mapping[str, str]) -> str:
 def failure(uri: str, error: OSError, env: Mapping[str, str]) -> TrainerError:
     """The trainer error for an object store's refusal of `uri`: permanent (exit 2) for what a restart cannot
     fix, else retryable (the SDK has already retried it with backoff)."""
-    detail = mask(str(error), env)
+    detail = mask(str(error), env).rstrip(".")
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "AWS S3"
     if isinstance(error, FileNotFoundError) or PERMANENT.search(detail):
         return ConfigError(
