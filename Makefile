@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml contract/pyproject.toml client/pyproject.toml VERSION | sha1sum | cut -c1-12)
 
-.PHONY: setup venv tools control-plane images lock kueue node demo test test-unit test-integration test-node test-kueue lint clean
+.PHONY: setup venv tools control-plane images lock kueue seaweedfs node demo test test-unit test-integration test-node test-kueue lint clean
 
 setup: venv tools control-plane
 
@@ -36,6 +36,10 @@ lock: venv
 kueue:
 	bash hack/build-kueue.sh
 
+# SeaweedFS's `weed`, the real S3-compatible server of the object-storage tests; cached by version.
+seaweedfs:
+	bash hack/build-seaweedfs.sh
+
 # A real kubelet node's parts (kubelet, kube-proxy, CNI plugins, CoreDNS, pause and test images).
 node:
 	bash hack/build-node.sh
@@ -43,7 +47,7 @@ node:
 demo: setup
 	$(VENV)/bin/mwms demo
 
-test: setup images node kueue
+test: setup images node kueue seaweedfs
 	$(VENV)/bin/python -m pytest tests
 
 # The Kueue test alone: real Kueue beside the local control plane (`make test` runs it too).

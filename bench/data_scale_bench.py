@@ -4,7 +4,9 @@ Writes a Spark-style directory of parquet part files under a temporary directory
 free space is checked first), trains one epoch with 2 local `python -m mwms_trainer` workers and a large
 global batch, and records each worker's peak RSS (VmHWM; the target is < 2 GiB), the training rows/s of the
 epoch and the wall times into bench/results/data_scale.json.
-Usage: nice -n 10 .venv/bin/python bench/data_scale_bench.py [--gib 3] [--files 24] [--workers 2]
+--s3: the same table also from a local S3 server (SeaweedFS, tests/support/s3_server.py; `make seaweedfs`)
+as `dataPath: s3://...`, measured right after local disk, both into bench/results/data_scale_s3.json.
+Usage: nice -n 10 .venv/bin/python bench/data_scale_bench.py [--gib 3] [--files 24] [--workers 2] [--s3]
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from mwms_operator.spec import parse_trainjob
 from mwms_trainer import local
 
 RESULTS = Path(__file__).resolve().parent / "results" / "data_scale.json"
+S3_RESULTS = RESULTS.with_name("data_scale_s3.json")
+TESTS = Path(__file__).resolve().parents[1] / "tests"  # the tests' S3 server harness
 FEATURES = 32
 ROW_BYTES = FEATURES * 4 + 4  # float32 features; parquet stores the int8 label in 4 bytes
 
@@ -55,12 +59,13 @@ def write_table(directory: Path, gib: float, files: int, seed: int = 0) -> tuple
     return rows_per_file * files, size
 
 
-def train(root: Path, data: Path, workers: int, batch: int, test_size: float) -> dict[str, object]:
+def train(
+    root: Path, data: Path | str, workers: int, batch: int, test_size: float, name: str = "data-scale"
+) -> dict[str, object]:
     trainer = {
         "dataset": "parquet", "dataPath": str(data), "sharding": "files", "testSize": test_size,
         "epochs": 1, "globalBatchSize": batch, "learningRate": 0.01,
     }  # fmt: skip
-    name = "data-scale"
     spec = parse_trainjob(
         {"metadata": {"name": name}, "spec": {"replicas": workers, "trainer": trainer}}, OperatorConfig()
     )
@@ -101,6 +106,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch", type=int, default=16384)
     parser.add_argument("--test-size", type=float, default=0.04)  # 1 of 24 files held out
+    parser.add_argument("--s3", action="store_true", help="also from a local S3 server (data_scale_s3.json)")
     args = parser.parse_args()
     tmp_root = Path(tempfile.gettempdir())
     free = shutil.disk_usage(tmp_root).free / 2**30
@@ -114,6 +120,8 @@ def main() -> None:
         gib_on_disk = round(size / 2**30, 2)
         print(f"wrote {rows} rows, {gib_on_disk} GiB in {args.files} files in {written:.0f} s", flush=True)
         result = train(Path(tmp), Path(tmp) / "table.parquet", args.workers, args.batch, args.test_size)
+        if args.s3:
+            from_s3 = train_from_s3(Path(tmp), args)
     document = {
         "what": "sharding files: a synthetic parquet directory (float32 features, int8 label, uncompressed), "
         "one epoch, local python -m mwms_trainer workers, sqlite MLflow",
@@ -126,10 +134,32 @@ def main() -> None:
         "seconds_to_write_data": round(written, 1),
         "result": result,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(document, indent=2) + "\n")
+    target = RESULTS
+    if args.s3:  # both sources, measured one after the other on the same data
+        document["what"] = f"{document['what']}; result: from local disk, result_s3: from a local S3 server"
+        document["result_s3"] = from_s3
+        target = S3_RESULTS
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(document, indent=2) + "\n")
     print(json.dumps(document, indent=2))
-    print(f"wrote {RESULTS}")
+    print(f"wrote {target}")
+
+
+def train_from_s3(tmp: Path, args: argparse.Namespace) -> dict[str, object]:
+    """Upload the table to a local SeaweedFS and train from `s3://` with the workers' AWS variables."""
+    import sys
+
+    sys.path.insert(0, str(TESTS))
+    from support.s3_server import BUCKET, S3Server
+
+    with S3Server(tmp / "s3") as s3:
+        began = time.time()
+        uri = s3.upload(tmp / "table.parquet", f"{BUCKET}/table.parquet")
+        uploaded = round(time.time() - began, 1)
+        print(f"uploaded to {uri} in {uploaded} s", flush=True)
+        os.environ.update(s3.env)  # the workers' environment is this process's (local.worker_envs)
+        result = train(tmp, uri + "/", args.workers, args.batch, args.test_size, name="data-scale-s3")
+        return {**result, "seconds_to_upload": uploaded}
 
 
 if __name__ == "__main__":

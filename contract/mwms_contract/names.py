@@ -33,6 +33,9 @@ RENDEZVOUS_MOUNT_PATH = "/mwms/rendezvous"
 RENDEZVOUS_FILE = RENDEZVOUS_MOUNT_PATH + "/state"
 RENDEZVOUS_JOINED = "joined"
 
+# URI schemes spec.trainer.dataPath may use (other "://" URIs are refused; plain paths are in the worker).
+DATA_PATH_SCHEMES = ("s3",)
+
 # Environment the operator injects into the trainer container; user env may not set these.
 ENV_TF_CONFIG = "TF_CONFIG"
 ENV_JOB_NAME = "MWMS_JOB_NAME"

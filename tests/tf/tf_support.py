@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from support.pid_namespace import start_as_pid1
+from support.tables import write_parts  # noqa: F401  (the tf tests' tables; tests/support for other tiers too)
 
 from mwms_contract.trainjob import TrainJobSpec
 from mwms_operator.config import OperatorConfig
@@ -25,22 +26,6 @@ from mwms_trainer import local
 
 REPO = Path(__file__).resolve().parents[2]
 POISON = REPO / "tests" / "data" / "trainer" / "poison"  # an `mlflow` that refuses to import
-
-
-def write_parts(directory: Path, files: int, rows: int = 400) -> list[Path]:
-    """A Spark-style parquet table: `files` part files of `rows` rows (features a, b, c; label), _SUCCESS."""
-    import numpy as np
-    import pandas as pd
-
-    directory.mkdir()
-    rng = np.random.default_rng(7)
-    for part in range(files):
-        x = rng.normal(size=(rows, 3)) * [1.0, 10.0, 0.1] + [0.0, 5.0, -3.0]
-        label = (x[:, 0] + (x[:, 1] - 5.0) / 10.0 > 0).astype(np.int64)
-        frame = pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "c": x[:, 2], "label": label})
-        frame.to_parquet(directory / f"part-{part:05d}.snappy.parquet")
-    (directory / "_SUCCESS").write_text("")
-    return sorted(directory.glob("part-*.parquet"))
 
 
 def trainjob_spec(
@@ -150,19 +135,28 @@ def models_of(experiment_id: str, run_id: str, tracking_uri: str) -> list[Any]:
 
 
 class StallingProxy:
-    """An HTTP proxy to a real MLflow server that holds the requests `stall(method, path)` picks, unanswered,
-    and answers those `unavailable(method, path)` picks with 503 (an outage on MLflow's side).
+    """An HTTP proxy to a real MLflow (or S3) server that holds the requests `stall(method, path)` picks,
+    unanswered, and answers those `unavailable(method, path)` picks with 503 (an outage on the server's side).
 
     `stalled` is set when the first held one arrives: the caller then knows the trainer is inside that call.
+    `requests` records (method, path) of every request. keep_host: pass the client's Host header on (S3's
+    signatures cover it).
     """
 
-    def __init__(self, target: str, stall: Any, unavailable: Any = lambda method, path: False) -> None:
+    def __init__(
+        self,
+        target: str,
+        stall: Any,
+        unavailable: Any = lambda method, path: False,
+        keep_host: bool = False,
+    ) -> None:
         import http.client
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
         from urllib.parse import urlsplit
 
         self.stalled = threading.Event()
+        self.requests: list[tuple[str, str]] = []
         self._release = threading.Event()
         netloc = urlsplit(target).netloc
         proxy = self
@@ -172,6 +166,7 @@ class StallingProxy:
 
             def _forward(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                proxy.requests.append((self.command, self.path))
                 if stall(self.command, self.path):
                     proxy.stalled.set()
                     proxy._release.wait(120)
@@ -182,7 +177,8 @@ class StallingProxy:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                dropped = ("connection",) if keep_host else ("host", "connection")
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
                 conn = http.client.HTTPConnection(netloc, timeout=60)
                 conn.request(self.command, self.path, body=body, headers=headers)
                 answer = conn.getresponse()
@@ -191,12 +187,14 @@ class StallingProxy:
                 for k, v in answer.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                # A HEAD answer has no body but says how long the object is.
+                length = answer.getheader("Content-Length", "0") if self.command == "HEAD" else len(data)
+                self.send_header("Content-Length", str(length))
                 self.end_headers()
                 self.wfile.write(data)
                 conn.close()
 
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _forward
+            do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _forward
 
             def log_message(self, *args: Any) -> None:
                 pass

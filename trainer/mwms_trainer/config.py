@@ -16,7 +16,7 @@ from typing import Any
 
 from mwms_contract import names
 from mwms_trainer import cluster as cluster_mod
-from mwms_trainer import cpus
+from mwms_trainer import cpus, objectstore
 from mwms_trainer.errors import ConfigError
 
 DATASETS = ("breast_cancer", "synthetic", "csv", "parquet")
@@ -99,6 +99,7 @@ def parse_trainer_config(raw_json: str | None, num_workers: int = 1) -> TrainerC
     if dataset in ("csv", "parquet"):
         if not isinstance(data_path, str) or not data_path.strip():
             raise ConfigError(_setting("dataPath"), f"is required for dataset {dataset!r}")
+        objectstore.check_data_path(data_path)  # an unsupported scheme exits 2 now, not at the first read
     elif data_path is not None and not isinstance(data_path, str):
         raise ConfigError(_setting("dataPath"), f"must be a string, got {data_path!r}")
     sharding = raw.get("sharding", d.sharding)

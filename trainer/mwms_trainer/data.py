@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from mwms_trainer import objectstore
 from mwms_trainer.config import TrainerConfig
 from mwms_trainer.errors import ConfigError
+from mwms_trainer.objectstore import S3Object
 from mwms_trainer.tfenv import tensorflow
 
 _SETTING = "MWMS_TRAINER_CONFIG"
@@ -40,14 +43,21 @@ class Split:
         return int(self.x_train.shape[1])
 
 
-def table_files(data_path: str, dataset: str) -> list[Path]:
+DataFile = Path | S3Object  # a file in the worker, or an object in a bucket (objectstore.py)
+
+
+def table_files(data_path: str, dataset: str) -> list[DataFile]:
     """The files a csv/parquet dataPath names: a file; a directory's `*.<dataset>` files (Spark's output
-    layout: its `_SUCCESS` and `.crc` markers are skipped); or a glob. Sorted by name, so every worker reads
-    the rows in the same order."""
+    layout: its `_SUCCESS` and `.crc` markers are skipped); or a glob; the same in a bucket for an s3:// URI.
+    Sorted by name, so every worker reads the rows in the same order."""
+    if objectstore.is_uri(data_path):
+        return list(objectstore.list_files(data_path, dataset))
     path = Path(data_path)
     if path.is_file():
         return [path]
     if path.is_dir():
+        if (path / objectstore.DELTA_LOG).is_dir():
+            raise ConfigError(f"{_SETTING}.dataPath", objectstore.delta_table(data_path))
         files = [f for f in path.glob(f"*.{dataset}") if f.is_file() and not f.name.startswith(("_", "."))]
         where = f"directory {data_path!r} holds no *.{dataset} files"
     else:
@@ -55,31 +65,46 @@ def table_files(data_path: str, dataset: str) -> list[Path]:
         where = f"{data_path!r} is not a readable file, directory or glob of files"
     if not files:
         raise ConfigError(f"{_SETTING}.dataPath", where)
-    return sorted(files)
+    return list(sorted(files))
 
 
-def read_file(file: Path, dataset: str, chunk_rows: int | None = None) -> Iterator[Any]:
+@contextlib.contextmanager
+def source(file: DataFile, dataset: str) -> Iterator[Any]:
+    """What the parsers read `file` from: its path, or an object's pyarrow file (streamed, not staged)."""
+    if isinstance(file, S3Object):
+        with objectstore.opened(file, dataset) as handle:
+            yield handle
+    else:
+        yield file
+
+
+def read_file(file: DataFile, dataset: str, chunk_rows: int | None = None) -> Iterator[Any]:
     """A csv/parquet file as pandas frames: the whole file, or chunks of `chunk_rows` rows streamed from disk
-    (the large-data path, streaming.py). A file the parser refuses exits 2 naming it."""
+    or the bucket (the large-data path, streaming.py). A file the parser refuses exits 2 naming it."""
     import pandas as pd
 
-    with readable(file, dataset):
+    with source(file, dataset) as where, readable(file, dataset):
         if chunk_rows is None:
-            yield pd.read_csv(file) if dataset == "csv" else pd.read_parquet(file)
+            yield pd.read_csv(where) if dataset == "csv" else pd.read_parquet(where)
         elif dataset == "csv":
-            yield from pd.read_csv(file, chunksize=chunk_rows)
+            yield from pd.read_csv(where, chunksize=chunk_rows)
         else:
             import pyarrow.parquet as pq
 
-            for batch in pq.ParquetFile(file).iter_batches(batch_size=chunk_rows):
+            for batch in pq.ParquetFile(where).iter_batches(batch_size=chunk_rows):
                 yield batch.to_pandas()
 
 
 @contextlib.contextmanager
-def readable(file: Path, dataset: str) -> Iterator[None]:
-    """Around a parser's read of `file`: a file the parser refuses exits 2 naming it."""
+def readable(file: DataFile, dataset: str) -> Iterator[None]:
+    """Around a parser's read of `file`: a file the parser refuses exits 2 naming it (an object store's
+    failure mid-read is what it means: objectstore.failure)."""
     try:
         yield
+    except OSError as e:
+        if isinstance(file, S3Object):
+            raise objectstore.failure(str(file), e, os.environ) from None
+        raise ConfigError(f"{_SETTING}.dataPath", f"cannot read {str(file)!r} as {dataset}: {e}") from None
     except Exception as e:  # the parsers raise many types; all mean "not a usable file"
         raise ConfigError(f"{_SETTING}.dataPath", f"cannot read {str(file)!r} as {dataset}: {e}") from None
 

@@ -1,4 +1,4 @@
-"""The large-data path (`sharding: files`): each worker streams only its own files from disk.
+"""The large-data path (`sharding: files`): each worker streams only its own files from disk or a bucket.
 
 For csv/parquet data larger than a worker's memory. Not N workers == 1 worker exact (data.py is): each worker
 trains on its own rows, so the batches depend on the number of workers.
@@ -34,7 +34,6 @@ import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,10 +55,10 @@ class Shard:
     """What one worker reads: its training files (rows row_offset, row_offset + stride, ...) and, for the
     chief, the held-out files."""
 
-    files: tuple[Path, ...]
+    files: tuple[data.DataFile, ...]
     stride: int
     offset: int
-    validation_files: tuple[Path, ...]
+    validation_files: tuple[data.DataFile, ...]
     training_files: int  # of all workers together
 
 
@@ -124,17 +123,17 @@ def _arrow_type(arrow: Any) -> str:
     return str(arrow)  # not numeric: table_rows refuses it as a feature
 
 
-def file_columns(file: Path, dataset: str) -> dict[str, str]:
+def file_columns(file: data.DataFile, dataset: str) -> dict[str, str]:
     """A file's columns and their types, from its header alone (parquet: the footer's declared types)."""
-    with data.readable(file, dataset):
+    with data.source(file, dataset) as where, data.readable(file, dataset):
         if dataset == "parquet":
             import pyarrow.parquet as pq
 
-            return {field.name: _arrow_type(field.type) for field in pq.read_schema(file)}
+            return {field.name: _arrow_type(field.type) for field in pq.read_schema(where)}
         import pandas as pd
 
         # csv declares no types (pandas guesses per chunk): "double", which MLflow takes whole numbers for.
-        return {str(name): "double" for name in pd.read_csv(file, nrows=0).columns}
+        return {str(name): "double" for name in pd.read_csv(where, nrows=0).columns}
 
 
 @dataclass(frozen=True)
@@ -156,7 +155,7 @@ class FileShards:
         return len(self.feature_names)
 
 
-def plan(files: list[Path], test_size: float, num_workers: int, rank: int) -> Shard:
+def plan(files: list[data.DataFile], test_size: float, num_workers: int, rank: int) -> Shard:
     """Which files this worker trains on and which the chief holds out (see the module's docstring)."""
     if len(files) < 2:
         raise ConfigError(
@@ -171,7 +170,7 @@ def plan(files: list[Path], test_size: float, num_workers: int, rank: int) -> Sh
 
 
 def _rows(
-    files: tuple[Path, ...], columns: Columns, cfg: TrainerConfig, stride: int = 1, offset: int = 0
+    files: tuple[data.DataFile, ...], columns: Columns, cfg: TrainerConfig, stride: int = 1, offset: int = 0
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Checked chunks of rows (x float64 in feature-name order, y) of `files` in that order, each file's
     columns checked against `columns` first; with a stride, only rows offset, offset + stride, ... counted
@@ -193,7 +192,7 @@ def _rows(
                 yield x, y
 
 
-def first_columns(file: Path, cfg: TrainerConfig) -> Columns:
+def first_columns(file: data.DataFile, cfg: TrainerConfig) -> Columns:
     """The columns of a worker's first training file, which its other files are checked against."""
     columns = Columns(str(file), file_columns(file, cfg.dataset))
     if cfg.labelColumn not in columns.types:

@@ -188,6 +188,15 @@ def test_spec_is_frozen_and_does_not_share_the_body(make_trainjob, config):
             "spec.runPolicy.startupTimeoutSeconds",
             "between",
         ),
+        *(
+            ({"replicas": 2, "trainer": {"dataset": "csv", "dataPath": uri}}, "spec.trainer.dataPath", text)
+            for uri, text in (
+                ("gs://b/data/", "gs:// is not supported"),
+                ("abfs://c@acct.dfs.core.windows.net/d", "abfs:// is not supported"),
+                ("hdfs://nn/data", "one of: s3://"),
+                ("https://example.com/a.csv", "use a path inside the worker"),
+            )
+        ),
     ],
 )
 def test_bad_specs_name_the_field(spec, field, text, config):

@@ -1,0 +1,127 @@
+"""dataPath in a bucket on the real control plane: the operator's TrainJob, real TensorFlow workers run by the
+node agent, a real S3-compatible server (SeaweedFS) on the pod bridge's gateway, the credentials from a
+Secret through spec.template. They never show in the TrainJob, its events or the operator's log; a wrong
+one fails the job at once as WorkerFailed naming the URI, and another scheme is refused as InvalidSpec."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support.s3_server import BUCKET, S3Server
+from support.tables import write_parts
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def operator_env(mlflow_uri: str) -> dict[str, str]:
+    return {"MWMS_TRACKING_URI": mlflow_uri}
+
+
+@pytest.fixture(scope="module")
+def s3(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """The S3 server where pods reach it: the pod bridge's gateway."""
+    server = S3Server(tmp_path_factory.mktemp("s3"), host=cluster.pod_api_host).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def table(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A 4-file Spark-style parquet table in the bucket."""
+    local = tmp_path_factory.mktemp("table") / "table.parquet"
+    write_parts(local, files=4)
+    return s3.upload(local, f"{BUCKET}/{uuid.uuid4().hex[:8]}/table.parquet") + "/"
+
+
+def s3_trainjob(name: str, data_path: str, s3: S3Server, secret: str) -> dict[str, Any]:
+    """A 2-worker TrainJob reading `data_path`, its S3 credentials from Secret `secret`."""
+    from_secret = [
+        {"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    ]
+    plain = [
+        {"name": "AWS_ENDPOINT_URL", "value": s3.endpoint},
+        {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"},
+    ]
+    return {
+        "apiVersion": "mwms.dev/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 2,
+            "trainer": {
+                "dataset": "parquet",
+                "dataPath": data_path,
+                "sharding": "files",
+                "epochs": 2,
+                "globalBatchSize": 32,
+                "testSize": 0.25,
+            },
+            "mlflow": {"experiment": f"{name}-{uuid.uuid4().hex[:6]}"},
+            "template": {"spec": {"containers": [{"name": "trainer", "env": from_secret + plain}]}},
+        },
+    }
+
+
+def make_secret(kubectl: Any, namespace: str, name: str, access_key: str, secret_key: str) -> None:
+    kubectl(
+        "create", "secret", "generic", name, "-n", namespace,
+        f"--from-literal=AWS_ACCESS_KEY_ID={access_key}",
+        f"--from-literal=AWS_SECRET_ACCESS_KEY={secret_key}",
+    )  # fmt: skip
+
+
+def seen_by_users(kubectl: Any, operator: Any, namespace: str, name: str) -> str:
+    return "\n".join(
+        [
+            operator.log(),
+            kubectl("get", "trainjob", name, "-n", namespace, "-o", "yaml").stdout,
+            kubectl("get", "events", "-n", namespace, "-o", "yaml").stdout,
+        ]
+    )
+
+
+def test_workers_read_the_bucket_with_credentials_from_a_secret(operator, kubectl, namespace, s3, table):
+    make_secret(kubectl, namespace, "s3-credentials", s3.access_key, s3.secret_key)
+    kubectl.apply(s3_trainjob("from-bucket", table, s3, "s3-credentials"), "-n", namespace)
+    kubectl(
+        "wait", "--for=condition=Succeeded", "trainjob/from-bucket", "-n", namespace, "--timeout=900s",
+        timeout=910,
+    )  # fmt: skip
+    status = kubectl.json("get", "trainjob", "from-bucket", "-n", namespace)["status"]
+    assert status["mlflow"]["modelUri"].startswith("models:/")
+    seen = seen_by_users(kubectl, operator, namespace, "from-bucket")
+    assert s3.access_key not in seen and s3.secret_key not in seen
+
+
+def test_a_wrong_secret_key_fails_the_job_at_once_naming_the_uri_not_the_key(
+    operator, kubectl, namespace, s3, table, wait_for
+):
+    wrong = f"wrong-{uuid.uuid4().hex}"
+    make_secret(kubectl, namespace, "s3-wrong", s3.access_key, wrong)
+    kubectl.apply(s3_trainjob("wrong-key", table, s3, "s3-wrong"), "-n", namespace)
+
+    def failed() -> dict[str, Any] | None:
+        status = kubectl.json("get", "trainjob", "wrong-key", "-n", namespace).get("status") or {}
+        return status if status.get("phase") == "Failed" else None
+
+    status = wait_for(failed, timeout=600, interval=1, what="the TrainJob to fail")
+    [condition] = [c for c in status["conditions"] if c["type"] == "Failed"]
+    assert condition["reason"] == "WorkerFailed"
+    assert table in condition["message"] and "credentials" in condition["message"]
+    assert status.get("restarts", 0) == 0  # permanent: no restart of the group
+    seen = seen_by_users(kubectl, operator, namespace, "wrong-key")
+    assert wrong not in seen and s3.secret_key not in seen
+
+
+def test_another_scheme_is_refused_before_any_pod(operator, kubectl, namespace, s3):
+    job = s3_trainjob("gcs", "gs://bucket/table/", s3, "unused")
+    refused = kubectl.apply(job, "-n", namespace, check=False)
+    assert refused.returncode != 0
+    assert "only s3:// URIs are supported" in refused.stderr

@@ -1,0 +1,147 @@
+"""A real S3-compatible server for tests: SeaweedFS's `weed server -s3` (master, volume, filer and S3 gateway
+in one process), built from its Go module by hack/build-seaweedfs.sh, with one identity's credentials.
+
+Usage: `with S3Server(tmp_dir, host) as s3: s3.endpoint, s3.env, s3.upload(local_dir, "bucket/prefix")`.
+`host` is the address it listens on: 127.0.0.1 for local workers, the pod bridge's gateway for pods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from support.mlflow_server import stop_group
+
+REPO = Path(__file__).resolve().parents[2]
+START_TIMEOUT_SECONDS = 180  # ~5 s idle; much more on 2 loaded cores
+BUCKET = "mwms-data"
+
+
+def weed_binary() -> str:
+    """$MWMS_WEED, else the cached build (hack/build-seaweedfs.sh is a no-op once built; `make seaweedfs`)."""
+    if os.environ.get("MWMS_WEED"):
+        return os.environ["MWMS_WEED"]
+    built = subprocess.run(
+        ["bash", str(REPO / "hack" / "build-seaweedfs.sh")], capture_output=True, text=True, check=False
+    )
+    if built.returncode != 0:
+        raise RuntimeError(f"hack/build-seaweedfs.sh failed (run `make seaweedfs`): {built.stderr[-3000:]}")
+    return str(Path(built.stdout.strip()) / "weed")
+
+
+def free_ports(host: str, count: int) -> list[int]:
+    """`count` free ports: weed's gRPC ports are given too (by default its HTTP port + 10000)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind((host, 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+class S3Server:
+    def __init__(self, root: Path, host: str = "127.0.0.1") -> None:
+        self.root = Path(root)
+        self.host = host
+        self.access_key = f"AKMWMS{secrets.token_hex(7).upper()}"
+        self.secret_key = secrets.token_urlsafe(30)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = self.root / "weed.log"
+        self.port = 0
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The standard AWS variables a client of this server needs."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",  # no instance metadata service to ask here
+        }
+
+    def filesystem(self, **overrides: Any) -> Any:
+        from pyarrow import fs
+
+        settings = {
+            "access_key": self.access_key,
+            "secret_key": self.secret_key,
+            "endpoint_override": f"{self.host}:{self.port}",
+            "scheme": "http",
+            "region": "us-east-1",
+            "allow_bucket_creation": True,
+            **overrides,
+        }
+        return fs.S3FileSystem(**settings)
+
+    def start(self) -> S3Server:
+        data = self.root / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        config = self.root / "s3.json"
+        identity = {"accessKey": self.access_key, "secretKey": self.secret_key}
+        actions = ["Admin", "Read", "List", "Tagging", "Write"]
+        config.write_text(
+            json.dumps({"identities": [{"name": "tests", "credentials": [identity], "actions": actions}]})
+        )
+        config.chmod(0o600)
+        master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = free_ports(self.host, 8)
+        self.port = s3
+        cmd = [
+            weed_binary(), "server",
+            f"-dir={data}", f"-ip={self.host}", f"-ip.bind={self.host}",
+            f"-master.port={master}", f"-master.port.grpc={master_grpc}", "-master.telemetry=false",
+            "-master.volumeSizeLimitMB=1024", "-volume.max=16",
+            f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}",
+            "-filer", f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
+            "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}", f"-s3.config={config}",
+            "-s3.port.iceberg=0", "-s3.port.lance=0",
+        ]  # fmt: skip
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True
+            )
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"weed server exited {self.process.returncode}: {self.log_tail()}")
+            # Ready when a real S3 request succeeds: creating the tests' bucket (signed with the identity).
+            with contextlib.suppress(OSError):
+                self.filesystem(connect_timeout=2, request_timeout=5).create_dir(BUCKET)
+                return self
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"weed's S3 gateway not ready after {START_TIMEOUT_SECONDS}s: {self.log_tail()}")
+
+    def upload(self, local: Path, destination: str) -> str:
+        """Copy a local file or directory to `bucket/prefix`; returns its s3:// URI."""
+        from pyarrow import fs
+
+        fs.copy_files(str(local), destination, destination_filesystem=self.filesystem())
+        return f"s3://{destination}"
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        stop_group(self.process, 30)
+
+    def __enter__(self) -> S3Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
