@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml contract/pyproject.toml client/pyproject.toml VERSION | sha1sum | cut -c1-12)
 
-.PHONY: setup venv tools control-plane images lock kueue seaweedfs node demo test test-unit test-integration test-node test-kueue lint clean
+.PHONY: setup venv tools control-plane images lock kueue seaweedfs mlflow-s3 node demo test test-unit test-integration test-node test-kueue lint clean
 
 setup: venv tools control-plane
 
@@ -40,6 +40,10 @@ kueue:
 seaweedfs:
 	bash hack/build-seaweedfs.sh
 
+# MLflow's server with boto3, for the tests' S3 artifact store (hack/mlflow-s3-venv.sh says why not in .venv).
+mlflow-s3:
+	bash hack/mlflow-s3-venv.sh
+
 # A real kubelet node's parts (kubelet, kube-proxy, CNI plugins, CoreDNS, pause and test images).
 node:
 	bash hack/build-node.sh
@@ -47,7 +51,7 @@ node:
 demo: setup
 	$(VENV)/bin/mwms demo
 
-test: setup images node kueue seaweedfs
+test: setup images node kueue seaweedfs mlflow-s3
 	$(VENV)/bin/python -m pytest tests
 
 # The Kueue test alone: real Kueue beside the local control plane (`make test` runs it too).

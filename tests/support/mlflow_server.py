@@ -51,6 +51,7 @@ class MlflowServer:
         allowed_hosts: Sequence[str] = (),
         artifacts_destination: str | None = None,
         env: Mapping[str, str] | None = None,
+        python: str = sys.executable,
     ) -> None:
         self.root = Path(root)
         self.host = host
@@ -60,6 +61,7 @@ class MlflowServer:
         # holding the server's own S3 settings: workers log through the proxy and need none).
         self.artifacts_destination = artifacts_destination or str((self.root / "artifacts").resolve())
         self.env = {**os.environ, **(env or {})}
+        self.python = python  # the server's environment (s3_server.mlflow_s3_python has boto3)
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.root / "mlflow-server.log"
 
@@ -70,7 +72,7 @@ class MlflowServer:
     def start(self) -> MlflowServer:
         self.root.mkdir(parents=True, exist_ok=True)
         cmd = [
-            sys.executable, "-m", "mlflow", "server",
+            self.python, "-m", "mlflow", "server",
             "--backend-store-uri", f"sqlite:///{(self.root / 'mlflow.db').resolve()}",
             "--artifacts-destination", self.artifacts_destination,
             "--host", self.host,

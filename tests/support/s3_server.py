@@ -36,6 +36,17 @@ def weed_binary() -> str:
     return str(Path(built.stdout.strip()) / "weed")
 
 
+def mlflow_s3_python() -> str:
+    """The python of an environment with MLflow's server and boto3 (hack/mlflow-s3-venv.sh says why it is not
+    .venv: botocore and the kubernetes client need different python-dateutil majors); a no-op once built."""
+    built = subprocess.run(
+        ["bash", str(REPO / "hack" / "mlflow-s3-venv.sh")], capture_output=True, text=True, check=False
+    )
+    if built.returncode != 0:
+        raise RuntimeError(f"hack/mlflow-s3-venv.sh failed (run `make mlflow-s3`): {built.stderr[-3000:]}")
+    return built.stdout.strip()
+
+
 def free_ports(host: str, count: int) -> list[int]:
     """`count` free ports: weed's gRPC ports are given too (by default its HTTP port + 10000)."""
     sockets = []

@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit
 import pandas as pd
 import pytest
 from support.mlflow_server import MlflowServer
-from support.s3_server import BUCKET, S3Server
+from support.s3_server import BUCKET, S3Server, mlflow_s3_python
 from tf_support import StallingProxy, group, models_of, runs_of, trainjob_spec, write_parts
 
 from mwms_contract import names
@@ -183,7 +183,10 @@ def mlflow_in_s3(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Iter
     """A real `mlflow server` whose artifacts go to the bucket: only the server holds S3 credentials."""
     env = {**s3.env, "MLFLOW_S3_ENDPOINT_URL": s3.endpoint}
     server = MlflowServer(
-        tmp_path_factory.mktemp("mlflow-s3"), artifacts_destination=f"s3://{BUCKET}/mlflow", env=env
+        tmp_path_factory.mktemp("mlflow-s3"),
+        artifacts_destination=f"s3://{BUCKET}/mlflow",
+        env=env,
+        python=mlflow_s3_python(),
     ).start()
     try:
         yield server
