@@ -1,4 +1,4 @@
-# Two entry points (README): `make demo` runs the seed TrainJob on a local control plane;
+# Two entry points (README): `make demo` runs the seed TrainJob on a local control plane with a real node;
 # `make test` sets up and runs the whole suite exactly as CI does. Both build the environment at .venv/.
 PYTHON ?= python3
 VENV := .venv
@@ -48,7 +48,8 @@ mlflow-s3:
 node:
 	bash hack/build-node.sh
 
-demo: setup
+# The real node runs the images users deploy: `make images` and the node's parts first (both cached).
+demo: setup images node
 	$(VENV)/bin/mwms demo
 
 test: setup images node kueue seaweedfs mlflow-s3

@@ -5,6 +5,8 @@
 #   images/pause.oci.tar    kubernetes' build/pause/linux/pause.c, static, in an image built from scratch
 #   images/coredns.oci.tar  the coredns binary in an image built from scratch
 #   images/busybox.oci.tar  Debian's static busybox (sh, nslookup, wget, httpd, ...): the real-node tests' pods
+#   images/local-path-provisioner-<version>.oci.tar  rancher's local-path-provisioner (github.com/rancher/
+#                           local-path-provisioner), the default StorageClass's provisioner as kind ships it
 # Images cannot be pulled here, so both are built with buildah (its own throw-away storage) and later
 # imported into the node's containerd, as `kind load` does. containerd and runc come from Debian packages.
 # A second run with everything present is a no-op. Prints the cache directory on stdout.
@@ -16,6 +18,8 @@ CNI_VERSION=${CNI_VERSION:-v1.9.1}
 # The CoreDNS and pause versions that kubernetes $K8S_VERSION ships (cluster/addons/dns, kubeadm constants).
 COREDNS_VERSION=${COREDNS_VERSION:-v1.14.6}
 PAUSE_VERSION=${PAUSE_VERSION:-3.10.2}
+# The version the Go module proxy serves; the archive's name carries it, so a new one is built beside the rest.
+LOCAL_PATH_VERSION=${LOCAL_PATH_VERSION:-v0.0.30}
 # RECIPE changes whenever the way the parts are built changes, so an old cache is not reused.
 RECIPE=1
 NODE_DIR="$CACHE_ROOT/node/k8s-$K8S_VERSION-cni-$CNI_VERSION-coredns-$COREDNS_VERSION-pause-$PAUSE_VERSION-r$RECIPE"
@@ -25,13 +29,15 @@ CNI_PLUGINS=(main/bridge ipam/host-local main/loopback meta/portmap)
 PAUSE_IMAGE="localhost/mwms/pause:$PAUSE_VERSION"
 COREDNS_IMAGE="localhost/mwms/coredns:$COREDNS_VERSION"
 BUSYBOX_IMAGE="localhost/mwms/busybox:debian"
+LOCAL_PATH_IMAGE="localhost/mwms/local-path-provisioner:$LOCAL_PATH_VERSION"
+LOCAL_PATH_ARCHIVE="images/local-path-provisioner-$LOCAL_PATH_VERSION.oci.tar"
 
 log() { echo "build-node: $*" >&2; }
 
 wanted=()
 for cmd in "${K8S_COMMANDS[@]}" coredns; do wanted+=("bin/$cmd"); done
 for plugin in "${CNI_PLUGINS[@]}"; do wanted+=("cni/${plugin#*/}"); done
-wanted+=(images/pause.oci.tar images/coredns.oci.tar images/busybox.oci.tar images/names.json)
+wanted+=(images/pause.oci.tar images/coredns.oci.tar images/busybox.oci.tar "$LOCAL_PATH_ARCHIVE" images/names.json)
 missing=()
 for part in "${wanted[@]}"; do [ -s "$NODE_DIR/$part" ] || missing+=("$part"); done
 if [ ${#missing[@]} -eq 0 ]; then
@@ -129,8 +135,19 @@ if has_missing images/busybox.oci.tar; then
     "$work/busybox-root"
 fi
 
-printf '{"pause": "%s", "coredns": "%s", "busybox": "%s"}\n' "$PAUSE_IMAGE" "$COREDNS_IMAGE" "$BUSYBOX_IMAGE" \
-  >"$NODE_DIR/images/names.json"
+if has_missing "$LOCAL_PATH_ARCHIVE"; then
+  log "building $LOCAL_PATH_IMAGE from github.com/rancher/local-path-provisioner $LOCAL_PATH_VERSION"
+  GOBIN="$work/gobin" go install -ldflags "$GO_LDFLAGS" \
+    "github.com/rancher/local-path-provisioner@$LOCAL_PATH_VERSION" >&2
+  mkdir -p "$work/local-path-root"
+  mv "$work/gobin/local-path-provisioner" "$work/local-path-root/local-path-provisioner"
+  rm -f "$NODE_DIR"/images/local-path-provisioner-*.oci.tar  # an older version's, no longer loaded
+  image_from_scratch "$LOCAL_PATH_IMAGE" "$NODE_DIR/$LOCAL_PATH_ARCHIVE" 65532:65532 '["/local-path-provisioner"]' \
+    "$work/local-path-root"
+fi
+
+printf '{"pause": "%s", "coredns": "%s", "busybox": "%s", "local-path-provisioner": "%s"}\n' \
+  "$PAUSE_IMAGE" "$COREDNS_IMAGE" "$BUSYBOX_IMAGE" "$LOCAL_PATH_IMAGE" >"$NODE_DIR/images/names.json"
 
 # Last: the long build (minutes cold), so the quick parts above are cached even if it is interrupted.
 if has_missing bin/kubelet || has_missing bin/kube-proxy; then

@@ -1,10 +1,11 @@
 """`mwms demo`: the seed TrainJob end to end on this machine, no Docker needed.
 
-Brings up the local control plane (real kube-apiserver, etcd, controller-manager, scheduler, and the node
-agent that runs pods as local processes), installs the Helm chart with the bundled MLflow server, applies
+Brings up the local control plane (real kube-apiserver, etcd, controller-manager, scheduler) with one real
+kubelet node (containerd, kube-proxy, CoreDNS, a default StorageClass) running the images users deploy
+(build/images/, `make images`), installs the Helm chart with the bundled MLflow server on its PVC, applies
 manifests/samples/seed-breast-cancer.yaml (4 workers), waits for Succeeded, and prints the one MLflow run,
 its held-out accuracy and how to look at it. The steps are mwms_dev.chain's, the same the tests and the kind
-workflow run. `--kubelet`: the same on a real kubelet node with the project's images (`make images` first).
+workflow run. `--node-agent`: the same on the node agent, which runs the checkout as host processes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from mwms_dev.chain import REPO, SEED_SAMPLE, Chain, ChainError, check_mlflow, score_model
 from mwms_dev.cluster import ClusterError, LocalCluster
 from mwms_dev.devcluster import project_images
-from mwms_dev.kubelet_node import real_node_chart_values
+from mwms_dev.kubelet_node import NodeError, real_node_chart_values
 
 
 def tools_bin() -> Path:
@@ -38,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the cluster running until Ctrl-C")
     parser.add_argument(
-        "--kubelet", action="store_true", help="a real kubelet node running build/images/ (make images)"
+        "--node-agent",
+        action="store_true",
+        help="run the pods as host processes of this checkout instead of on the real node (no images needed)",
     )
     args = parser.parse_args(argv)
 
@@ -46,14 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with LocalCluster(name="demo", subnet_index=args.subnet_index) as cluster:
             values = ["mlflow.enabled=true", "mlflow.extraAllowedHosts={10.*}"]
-            if args.kubelet:
+            if args.node_agent:
+                cluster.start_node_agent()
+            else:
                 images = project_images()
                 if not images:
-                    raise ClusterError("no images in build/images: run `make images` first")
+                    raise ClusterError("no images in build/images: run `make images` first (or --node-agent)")
                 node = cluster.start_kubelet_node(images=images)
                 values += real_node_chart_values(node.images())
-            else:
-                cluster.start_node_agent()
             print(f"control plane up: export KUBECONFIG={cluster.kubeconfig}", file=sys.stderr, flush=True)
             chain = Chain(
                 kubeconfig=cluster.kubeconfig,
@@ -96,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
         return 0
-    except (ChainError, ClusterError) as exc:
+    except (ChainError, ClusterError, NodeError) as exc:
         print(f"mwms demo failed: {exc}", file=sys.stderr)
         return 1
 

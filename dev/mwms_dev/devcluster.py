@@ -1,8 +1,9 @@
-"""`mwms dev-cluster up|down`: the local control plane and node agents for trying things by hand.
+"""`mwms dev-cluster up|down`: the local control plane and a real node for trying things by hand.
 
-`up` runs in the foreground until Ctrl-C or SIGTERM, then stops everything it started. `up --kubelet` runs a
-real node instead of node agents: kubelet, containerd, kube-proxy and CoreDNS (hack/build-node.sh), with the
-project's images from build/images/ (`make images`) loaded into it. `down` removes what a run that crashed
+`up` runs in the foreground until Ctrl-C or SIGTERM, then stops everything it started. Its node is a real one:
+kubelet, containerd, kube-proxy, CoreDNS and a default StorageClass (hack/build-node.sh), with the project's
+images from build/images/ (`make images`) loaded into it. `up --node-agent` runs node agents instead (pods
+as host processes of this checkout; `--nodes N` of them). `down` removes what a run that crashed
 left behind on a subnet index (processes, containers, mounts, cgroups, nftables tables, bridge); it refuses
 while a cluster is live.
 """
@@ -32,11 +33,15 @@ def main(argv: list[str] | None = None) -> int:
         "--subnet-index", type=int, default=0, help="bridge mwbr<N>, pods on 10.<200+N>.0.0/16"
     )
     parser.add_argument("--state-dir", type=Path, help="default: .mwms/dev<N> under the current directory")
-    parser.add_argument("--nodes", type=int, default=1, help="node agents to start (node-1, node-2, ...)")
+    parser.add_argument(
+        "--nodes", type=int, default=1, help="with --node-agent: node agents to start (node-1, node-2, ...)"
+    )
     parser.add_argument("--cpu", default="4", help="CPU capacity of each node")
     parser.add_argument("--memory", default="16Gi", help="memory capacity of each node")
     parser.add_argument(
-        "--kubelet", action="store_true", help="one real kubelet node (containerd, kube-proxy, CoreDNS)"
+        "--node-agent",
+        action="store_true",
+        help="node agents (pods as host processes) instead of the real node",
     )
     parser.add_argument(
         "--image",
@@ -45,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         help="OCI archive to load into the real node (default: build/images/*.oci.tar)",
     )
     args = parser.parse_args(argv)
+    if args.nodes != 1 and not args.node_agent:
+        parser.error("--nodes needs --node-agent: one real node runs per machine")
     name = f"dev{args.subnet_index}"
     try:
         cluster = LocalCluster(name=name, state_dir=args.state_dir, subnet_index=args.subnet_index)
@@ -56,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, lambda *_: stopping.set())
         signal.signal(signal.SIGINT, lambda *_: stopping.set())
         with cluster:
-            if args.kubelet:
+            if not args.node_agent:
                 images = args.image if args.image is not None else project_images()
                 node = cluster.start_kubelet_node(images=images)
                 print(

@@ -1,5 +1,6 @@
 """A real node for the local control plane: kubelet + containerd + runc, the reference CNI plugins,
-kube-proxy (nftables) and CoreDNS, all built by hack/build-node.sh (containerd and runc: Debian packages).
+kube-proxy (nftables), CoreDNS and a default StorageClass `standard` (rancher's local-path-provisioner,
+mwms_dev.local_path), all built by hack/build-node.sh (containerd and runc: Debian packages).
 
     cluster = LocalCluster(...).start()
     node = cluster.start_kubelet_node(images=[Path("build/images/mwms-trainer.oci.tar")])
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mwms_dev import network, pki
+from mwms_dev import local_path, network, pki
 from mwms_dev.procs import pid_alive
 
 if TYPE_CHECKING:
@@ -99,6 +100,11 @@ class NodeParts:
     @property
     def busybox_archive(self) -> Path:
         return self.root / "images" / "busybox.oci.tar"
+
+    @property
+    def local_path_archive(self) -> Path:
+        tag = self.image_names["local-path-provisioner"].rsplit(":", 1)[1]
+        return self.root / "images" / f"local-path-provisioner-{tag}.oci.tar"
 
     @property
     def image_names(self) -> dict[str, str]:
@@ -454,7 +460,7 @@ def coredns_objects(net: network.PodNetwork, image: str) -> list[tuple[str, dict
 def real_node_chart_values(loaded_images: Iterable[str]) -> list[str]:
     """Helm `--set` values for the chart on a real node whose images were loaded, not pulled: the bundled
     MLflow server runs from our trainer image (it holds the same mlflow; the public image cannot be pulled
-    here) on an emptyDir (this node has no volume provisioner)."""
+    here). Its PVC gets a volume from the node's default StorageClass."""
     trainer = next(
         (name for name in loaded_images if name.split("@")[0].rsplit(":", 1)[0].endswith("/mwms-trainer")),
         None,
@@ -465,7 +471,6 @@ def real_node_chart_values(loaded_images: Iterable[str]) -> list[str]:
     return [
         f"mlflow.image.repository={repository}",
         f"mlflow.image.tag={tag}",
-        "mlflow.persistence.enabled=false",
     ]
 
 
@@ -738,7 +743,12 @@ class KubeletNode:
         (self.dir / "cgroups.json").write_text(json.dumps({"root": self.cgroup_root, "created": created}))
         credentials = self._write_credentials()
         # busybox (2 MiB): a shell for looking around and for the node tests' pods.
-        base = [self.parts.pause_archive, self.parts.coredns_archive, self.parts.busybox_archive]
+        base = [
+            self.parts.pause_archive,
+            self.parts.coredns_archive,
+            self.parts.busybox_archive,
+            self.parts.local_path_archive,
+        ]
         self.start_containerd(images=[*base, *images])
         self.timings["images_loaded"] = time.monotonic() - started
         save_kernel_tunables(self.dir / "kernel-tunables.json")
@@ -747,9 +757,9 @@ class KubeletNode:
         restore_kernel_tunables(self.dir / "kernel-tunables.json")
         self.timings["node_ready"] = time.monotonic() - started
         self._start_kube_proxy(credentials["kube-proxy"])
-        self._install_coredns()
+        self._install_addons()
         if wait_dns:
-            self.wait_dns_ready()
+            self.wait_addons_ready()
             self.timings["dns_ready"] = time.monotonic() - started
         return self
 
@@ -964,21 +974,31 @@ class KubeletNode:
         argv = [str(self.parts.bin("kube-proxy")), f"--config={config}", "--v=1"]
         self.cluster._supervisor.spawn(key, argv, self._log(key))
 
-    def _install_coredns(self) -> None:
-        for collection, body in coredns_objects(self.cluster.net, self.parts.image_names["coredns"]):
+    def _install_addons(self) -> None:
+        """CoreDNS, then the volume provisioner and its default StorageClass (under this node's directory)."""
+        names = self.parts.image_names
+        objects = coredns_objects(self.cluster.net, names["coredns"]) + local_path.local_path_objects(
+            names["local-path-provisioner"], names["busybox"], self.dir / "local-path"
+        )
+        for collection, body in objects:
             self.cluster.api_create(collection, body)
 
-    def wait_dns_ready(self, timeout: float = 90.0) -> None:
+    def wait_addons_ready(self, timeout: float = 90.0) -> None:
+        """Until CoreDNS and the volume provisioner each have a ready replica."""
+        deployments = {
+            "CoreDNS": "/apis/apps/v1/namespaces/kube-system/deployments/coredns",
+            "the local-path provisioner": (
+                f"/apis/apps/v1/namespaces/{local_path.NAMESPACE}/deployments/local-path-provisioner"
+            ),
+        }
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.cluster._check_alive("CoreDNS")
-            deployment = self.cluster.api_get("/apis/apps/v1/namespaces/kube-system/deployments/coredns")
-            if (deployment.get("status") or {}).get("readyReplicas"):
-                return
-            time.sleep(0.3)
-        raise NodeError(
-            f"CoreDNS not ready after {timeout:.0f}s; kubelet log: {self._log(self._key('kubelet'))}"
-        )
+        for what, path in deployments.items():
+            while not (self.cluster.api_get(path).get("status") or {}).get("readyReplicas"):
+                self.cluster._check_alive(what)
+                if time.monotonic() > deadline:
+                    kubelet_log = self._log(self._key("kubelet"))
+                    raise NodeError(f"{what} not ready after {timeout:.0f}s; kubelet log: {kubelet_log}")
+                time.sleep(0.3)
 
     def _log(self, key: str) -> Path:
         return self.cluster.logs_dir / f"{key}.log"

@@ -68,7 +68,9 @@ def exec_sh(kubectl, namespace: str, pod: str, script: str, check: bool = True):
     return kubectl("exec", "-n", namespace, pod, "--", "sh", "-c", script, check=check, timeout=60)
 
 
-def test_pod_runs_in_containerd_and_logs_and_exec_work(real_cluster, node_kubectl, node_namespace, busybox):
+def test_pod_runs_in_containerd_and_logs_and_exec_work(
+    real_cluster, node_kubectl, node_namespace, busybox, wait_for
+):
     node_kubectl.apply(web_pod("solo", busybox), "-n", node_namespace)
     wait_ready(node_kubectl, node_namespace, "solo")
     pod = node_kubectl.json("get", "pod", "solo", "-n", node_namespace)
@@ -80,8 +82,12 @@ def test_pod_runs_in_containerd_and_logs_and_exec_work(real_cluster, node_kubect
     assert ipaddress.ip_address(first) <= ip <= ipaddress.ip_address(last), (
         "an IP from the CNI host-local range"
     )
-    logs = node_kubectl("logs", "solo", "-n", node_namespace).stdout
-    assert "hello-from-solo" in logs
+    # The shim copies the container's output to its log on its own time: wait for the line, not for Ready.
+    wait_for(
+        lambda: "hello-from-solo" in node_kubectl("logs", "solo", "-n", node_namespace).stdout,
+        timeout=30,
+        what="solo's first line in `kubectl logs`",
+    )
     out = exec_sh(node_kubectl, node_namespace, "solo", "id -u; echo $((6*7))").stdout.split()
     assert out == ["65532", "42"]
 

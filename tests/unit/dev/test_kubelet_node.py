@@ -74,6 +74,8 @@ def test_chart_values_run_mlflow_from_the_loaded_trainer_image():
     )
     assert "mlflow.image.repository=ghcr.io/mwms-dev/mwms-trainer" in values
     assert "mlflow.image.tag=0.2.0" in values
+    # The node's default StorageClass serves MLflow's claim: the chart's persistence stays on.
+    assert not [value for value in values if value.startswith("mlflow.persistence")]
     with pytest.raises(kubelet_node.NodeError, match="mwms-trainer"):
         kubelet_node.real_node_chart_values(["ghcr.io/mwms-dev/mwms-operator:0.2.0"])
 
