@@ -234,14 +234,20 @@ def peer_deadline(started: float, peer_wait_seconds: float | None) -> float | No
 
 
 def create_strategy(
-    cluster: Cluster, deadline: float, on_backstop: Callable[[str], None], peers_by: float | None
+    cluster: Cluster,
+    deadline: float,
+    on_backstop: Callable[[str], None],
+    peers_by: float | None,
+    before_registering: Callable[[], object] = lambda: None,
 ) -> Any:
-    """Rendezvous (peers by `peers_by`, None: no limit), then MultiWorkerMirroredStrategy(); exit 75 (or
+    """Rendezvous (peers by `peers_by`, None: no limit), `before_registering()` (what raises there ends this
+    worker before its peers wait for it in the constructor), then MultiWorkerMirroredStrategy(); exit 75 (or
     SIGALRM) at the deadline."""
     from mwms_trainer.tfenv import tensorflow
 
-    tf = tensorflow()
+    tf = tensorflow()  # first: a worker that answers the rendezvous is ready to register at once
     rendezvous(cluster, deadline, peers_by)
+    before_registering()
     with registration_backstop(deadline, on_backstop):
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     log.info("strategy ready: %d worker(s), this is worker %d", strategy.num_replicas_in_sync, cluster.rank)
