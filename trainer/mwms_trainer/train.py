@@ -105,6 +105,11 @@ class OpeningTracker:
         tracker.activate()  # the run was opened in another thread; the fluent calls need it on this one
         return tracker
 
+    def check(self) -> None:
+        """Raise what opening raised, if it has failed already; never waits."""
+        if self._error:
+            raise self._error[0]
+
     def close(self, ok: bool) -> None:
         """End the run as FINISHED or FAILED, once it is open (a run that never opened has nothing to end)."""
         if self._thread is not None:
@@ -253,8 +258,8 @@ def fit(
     cfg, cluster = settings.trainer, settings.cluster
     size_thread_pools(settings.threads)  # waits for TensorFlow's import, like everything from here on
     k = keras()
-    # The chief's MLflow run opens during the rendezvous; its failure ends the chief before it registers.
-    strategy = startup.create_strategy(cluster, deadline, note, peers_by, opening.wait)
+    # The chief's MLflow run opens during the rendezvous; a failure ends the chief there, before registering.
+    strategy = startup.create_strategy(cluster, deadline, note, peers_by, opening.wait, opening.check)
     tracker = opening.wait()
     if isinstance(split, streaming.FileShards):
         with startup.peer_loss_is_retryable("while gathering the data's statistics"):

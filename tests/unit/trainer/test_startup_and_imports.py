@@ -178,3 +178,21 @@ def test_a_tensorflow_that_fails_to_import_in_the_background_ends_the_worker_wit
         "failed: ImportError: libtensorflow_framework.so.2: cannot open shared object file "
         "(a test's broken TensorFlow)"
     )
+
+
+def test_a_failure_meanwhile_ends_a_rendezvous_that_has_no_deadline():
+    """In a pod the chief waits for its peers without a limit while its MLflow run opens: an MLflow failure
+    ends the wait at once (exit 75 with MLflow's message), as it did when the run opened before the wait."""
+    hosts = (f"127.0.0.1:{free_ports(1)[0]}", "no-such-host.invalid:2222")
+    rounds: list[int] = []
+
+    def mlflow_failed() -> None:
+        rounds.append(1)
+        if len(rounds) == 2:
+            raise RetryableError(
+                "MLflow at http://mlflow:5000 is unavailable (experiment lookup failed 5 times)"
+            )
+
+    with pytest.raises(RetryableError, match="MLflow at http://mlflow:5000 is unavailable"):
+        startup.wait_for_peers(Cluster(hosts=hosts, rank=0), None, meanwhile=mlflow_failed)
+    assert len(rounds) == 2
