@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from tf_support import group, models_of, trainjob_spec
@@ -22,6 +24,9 @@ def _train(replicas, server, client, tmp_path):
     assert codes == dict.fromkeys(range(replicas), 0), "\n".join(g.log(i)[-2000:] for i in range(replicas))
     for i in range(1, replicas):
         assert '"status":"ok"' in g.termination(i)
+    # The first optimizer step is logged when it ends (a call of one step), the first epoch's end beside it.
+    assert re.search(r"worker 0 first step done at unix time [\d.]+, after 1 step\(s\)\n", g.log(0))
+    assert "worker 0 first epoch done at unix time " in g.log(0)
     summary = g.summary()
     import mlflow
 

@@ -10,6 +10,7 @@ the model's artifact uploads), the same job uid and checkpoint volume, as the op
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import pytest
@@ -81,3 +82,31 @@ def test_killed_then_failed_upload_then_the_kept_model_is_uploaded(mlflow_server
     assert str(version.status) == "READY"
     assert model.model_id in (version.model_id or version.source)  # the search may leave model_id empty
     assert set(summary["metrics"]) >= {"loss", "accuracy", "val_loss", "val_accuracy"}
+
+
+def test_a_restart_that_only_uploads_the_kept_model_loads_no_data(mlflow_server, mlflow_client, tmp_path):
+    """After the fit, the kept model and what its upload needs are on the volume: the restarted group uploads
+    it without reading the data (here gone since the fit) and without meeting its peers."""
+    import numpy as np
+
+    from mwms_trainer import model, train
+
+    name, uid = f"upload-only-{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
+    trainer = {"dataset": "csv", "dataPath": str(tmp_path / "moved-away.csv"), "epochs": 2}
+    g = group(trainjob_spec(name, 2, trainer, checkpoint=True), mlflow_server.url, tmp_path / "job", uid=uid)
+    fitted = model.plain_copy(model.build_model(2, np.zeros(2), np.ones(2)))  # what the chief keeps
+    upload = train.Upload(
+        params={"epochs": 2},
+        columns=["a", "b"],
+        training={"loss": 0.25, "accuracy": 0.875},
+        held_out={"val_loss": 0.5, "val_accuracy": 0.75},
+    )
+    train.keep_fitted(os.path.join(g.envs[0][names.ENV_CHECKPOINT_DIR], uid, "fitted"), fitted, upload)
+    assert g.start().wait(timeout=600) == {0: 0, 1: 0}, g.log(0)[-3000:]
+    assert "not training again" in g.log(0)
+    assert "the fit is done" in g.log(1)
+    summary = g.summary()
+    assert summary["metrics"] == {**upload.held_out, **upload.training}
+    (run,) = runs_of(mlflow_client, name)
+    (logged,) = models_of(run.info.experiment_id, run.info.run_id, mlflow_server.url)
+    assert summary["modelUri"] == f"models:/{logged.model_id}" and str(logged.status) == "READY"

@@ -46,11 +46,16 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     )
     if code is not None:
         return code
+    if environ.get(names.ENV_CODE_ENTRYPOINT, "").strip():
+        return run_user_code(environ, path)  # the user's code imports TensorFlow when and how it wants
+    from mwms_trainer import tfenv
+
+    # Seconds of work that the config, the data and the peers do not wait for (after the fork: never fork
+    # a process with an import half done in another thread).
+    tfenv.import_in_background()
     from mwms_trainer import config
     from mwms_trainer.errors import TrainerError
 
-    if environ.get(names.ENV_CODE_ENTRYPOINT, "").strip():
-        return run_user_code(environ, path)
     try:
         settings = config.load(environ)
         log.info(

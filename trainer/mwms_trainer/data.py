@@ -220,17 +220,21 @@ def steps_per_epoch(num_rows: int, global_batch: int) -> int:
     return num_rows // global_batch
 
 
-def epoch_order(num_rows: int, global_batch: int, seed: int, epochs: range) -> np.ndarray:
-    """Row indices of every global batch of `epochs`: shape (len(epochs) * steps, global_batch).
+def epoch_batches(num_rows: int, global_batch: int, seed: int, epoch: int) -> np.ndarray:
+    """Row indices of one epoch's global batches: shape (steps, global_batch).
 
     Epoch k's order comes from (seed, k) alone, so a fit resumed at epoch k sees exactly the batches the
     undisturbed fit saw from there.
     """
     steps = steps_per_epoch(num_rows, global_batch)
-    order = [
-        np.random.default_rng([seed, epoch]).permutation(num_rows)[: steps * global_batch] for epoch in epochs
-    ]
-    return np.concatenate(order or [np.zeros(0, dtype=np.int64)]).reshape(len(epochs) * steps, global_batch)
+    order = np.random.default_rng([seed, epoch]).permutation(num_rows)[: steps * global_batch]
+    return order.reshape(steps, global_batch)
+
+
+def epoch_order(num_rows: int, global_batch: int, seed: int, epochs: range) -> np.ndarray:
+    """Row indices of every global batch of `epochs`: shape (len(epochs) * steps, global_batch)."""
+    orders = [epoch_batches(num_rows, global_batch, seed, epoch) for epoch in epochs]
+    return np.concatenate(orders) if orders else np.zeros((0, global_batch), dtype=np.int64)
 
 
 def worker_slice(global_batch: int, num_workers: int, rank: int) -> slice:
@@ -243,10 +247,19 @@ def train_dataset(split: Split, cfg: TrainerConfig, first_epoch: int = 0) -> Any
     """A tf.data pipeline of the global batches from `first_epoch` on (where a resumed fit starts); the
     strategy hands each worker its contiguous slice of each."""
     tf = tensorflow()
-    order = epoch_order(len(split.x_train), cfg.globalBatchSize, cfg.seed, range(first_epoch, cfg.epochs))
+    rows, batch = len(split.x_train), cfg.globalBatchSize
+    steps = steps_per_epoch(rows, batch)
+
+    def batches_of(epoch: Any) -> Any:
+        # Each epoch's order is built when fit reaches that epoch, not every epoch's before the first step.
+        order = tf.numpy_function(lambda e: epoch_batches(rows, batch, cfg.seed, int(e)), [epoch], tf.int64)
+        return tf.data.Dataset.from_tensor_slices(tf.ensure_shape(order, [steps, batch]))
+
     x, y = tf.constant(split.x_train), tf.constant(split.y_train)
-    dataset = tf.data.Dataset.from_tensor_slices(order).map(
-        lambda idx: (tf.gather(x, idx), tf.gather(y, idx))
+    dataset = (
+        tf.data.Dataset.range(first_epoch, cfg.epochs)
+        .flat_map(batches_of)
+        .map(lambda idx: (tf.gather(x, idx), tf.gather(y, idx)))
     )
     options = tf.data.Options()
     # DATA: every worker reads the same batches and keeps its slice (no input files to shard by).

@@ -134,10 +134,11 @@ def wait_for_peers(
     cluster: Cluster,
     deadline: float | None,
     probe: Callable[[str], str | None] = _reachable,
+    meanwhile: Callable[[], None] = lambda: None,
 ) -> None:
     """Return once every peer resolves and accepts TCP; at the deadline RetryableError names the missing.
     Without a deadline (in a pod: the operator ends a stuck group) it waits, saying whom it waits for, in the
-    log and in the rendezvous state."""
+    log and in the rendezvous state. `meanwhile()` runs every round: what it raises ends the wait."""
     waiting = {i: h for i, h in enumerate(cluster.hosts) if i != cluster.rank}
     reasons: dict[int, str] = {}
     log.info("waiting for %d peer(s)", len(waiting))
@@ -145,6 +146,7 @@ def wait_for_peers(
     note_rendezvous(noted)
     next_log = time.monotonic() + STILL_WAITING_LOG_SECONDS
     while waiting:
+        meanwhile()
         for i, host in list(waiting.items()):
             reason = probe(host)
             if reason is None:
@@ -221,12 +223,14 @@ def registration_backstop(deadline: float, on_backstop: Callable[[str], None]) -
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def rendezvous(cluster: Cluster, deadline: float, peers_by: float | None) -> None:
+def rendezvous(
+    cluster: Cluster, deadline: float, peers_by: float | None, meanwhile: Callable[[], None] = lambda: None
+) -> None:
     """Meet every peer (by `peers_by`, None: no limit; listening on our own port until `deadline`), then say
-    so: the pod becomes Ready. Before any strategy is made, whoever makes it."""
+    so: the pod becomes Ready. Before any strategy is made, whoever makes it. See wait_for_peers."""
     if cluster.is_distributed:
         with listening(cluster.own_address, deadline):
-            wait_for_peers(cluster, peers_by)
+            wait_for_peers(cluster, peers_by, meanwhile=meanwhile)
     mark_joined()
 
 
@@ -235,14 +239,21 @@ def peer_deadline(started: float, peer_wait_seconds: float | None) -> float | No
 
 
 def create_strategy(
-    cluster: Cluster, deadline: float, on_backstop: Callable[[str], None], peers_by: float | None
+    cluster: Cluster,
+    deadline: float,
+    on_backstop: Callable[[str], None],
+    peers_by: float | None,
+    before_registering: Callable[[], object] = lambda: None,
+    meanwhile: Callable[[], None] = lambda: None,
 ) -> Any:
-    """Rendezvous (peers by `peers_by`, None: no limit), then MultiWorkerMirroredStrategy(); exit 75 (or
-    SIGALRM) at the deadline."""
+    """Rendezvous (peers by `peers_by`, None: no limit; `meanwhile()` every round), `before_registering()`
+    (what raises in either ends this worker before its peers wait for it in the constructor), then
+    MultiWorkerMirroredStrategy(); exit 75 (or SIGALRM) at the deadline."""
     from mwms_trainer.tfenv import tensorflow
 
-    tf = tensorflow()
-    rendezvous(cluster, deadline, peers_by)
+    tf = tensorflow()  # first: a worker that answers the rendezvous is ready to register at once
+    rendezvous(cluster, deadline, peers_by, meanwhile)
+    before_registering()
     with registration_backstop(deadline, on_backstop):
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     log.info("strategy ready: %d worker(s), this is worker %d", strategy.num_replicas_in_sync, cluster.rank)

@@ -3,21 +3,54 @@
 Keras 3 cannot run multi-worker MWMS fit (every worker fails before the first step with
 `Attempt to convert a value (PerReplica:...)`, keras-team/keras#20585): TF_USE_LEGACY_KERAS=1 must be set
 before TensorFlow is first imported, and the model code uses tf_keras.
+
+The built-in trainer starts the import in a thread at process start (import_in_background): it takes
+seconds, and the config, the data and the chief's MLflow run need none of it. tensorflow() and keras() wait
+for that thread, so the main thread never imports TensorFlow while the thread does (two threads importing
+the same packages can deadlock on the import locks), and raise what the thread's import raised.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any
 
+_background: threading.Thread | None = None
+_background_error: list[Exception] = []  # what the background import raised, re-raised by tensorflow()
 
-def tensorflow() -> Any:
+
+def _import_tensorflow() -> Any:
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep worker logs readable: no C++ info/warning spam
     import tensorflow as tf
 
     return tf
+
+
+def import_in_background() -> None:
+    """Start importing TensorFlow and tf_keras in a daemon thread (a failure is kept for tensorflow())."""
+    global _background
+
+    def target() -> None:
+        try:
+            _import_tensorflow()
+            import tf_keras  # noqa: F401  (a second or more of its own, also off the main thread)
+        except Exception as e:  # re-raised on the main thread by tensorflow(), where it is handled as ever
+            _background_error.append(e)
+
+    _background = threading.Thread(target=target, name="mwms-import-tensorflow", daemon=True)
+    _background.start()
+
+
+def tensorflow() -> Any:
+    thread = _background
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()
+        if _background_error:
+            raise _background_error[0]
+    return _import_tensorflow()
 
 
 def keras() -> Any:

@@ -47,6 +47,9 @@ class NullTracker:
     def note_resume(self, epoch: int) -> None:
         pass
 
+    def activate(self) -> None:
+        pass
+
     def log_params(self, params: Mapping[str, Any]) -> None:
         pass
 
@@ -158,6 +161,13 @@ class MlflowTracker:
 
     def _retry(self, what: str, call: Callable[[], T]) -> T:
         return with_retries(what, self._uri, call, self._delays)
+
+    def activate(self) -> None:
+        """Make the run the calling thread's active run, for the fluent calls here and in user code: MLflow
+        keeps one per thread, and the run may have been opened in another. A no-op where it is already."""
+        active = self._mlflow.active_run()
+        if active is None or active.info.run_id != self.run_id:
+            self._retry("run resume", lambda: self._mlflow.start_run(run_id=self.run_id))
 
     def _experiment(self, name: str) -> str:
         found = self._client.get_experiment_by_name(name)

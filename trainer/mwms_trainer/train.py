@@ -6,13 +6,17 @@ so nothing here branches on the role except the final hand-off.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import os
 import platform
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import version
 from typing import Any
 
 from mwms_contract import termination
@@ -41,9 +45,8 @@ def open_tracker(settings: Settings, params: dict[str, Any]) -> Any:
 
 
 def params_of(settings: Settings, split: data.Split | streaming.FileShards) -> dict[str, Any]:
-    import sklearn
-
-    tf, k = tensorflow(), keras()
+    """The run's params. Versions from the installed distributions: importing the packages to read their
+    __version__ would cost seconds before the run opens (TensorFlow imports in the background meanwhile)."""
     n = settings.cluster.num_workers
     if isinstance(split, streaming.FileShards):
         # The training row counts are known only once the workers have met (train.fit logs them).
@@ -64,11 +67,58 @@ def params_of(settings: Settings, split: data.Split | streaming.FileShards) -> d
         "perWorkerBatchSize": settings.trainer.globalBatchSize // n,
         **sizes,
         "features": split.num_features,
-        "tensorflowVersion": tf.__version__,
-        "tfKerasVersion": k.__version__,
-        "sklearnVersion": sklearn.__version__,
+        "tensorflowVersion": version("tensorflow"),
+        "tfKerasVersion": version("tf-keras"),
+        "sklearnVersion": version("scikit-learn"),
         "pythonVersion": platform.python_version(),
     }
+
+
+class OpeningTracker:
+    """The chief's MLflow run, opened in a thread (an import and ~5 HTTP calls) while TensorFlow imports and
+    the group meets; other workers get a NullTracker at once. wait() returns the tracker or raises what
+    opening it raised (RetryableError, exit 75, for an unreachable server), as opening it in place did."""
+
+    def __init__(self, settings: Settings, params: dict[str, Any]) -> None:
+        self._result: list[Any] = []
+        self._error: list[Exception] = []
+        self._thread: threading.Thread | None = None
+        if not settings.cluster.is_chief:
+            self._result.append(tracking.NullTracker())
+            return
+
+        def target() -> None:
+            try:
+                self._result.append(open_tracker(settings, params))
+            except Exception as e:  # re-raised by wait() on the main thread
+                self._error.append(e)
+
+        # A daemon: whatever ends the process early is not held up by MLflow's retries.
+        self._thread = threading.Thread(target=target, name="mwms-open-mlflow-run", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> Any:
+        if self._thread is not None:
+            self._thread.join()
+        if self._error:
+            raise self._error[0]
+        tracker = self._result[0]
+        tracker.activate()  # the run was opened in another thread; the fluent calls need it on this one
+        return tracker
+
+    def check(self) -> None:
+        """Raise what opening raised, if it has failed already; never waits."""
+        if self._error:
+            raise self._error[0]
+
+    def close(self, ok: bool) -> None:
+        """End the run as FINISHED or FAILED, once it is open (a run that never opened has nothing to end)."""
+        if self._thread is not None:
+            self._thread.join()
+        if self._result:
+            self._result[0].close(ok)
+        elif self._error:
+            log.warning("the MLflow run was not opened: %s", self._error[0])
 
 
 def epoch_logger(rank: int, epochs: int | None, tracker: Any) -> Any:
@@ -78,12 +128,23 @@ def epoch_logger(rank: int, epochs: int | None, tracker: Any) -> Any:
     class EpochLogger(k.callbacks.Callback):  # type: ignore[name-defined]
         first_epoch: int | None = None
         started = 0.0
+        whole_call = 1  # steps per call of the train function (compile's steps_per_execution)
         stepped = False
+        epoch_ended = False
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            # The first call of the train function runs one step, so its end is the first optimizer step
+            # (startup latency, for bench/trainer_bench.py); later calls run whole epochs again. One more
+            # call in the first epoch, no sync per step.
+            self.whole_call = int(self.model.steps_per_execution.numpy())
+            self.model.steps_per_execution = 1
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            if not self.stepped:  # startup latency, for bench/trainer_bench.py
+            if not self.stepped:
                 self.stepped = True
-                log.info("worker %d first step done at unix time %.3f", rank, time.time())
+                self.model.steps_per_execution = self.whole_call
+                steps, done = batch + 1, time.time()
+                log.info("worker %d first step done at unix time %.3f, after %d step(s)", rank, done, steps)
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self.started = time.monotonic()
@@ -99,6 +160,9 @@ def epoch_logger(rank: int, epochs: int | None, tracker: Any) -> Any:
             of = f"/{epochs}" if epochs else ""
             seconds = time.monotonic() - self.started
             print(f"worker {rank} epoch {epoch + 1}{of} {shown} seconds={seconds:.3f}", flush=True)
+            if not self.epoch_ended:  # the figure the first-step line used to give, beside it
+                self.epoch_ended = True
+                log.info("worker %d first epoch done at unix time %.3f", rank, time.time())
             tracker.log_epoch(epoch, logs)
 
     return EpochLogger()
@@ -137,7 +201,18 @@ def resumed_epoch(backup_dir: str) -> int:
 
 
 KEPT_MODEL = "model.keras"
-KEPT_METRICS = "training-metrics.json"  # written last: its presence means the kept model is complete
+KEPT_UPLOAD = "upload.json"  # written last: its presence means the kept model is complete
+
+
+@dataclass(frozen=True)
+class Upload:
+    """What logging a fitted model needs besides the model: kept beside it, so that a restart that only
+    uploads it loads no data."""
+
+    params: dict[str, Any]  # for a run that has to be opened anew
+    columns: list[str]  # the training columns, in the order the model takes them
+    training: dict[str, float]  # the last epoch's training metrics
+    held_out: dict[str, float]
 
 
 def kept_model_dir(settings: Settings) -> str | None:
@@ -148,44 +223,45 @@ def kept_model_dir(settings: Settings) -> str | None:
     return os.path.join(settings.checkpoint_dir, settings.job_uid, "fitted")
 
 
-def keep_fitted(directory: str, plain: Any, training_metrics: dict[str, float]) -> None:
+def keep_fitted(directory: str, plain: Any, upload: Upload) -> None:
     """Save the fitted model before uploading it, so a failed upload costs a restart, not the fit."""
     os.makedirs(directory, exist_ok=True)
     partial = os.path.join(directory, "partial-" + KEPT_MODEL)
     plain.save(partial)
     os.replace(partial, os.path.join(directory, KEPT_MODEL))
-    partial = os.path.join(directory, "partial-" + KEPT_METRICS)
+    partial = os.path.join(directory, "partial-" + KEPT_UPLOAD)
     with open(partial, "w", encoding="utf-8") as f:
-        json.dump(training_metrics, f)
-    os.replace(partial, os.path.join(directory, KEPT_METRICS))
+        json.dump(dataclasses.asdict(upload), f)
+    os.replace(partial, os.path.join(directory, KEPT_UPLOAD))
 
 
-def fit_is_kept(directory: str | None) -> bool:
+def fit_is_kept(directory: str) -> bool:
     """Whether a chief of this job finished its fit and kept the model in `directory` (see keep_fitted)."""
-    return directory is not None and os.path.exists(os.path.join(directory, KEPT_METRICS))
+    return os.path.exists(os.path.join(directory, KEPT_UPLOAD))
 
 
-def load_kept(directory: str | None) -> tuple[Any, dict[str, float]] | None:
-    """The model a previous chief fitted and kept, with its last epoch's training metrics; None if none."""
-    if directory is None or not fit_is_kept(directory):
-        return None
-    with open(os.path.join(directory, KEPT_METRICS), encoding="utf-8") as f:
-        training_metrics = {str(k): float(v) for k, v in json.load(f).items()}
-    return keras().models.load_model(os.path.join(directory, KEPT_MODEL), compile=False), training_metrics
+def load_kept(directory: str) -> tuple[Any, Upload]:
+    """The model a previous chief fitted and kept (see keep_fitted), with what its upload needs."""
+    with open(os.path.join(directory, KEPT_UPLOAD), encoding="utf-8") as f:
+        upload = Upload(**json.load(f))
+    return keras().models.load_model(os.path.join(directory, KEPT_MODEL), compile=False), upload
 
 
 def fit(
     settings: Settings,
     split: data.Split | streaming.FileShards,
-    tracker: Any,
+    opening: OpeningTracker,
     note: Callable[[str], None],
     deadline: float,
     peers_by: float | None,
 ) -> tuple[Any, dict[str, float]] | None:
     """Fit with the whole group; the chief gets a plain copy of the model and its last epoch's metrics."""
     cfg, cluster = settings.trainer, settings.cluster
+    size_thread_pools(settings.threads)  # waits for TensorFlow's import, like everything from here on
     k = keras()
-    strategy = startup.create_strategy(cluster, deadline, note, peers_by)
+    # The chief's MLflow run opens during the rendezvous; a failure ends the chief there, before registering.
+    strategy = startup.create_strategy(cluster, deadline, note, peers_by, opening.wait, opening.check)
+    tracker = opening.wait()
     if isinstance(split, streaming.FileShards):
         with startup.peer_loss_is_retryable("while gathering the data's statistics"):
             every = streaming.gather_stats(strategy, split, cluster.num_workers, cluster.rank)
@@ -254,53 +330,74 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
     deadline = started + settings.startup_timeout_seconds
     peers_by = startup.peer_deadline(started, settings.peer_wait_seconds)
     cluster = settings.cluster
+    kept_dir = kept_model_dir(settings)
+    if kept_dir is not None and fit_is_kept(kept_dir):
+        return upload_kept(settings, kept_dir)
     # Bad data fails here, before MLflow or peers.
     split: data.Split | streaming.FileShards
     if settings.trainer.sharding == "files":
         split = streaming.prepare(settings.trainer, cluster.num_workers, cluster.rank)
     else:
         split = data.load_split(settings.trainer, cluster.num_workers)
-    kept_dir = kept_model_dir(settings)
-    kept = load_kept(kept_dir) if cluster.is_chief else None
-    if not cluster.is_chief and fit_is_kept(kept_dir):
-        log.info("worker %d: the fit is done (kept at %s); the chief uploads it", cluster.rank, kept_dir)
-        return {"worker": cluster.rank, "status": "ok"}
-    size_thread_pools(settings.threads)
-    tracker = open_tracker(settings, params_of(settings, split))
+    params = params_of(settings, split)
+    opening = OpeningTracker(settings, params)
     ok = False
     try:
-        if kept is not None:
-            log.info("uploading the model fitted before the restart (%s), not training again", kept_dir)
-            startup.mark_joined()  # no group to join: the peers ended (the fit is kept)
-            plain, trained = kept
-        else:
-            fitted = fit(settings, split, tracker, note, deadline, peers_by)
-            if fitted is None:
-                ok = True
-                return {"worker": cluster.rank, "status": "ok"}
-            plain, trained = fitted
-            if kept_dir:
-                keep_fitted(kept_dir, plain, trained)
+        fitted = fit(settings, split, opening, note, deadline, peers_by)
+        if fitted is None:
+            ok = True
+            return {"worker": cluster.rank, "status": "ok"}
+        plain, trained = fitted
         if isinstance(split, streaming.FileShards):
             held_out = model_mod.held_out_metrics(plain, streaming.held_out_rows(split))
         else:
             held_out = model_mod.held_out_metrics(plain, [(split.x_test, split.y_test)])
-        try:
-            model_uri = tracker.log_model(plain, split.feature_names, held_out)
-        except RetryableError as e:
-            if kept_dir:
-                kept_note = f"the fitted model is kept in {kept_dir}, a restart uploads it"
-                raise RetryableError(f"{e}; {kept_note}") from None
-            raise
-        # The last epoch's training metrics are in MLflow already (per epoch); the summary carries both.
-        metrics = {**held_out, **trained}
+        upload = Upload(params, list(split.feature_names), trained, held_out)
+        if kept_dir:
+            keep_fitted(kept_dir, plain, upload)
+        summary = log_fitted(opening.wait(), plain, upload, kept_dir)
         ok = True
-        log.info("held-out accuracy %.4f, model %s", metrics["val_accuracy"], model_uri)
-        return {
-            termination.RUN_ID: tracker.run_id,
-            termination.EXPERIMENT_ID: tracker.experiment_id,
-            termination.MODEL_URI: model_uri,
-            termination.METRICS: {k: round(v, 6) for k, v in metrics.items()},
-        }
+        return summary
+    finally:
+        opening.close(ok)
+
+
+def upload_kept(settings: Settings, kept_dir: str) -> dict[str, Any]:
+    """A restart after the fit ended: the chief uploads the model kept on the volume, with no data loaded
+    and no peers met (they end at once)."""
+    rank = settings.cluster.rank
+    if not settings.cluster.is_chief:
+        log.info("worker %d: the fit is done (kept at %s); the chief uploads it", rank, kept_dir)
+        return {"worker": rank, "status": "ok"}
+    log.info("uploading the model fitted before the restart (%s), not training again", kept_dir)
+    startup.mark_joined()  # no group to join: the peers ended (the fit is kept)
+    size_thread_pools(settings.threads)
+    plain, upload = load_kept(kept_dir)
+    tracker = open_tracker(settings, upload.params)
+    ok = False
+    try:
+        summary = log_fitted(tracker, plain, upload, kept_dir)
+        ok = True
+        return summary
     finally:
         tracker.close(ok)
+
+
+def log_fitted(tracker: Any, plain: Any, upload: Upload, kept_dir: str | None) -> dict[str, Any]:
+    """Log the model into the chief's run; the termination summary."""
+    try:
+        model_uri = tracker.log_model(plain, upload.columns, upload.held_out)
+    except RetryableError as e:
+        if kept_dir:
+            kept_note = f"the fitted model is kept in {kept_dir}, a restart uploads it"
+            raise RetryableError(f"{e}; {kept_note}") from None
+        raise
+    # The last epoch's training metrics are in MLflow already (per epoch); the summary carries both.
+    metrics = {**upload.held_out, **upload.training}
+    log.info("held-out accuracy %.4f, model %s", metrics["val_accuracy"], model_uri)
+    return {
+        termination.RUN_ID: tracker.run_id,
+        termination.EXPERIMENT_ID: tracker.experiment_id,
+        termination.MODEL_URI: model_uri,
+        termination.METRICS: {k: round(v, 6) for k, v in metrics.items()},
+    }

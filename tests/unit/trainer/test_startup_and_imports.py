@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 
+from mwms_contract import names
 from mwms_contract.names import RENDEZVOUS_FILE
 from mwms_operator.builders import READINESS_PROBE
 from mwms_trainer import startup
@@ -132,3 +137,70 @@ def test_the_trainers_runner_sends_cluster_users_to_the_client():
 
     with pytest.raises(TypeError, match="from mwms import Cluster, MirroredStrategyRunner"):
         MirroredStrategyRunner(num_slots=2, cluster=object())
+
+
+def test_the_runs_params_read_package_versions_without_importing_the_packages():
+    """Importing scikit-learn, TensorFlow and tf_keras for their __version__ cost seconds before the run."""
+    code = (
+        "import json, sys, numpy as np\n"
+        "from mwms_trainer import config, data, train\n"
+        "settings = config.load({'MLFLOW_TRACKING_URI': 'http://127.0.0.1:1', 'MWMS_TRAINER_CONFIG': '{}'})\n"
+        "rows = np.zeros((64, 2), dtype=np.float32)\n"
+        "split = data.Split(rows, np.zeros(64), rows, np.zeros(64), ('a', 'b'), np.zeros(2), np.ones(2))\n"
+        "params = train.params_of(settings, split)\n"
+        "imported = [m for m in ('sklearn', 'tensorflow', 'tf_keras') if m in sys.modules]\n"
+        "print(json.dumps({'params': params, 'imported': imported}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result["imported"] == []
+    params = result["params"]
+    assert (params["sklearnVersion"], params["tensorflowVersion"], params["tfKerasVersion"]) == (
+        version("scikit-learn"),
+        version("tensorflow"),
+        version("tf-keras"),
+    )
+
+
+def test_a_tensorflow_that_fails_to_import_in_the_background_ends_the_worker_with_its_error(tmp_path):
+    """The trainer imports TensorFlow in a thread from its start; a failed import surfaces on the main thread
+    when TensorFlow is first needed, as the same permanent failure (exit 1) naming the error."""
+    broken = Path(__file__).resolve().parents[2] / "data" / "trainer"
+    termination = tmp_path / "termination"
+    env = {
+        **os.environ,
+        # mlflow poisoned too: the chief's run opens alongside, and fails at once instead of retrying
+        "PYTHONPATH": f"{broken / 'broken-tensorflow'}:{broken / 'poison'}",
+        names.ENV_TRACKING_URI: "http://127.0.0.1:1",
+        names.ENV_TERMINATION_LOG: str(termination),
+        names.ENV_TRAINER_CONFIG: '{"epochs": 1}',
+    }
+    env.pop(names.ENV_TF_CONFIG, None)
+    out = subprocess.run(
+        [sys.executable, "-m", "mwms_trainer"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == names.EXIT_FAILURE, out.stdout + out.stderr
+    assert termination.read_text() == (
+        "failed: ImportError: libtensorflow_framework.so.2: cannot open shared object file "
+        "(a test's broken TensorFlow)"
+    )
+
+
+def test_a_failure_meanwhile_ends_a_rendezvous_that_has_no_deadline():
+    """In a pod the chief waits for its peers without a limit while its MLflow run opens: an MLflow failure
+    ends the wait at once (exit 75 with MLflow's message), as it did when the run opened before the wait."""
+    hosts = (f"127.0.0.1:{free_ports(1)[0]}", "no-such-host.invalid:2222")
+    rounds: list[int] = []
+
+    def mlflow_failed() -> None:
+        rounds.append(1)
+        if len(rounds) == 2:
+            raise RetryableError(
+                "MLflow at http://mlflow:5000 is unavailable (experiment lookup failed 5 times)"
+            )
+
+    with pytest.raises(RetryableError, match="MLflow at http://mlflow:5000 is unavailable"):
+        startup.wait_for_peers(Cluster(hosts=hosts, rank=0), None, meanwhile=mlflow_failed)
+    assert len(rounds) == 2
