@@ -32,6 +32,25 @@ mkdir -p "$CACHE" "$OUT"
 # One build at a time per cache (helpers and CI may share the machine).
 exec 9>"$CACHE/lock"
 flock 9
+# Nothing to do when both archives were built from exactly these inputs (a warm `make demo`/`make test` would
+# otherwise spend minutes on buildah's cache checks and prune): every file of the build context (as
+# .dockerignore lets through), the Dockerfiles and this script.
+inputs_digest() {
+  {
+    find pyproject.toml VERSION README.md LICENSE .dockerignore requirements/*.lock.txt contract/pyproject.toml \
+      contract/VERSION contract/LICENSE contract/mwms_contract operator/mwms_operator trainer/mwms_trainer \
+      operator/Dockerfile trainer/Dockerfile hack/build-images.sh hack/oci_name.py \
+      -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum
+    # A link (contract/VERSION) is hashed by its content above; the same tree under another path is the same.
+  } | sha256sum | cut -c1-16
+}
+INPUTS=$(inputs_digest)
+if [ -f "$OUT/mwms-operator.oci.tar" ] && [ -f "$OUT/mwms-trainer.oci.tar" ] && \
+  [ "$(cat "$OUT/inputs.sha" 2>/dev/null)" = "$INPUTS" ]; then
+  echo "images: $OUT is up to date (inputs $INPUTS)" >&2
+  exit 0
+fi
+rm -f "$OUT/inputs.sha"
 # Working containers left by an interrupted build hold their layers mounted; under the lock none is ours.
 "${BUILDAH[@]}" rm --all >/dev/null
 # The trainer's dependency layer is ~2.8 GB, written twice (stage and image) plus its compressed archive; with
@@ -155,4 +174,5 @@ build_image trainer
 # Drop what no named image needs: earlier builds' images and stages (each trainer code change used to leave
 # ~3 GB behind).
 "${BUILDAH[@]}" rmi --prune >/dev/null
+echo "$INPUTS" >"$OUT/inputs.sha"
 log "cache $CACHE: $(du -sh "$CACHE/storage" | cut -f1)"
