@@ -16,6 +16,7 @@ import uuid
 import pytest
 from tf_support import REPO, StallingProxy, group, models_of, runs_of, trainjob_spec
 
+from mwms.jobs import chiefs_value
 from mwms_contract import names
 from mwms_trainer import result as job_result
 
@@ -84,7 +85,7 @@ def test_a_100_kb_result_arrives_whole(mlflow_server, tmp_path):
     summary = g.summary()
     assert "result" not in summary and summary["resultBytes"] > 100_000
     assert summary["resultArtifact"] == f"runs:/{summary['runId']}/{job_result.ARTIFACT}"
-    value = job_result.read(summary["resultArtifact"], mlflow_server.url)  # what the caller does
+    value = chiefs_value(summary, mlflow_server.url)  # what the client (Client().result) does
     assert value == ["x" * 98] * 1000
 
 
