@@ -1,6 +1,7 @@
 """A real Kubernetes control plane on this machine: etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler, plus nodes: node agents that stand in for kubelet and the container runtime (fast), or a
-real kubelet with containerd, kube-proxy and CoreDNS (mwms_dev.kubelet_node).
+real kubelet with containerd, kube-proxy and CoreDNS (mwms_dev.kubelet_node). A node gets what it needs of
+the cluster as one NodeContext (mwms_dev.node_context); it never imports this module.
 
     cluster = LocalCluster(state_dir=Path(".mwms/dev"), subnet_index=1).start()
     agent = cluster.start_node_agent()          # or: node = cluster.start_kubelet_node(images=[...])
@@ -13,13 +14,11 @@ Needs root (the pod bridge, network namespaces) and the binaries of hack/build-c
 from __future__ import annotations
 
 import atexit
-import base64
 import contextlib
 import fcntl
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -30,6 +29,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mwms_dev import kubelet_node, network, nodeagent_net, pki
+from mwms_dev.node_context import READY_TIMEOUT, NodeContext
+
+# Callers import these from here; they live in node_context because nodes use them too.
+from mwms_dev.node_context import ClusterError as ClusterError
+from mwms_dev.node_context import free_port as free_port
+from mwms_dev.node_context import kubeconfig as kubeconfig
 from mwms_dev.nodeagent_ipam import IPAM_ROOT
 from mwms_dev.procs import Supervisor
 
@@ -39,7 +44,6 @@ BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler
 LOCK_DIR = Path("/run/mwms")
 STATE_MARKER = ".mwms-cluster"  # only a directory holding this file is ever wiped by start()
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-READY_TIMEOUT = 90.0
 
 # file stem -> (user CN, groups); the two controllers get their bootstrap RBAC roles by these names.
 CLIENTS = {
@@ -52,10 +56,6 @@ CLIENTS = {
 KUBECONFIGS = ("admin", "controller-manager", "scheduler")
 
 
-class ClusterError(RuntimeError):
-    pass
-
-
 def find_bin_dir() -> Path:
     """$MWMS_BIN_DIR, else whatever hack/build-control-plane.sh prints (it builds what is missing)."""
     if env_dir := os.environ.get("MWMS_BIN_DIR"):
@@ -66,35 +66,6 @@ def find_bin_dir() -> Path:
     if result.returncode != 0:
         raise ClusterError(f"{BUILD_SCRIPT} failed with exit code {result.returncode}")
     return Path(result.stdout.strip().splitlines()[-1])
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-def kubeconfig(server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, user: str) -> dict:
-    """A self-contained kubeconfig (credentials embedded, so it can be copied anywhere)."""
-
-    def b64(data: bytes) -> str:
-        return base64.b64encode(data).decode()
-
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {"name": "mwms", "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)}}
-        ],
-        "users": [
-            {
-                "name": user,
-                "user": {"client-certificate-data": b64(cert_pem), "client-key-data": b64(key_pem)},
-            }
-        ],
-        "contexts": [{"name": "mwms", "context": {"cluster": "mwms", "user": user}}],
-        "current-context": "mwms",
-    }
 
 
 class NodeAgentHandle:
@@ -128,7 +99,8 @@ class LocalCluster:
     of `subnet_index` (one live cluster per index, so parallel sessions pick different ones).
 
     After start(): `kubeconfig` (admin), `server`, `ca_file`, `pod_api_host`/`pod_api_port` (the API server
-    as pods reach it), `timings` (seconds to API ready / to controllers ready), `node_agents` by name.
+    as pods reach it), `timings` (seconds to API ready / to controllers ready), `node_agents` and
+    `kubelet_nodes` by name; `node_context`: all that a node is given of the cluster.
     """
 
     def __init__(
@@ -174,6 +146,18 @@ class LocalCluster:
     @property
     def logs_dir(self) -> Path:
         return self.state_dir / "logs"
+
+    @property
+    def node_context(self) -> NodeContext:
+        """What each node of this cluster is given of it."""
+        return NodeContext(
+            server=self.server,
+            pki_dir=self.state_dir / "pki",
+            net=self.net,
+            supervisor=self._supervisor,
+            logs_dir=self.logs_dir,
+            nodes_dir=self.state_dir / "nodes",
+        )
 
     def pids(self) -> list[int]:
         """Every process this cluster started that may still exist (for leak checks)."""
@@ -248,7 +232,7 @@ class LocalCluster:
         handle = NodeAgentHandle(self._supervisor, key, node_name)
         self.node_agents[node_name] = handle
         if wait:
-            self.wait_node_ready(node_name, key)
+            self.node_context.wait_node_ready(node_name, key)
         return handle
 
     def start_kubelet_node(
@@ -259,56 +243,13 @@ class LocalCluster:
         `wait_dns`, CoreDNS too)."""
         if not self.api_port:
             raise ClusterError("start() the cluster before its nodes")
-        node = kubelet_node.KubeletNode(self, kubelet_node.find_node_parts(), node_name)
+        node = kubelet_node.KubeletNode(self.node_context, kubelet_node.find_node_parts(), node_name)
         self.kubelet_nodes[node_name] = node
         try:
             node.start(images=images, wait_dns=wait_dns)
         except kubelet_node.NodeError as exc:
             raise ClusterError(str(exc)) from exc
         return node
-
-    def wait_node_ready(
-        self, node_name: str, agent_key: str | None = None, timeout: float = READY_TIMEOUT
-    ) -> None:
-        deadline = time.monotonic() + timeout
-        condition: dict = {}
-        while time.monotonic() < deadline:
-            self._check_alive(f"Node {node_name}", only=agent_key)
-            try:
-                node = self.api_get(f"/api/v1/nodes/{node_name}")
-            except urllib.error.HTTPError as exc:
-                if exc.code != 404:
-                    raise
-            else:
-                conditions = node.get("status", {}).get("conditions", [])
-                condition = next((c for c in conditions if c.get("type") == "Ready"), {})
-                if condition.get("status") == "True":
-                    return
-            time.sleep(0.2)
-        raise ClusterError(
-            f"Node {node_name} not Ready after {timeout:.0f}s (Ready condition: {condition or 'none'})"
-        )
-
-    def api_get(self, path: str) -> dict:
-        """GET an API path as admin (for readiness checks; tests use kubectl or a real client)."""
-        with urllib.request.urlopen(self.server + path, context=self._admin_tls(), timeout=10) as response:
-            return json.load(response)
-
-    def api_create(self, collection: str, body: dict) -> dict:
-        """POST an object into an API collection as admin (the add-ons the cluster installs itself)."""
-        request = urllib.request.Request(
-            self.server + collection,
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        try:
-            with urllib.request.urlopen(request, context=self._admin_tls(), timeout=10) as response:
-                return json.load(response)
-        except urllib.error.HTTPError as exc:
-            raise ClusterError(
-                f"POST {collection} ({body.get('kind')}): {exc.code} {exc.read()[:500]!r}"
-            ) from None
 
     def stop(self) -> None:
         """Stop everything this cluster started and remove its bridge. Safe to call again."""
@@ -333,7 +274,7 @@ class LocalCluster:
     def _clean_leftovers(self) -> None:
         # We hold the subnet's lock, so whatever is still in its cgroup or on its bridge is a dead run's.
         self._supervisor.cgroup.kill_all()
-        nodes_dir = self.state_dir / "nodes"
+        nodes_dir = self.node_context.nodes_dir
         if nodes_dir.is_dir():
             for node_dir in nodes_dir.iterdir():
                 kubelet_node.clean_dead_node(self.net, node_dir)
@@ -488,11 +429,12 @@ class LocalCluster:
     def _wait_https(self, component: str, url: str, verify: bool) -> None:
         """Poll `url` until it answers 200; fail early, with the log's tail, if the component died."""
         # The controllers serve self-signed certs of their own.
-        context = self._admin_tls() if verify else ssl._create_unverified_context()
+        plane = self.node_context  # the same API access and process checks the nodes get
+        context = plane.admin_tls() if verify else ssl._create_unverified_context()
         deadline = time.monotonic() + READY_TIMEOUT
         last_error = ""
         while time.monotonic() < deadline:
-            self._check_alive(component)
+            plane.check_alive(component)
             try:
                 with urllib.request.urlopen(url, context=context, timeout=5) as response:
                     if response.status == 200:
@@ -502,28 +444,5 @@ class LocalCluster:
             time.sleep(0.1)
         raise ClusterError(
             f"{component} not ready at {url} after {READY_TIMEOUT:.0f}s ({last_error}):\n"
-            + self._log_tail(component)
+            + plane.log_tail(component)
         )
-
-    def _admin_tls(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=str(self.ca_file))
-        context.load_cert_chain(
-            str(self.state_dir / "pki" / "admin.crt"), str(self.state_dir / "pki" / "admin.key")
-        )
-        return context
-
-    def _check_alive(self, waiting_for: str, only: str | None = None) -> None:
-        """Fail at once, with the log's tail, when a process we wait on has died."""
-        for name, proc in self._supervisor.processes.items():
-            if (only is None or name == only) and proc.poll() is not None:
-                raise ClusterError(
-                    f"{name} exited with code {proc.returncode} while waiting for {waiting_for}:\n"
-                    + self._log_tail(name)
-                )
-
-    def _log_tail(self, name: str, lines: int = 30) -> str:
-        path = self.logs_dir / f"{name}.log"
-        try:
-            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return f"(no log at {path})"

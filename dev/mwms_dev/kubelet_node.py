@@ -5,6 +5,8 @@ mwms_dev.local_path), all built by hack/build-node.sh (containerd and runc: Debi
     cluster = LocalCluster(...).start()
     node = cluster.start_kubelet_node(images=[Path("build/images/mwms-trainer.oci.tar")])
 
+A node knows its cluster only through the NodeContext it is given (mwms_dev.node_context).
+
 Everything lives under `<state_dir>/nodes/<name>/` (containerd's state, socket and the pods' network
 namespaces, kubelet's root dir, CNI config and IP reservations), so nothing clashes with a system containerd
 or kubelet; containerd's root (its image store: content and unpacked snapshots) is kept between runs beside
@@ -38,13 +40,11 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mwms_dev import local_path, network, pki
+from mwms_dev import local_path, network
+from mwms_dev.node_context import NodeContext, free_port
 from mwms_dev.procs import pid_alive
-
-if TYPE_CHECKING:
-    from mwms_dev.cluster import LocalCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-node.sh"
@@ -705,17 +705,17 @@ class KubeletNode:
 
     def __init__(
         self,
-        cluster: LocalCluster,
+        context: NodeContext,
         parts: NodeParts,
         node_name: str = "node-1",
         image_store: Path | None = None,
     ):
-        self.cluster = cluster
+        self.context = context
         self.parts = parts
         self.image_store = image_store or parts.image_store
         self.node_name = node_name
-        self.dir = cluster.state_dir / "nodes" / node_name
-        self.cgroup_root = f"{own_cgroup_parent()}/mwms-{cluster.net.bridge}-{node_name}"
+        self.dir = context.nodes_dir / node_name
+        self.cgroup_root = f"{own_cgroup_parent()}/mwms-{context.net.bridge}-{node_name}"
         self.timings: dict[str, float] = {}
         self._kube_proxy_lock: int | None = None
 
@@ -732,13 +732,13 @@ class KubeletNode:
         problem = host_tools_problem()
         if problem:
             raise NodeError(problem)
-        self._kube_proxy_lock = take_kube_proxy_lock(f"pid {os.getpid()} {self.cluster.net.bridge}")
+        self._kube_proxy_lock = take_kube_proxy_lock(f"pid {os.getpid()} {self.context.net.bridge}")
         self._clean()
         self.dir.mkdir(parents=True, exist_ok=True)
         for sub in ("cni/net.d", "manifests", "kubelet", "logs"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         (self.dir / "resolv.conf").write_text(f"# no upstream: pods resolve {CLUSTER_DOMAIN} names only\n")
-        add_pod_guard(self.cluster.net)
+        add_pod_guard(self.context.net)
         created = make_cgroup_root(self.cgroup_root)
         (self.dir / "cgroups.json").write_text(json.dumps({"root": self.cgroup_root, "created": created}))
         credentials = self._write_credentials()
@@ -753,7 +753,7 @@ class KubeletNode:
         self.timings["images_loaded"] = time.monotonic() - started
         save_kernel_tunables(self.dir / "kernel-tunables.json")
         self._start_kubelet(credentials["kubelet"])
-        self.cluster.wait_node_ready(self.node_name, self._key("kubelet"), timeout=NODE_READY_TIMEOUT)
+        self.context.wait_node_ready(self.node_name, self._key("kubelet"), timeout=NODE_READY_TIMEOUT)
         restore_kernel_tunables(self.dir / "kernel-tunables.json")
         self.timings["node_ready"] = time.monotonic() - started
         self._start_kube_proxy(credentials["kube-proxy"])
@@ -765,7 +765,7 @@ class KubeletNode:
 
     def stop(self) -> None:
         """Stop the node's processes and its pods' containers; remove mounts, cgroups and nft tables."""
-        supervisor = self.cluster._supervisor
+        supervisor = self.context.supervisor
         supervisor.stop(self._key("kubelet"))
         kill_cgroup_tree(self.cgroup_root)
         supervisor.stop(self._key("kube-proxy"))
@@ -784,7 +784,7 @@ class KubeletNode:
         unmount_below(self.dir)
         restore_kernel_tunables(self.dir / "kernel-tunables.json")
         remove_dead_shim_sockets()
-        remove_nft_tables(self.cluster.net, kube_proxy=self._kube_proxy_lock is not None)
+        remove_nft_tables(self.context.net, kube_proxy=self._kube_proxy_lock is not None)
 
     def _release_kube_proxy_lock(self) -> None:
         if self._kube_proxy_lock is not None:
@@ -823,7 +823,7 @@ class KubeletNode:
             self.load_images(images)
 
     def stop_containerd(self) -> None:
-        self.cluster._supervisor.stop(self._key("containerd"))
+        self.context.supervisor.stop(self._key("containerd"))
 
     def load_images(self, archives: Iterable[Path]) -> list[str]:
         """Import OCI archives into containerd's k8s.io namespace, as `kind load image-archive` does; an
@@ -877,24 +877,14 @@ class KubeletNode:
     # --- components --------------------------------------------------------------------------------
     def _write_credentials(self) -> dict[str, Path]:
         """Kubeconfigs for the kubelet (system:node:<name>) and kube-proxy, signed by the cluster CA."""
-        from mwms_dev.cluster import kubeconfig
-
-        pki_dir = self.cluster.state_dir / "pki"
-        ca = pki.CertKey((pki_dir / "ca.crt").read_bytes(), (pki_dir / "ca.key").read_bytes())
         users = {
             "kubelet": (f"system:node:{self.node_name}", ("system:nodes",)),
             "kube-proxy": ("system:kube-proxy", ()),
         }
-        paths = {}
-        for stem, (user, groups) in users.items():
-            pair = pki.client_cert(ca, user, groups)
-            path = self.dir / f"{stem}.kubeconfig"
-            path.write_text(
-                json.dumps(kubeconfig(self.cluster.server, ca.cert_pem, pair.cert_pem, pair.key_pem, user))
-            )
-            path.chmod(0o600)
-            paths[stem] = path
-        return paths
+        return {
+            stem: self.context.node_kubeconfig(self.dir / f"{stem}.kubeconfig", user, groups)
+            for stem, (user, groups) in users.items()
+        }
 
     def _spawn_containerd(self) -> None:
         config = self.dir / "containerd.toml"
@@ -904,15 +894,15 @@ class KubeletNode:
             )
         )
         (self.dir / "cni/net.d/10-mwms.conflist").write_text(
-            json.dumps(cni_config(self.cluster.net, self.dir / "cni/ipam"), indent=2)
+            json.dumps(cni_config(self.context.net, self.dir / "cni/ipam"), indent=2)
         )
         key = self._key("containerd")
-        self.cluster._supervisor.spawn(
+        self.context.supervisor.spawn(
             key, ["containerd", "--config", str(config), "--log-level", "warn"], self._log(key)
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            self.cluster._check_alive("containerd", only=key)
+            self.context.check_alive("containerd", only=key)
             if self.containerd_socket.exists():
                 ready = subprocess.run(
                     ["ctr", "--address", str(self.containerd_socket), "version"],
@@ -925,15 +915,13 @@ class KubeletNode:
         raise NodeError(f"containerd not ready after 30s; log: {self._log(key)}")
 
     def _start_kubelet(self, kubeconfig_path: Path) -> None:
-        from mwms_dev.cluster import free_port
-
         config = self.dir / "kubelet.yaml"
         config.write_text(
             json.dumps(
                 kubelet_config(
                     node_dir=self.dir,
-                    net=self.cluster.net,
-                    ca_file=self.cluster.ca_file,
+                    net=self.context.net,
+                    ca_file=self.context.ca_file,
                     cgroup_root=self.cgroup_root,
                     port=free_port("0.0.0.0"),
                     healthz_port=free_port(),
@@ -950,19 +938,17 @@ class KubeletNode:
             f"--root-dir={self.dir / 'kubelet'}",
             f"--cert-dir={self.dir / 'kubelet-pki'}",
             f"--hostname-override={self.node_name}",
-            f"--node-ip={self.cluster.net.gateway}",
+            f"--node-ip={self.context.net.gateway}",
             "--v=1",
         ]
-        self.cluster._supervisor.spawn(key, argv, self._log(key))
+        self.context.supervisor.spawn(key, argv, self._log(key))
 
     def _start_kube_proxy(self, kubeconfig_path: Path) -> None:
-        from mwms_dev.cluster import free_port
-
         config = self.dir / "kube-proxy.yaml"
         config.write_text(
             json.dumps(
                 kube_proxy_config(
-                    net=self.cluster.net,
+                    net=self.context.net,
                     kubeconfig=kubeconfig_path,
                     node_name=self.node_name,
                     healthz_port=free_port(),
@@ -972,16 +958,16 @@ class KubeletNode:
         )
         key = self._key("kube-proxy")
         argv = [str(self.parts.bin("kube-proxy")), f"--config={config}", "--v=1"]
-        self.cluster._supervisor.spawn(key, argv, self._log(key))
+        self.context.supervisor.spawn(key, argv, self._log(key))
 
     def _install_addons(self) -> None:
         """CoreDNS, then the volume provisioner and its default StorageClass (under this node's directory)."""
         names = self.parts.image_names
-        objects = coredns_objects(self.cluster.net, names["coredns"]) + local_path.local_path_objects(
+        objects = coredns_objects(self.context.net, names["coredns"]) + local_path.local_path_objects(
             names["local-path-provisioner"], names["busybox"], self.dir / "local-path"
         )
         for collection, body in objects:
-            self.cluster.api_create(collection, body)
+            self.context.api_create(collection, body)
 
     def wait_addons_ready(self, timeout: float = 90.0) -> None:
         """Until CoreDNS and the volume provisioner each have a ready replica."""
@@ -993,12 +979,12 @@ class KubeletNode:
         }
         deadline = time.monotonic() + timeout
         for what, path in deployments.items():
-            while not (self.cluster.api_get(path).get("status") or {}).get("readyReplicas"):
-                self.cluster._check_alive(what)
+            while not (self.context.api_get(path).get("status") or {}).get("readyReplicas"):
+                self.context.check_alive(what)
                 if time.monotonic() > deadline:
                     kubelet_log = self._log(self._key("kubelet"))
                     raise NodeError(f"{what} not ready after {timeout:.0f}s; kubelet log: {kubelet_log}")
                 time.sleep(0.3)
 
     def _log(self, key: str) -> Path:
-        return self.cluster.logs_dir / f"{key}.log"
+        return self.context.logs_dir / f"{key}.log"

@@ -29,13 +29,14 @@ def lone_containerd(cluster_platform: None, spare_subnet_index: int) -> Iterator
         pytest.skip(problem)
     with tempfile.TemporaryDirectory(prefix="mwms-store-") as scratch:
         cluster = LocalCluster(name="store", state_dir=Path(scratch) / "c", subnet_index=spare_subnet_index)
-        cluster.logs_dir.mkdir(parents=True)
-        node = KubeletNode(cluster, find_node_parts(), "store", image_store=Path(scratch) / "store")
+        context = cluster.node_context  # the cluster is never started: containerd needs no control plane
+        context.logs_dir.mkdir(parents=True)
+        node = KubeletNode(context, find_node_parts(), "store", image_store=Path(scratch) / "store")
         (node.dir / "cni/net.d").mkdir(parents=True)
         try:
             yield node
         finally:
-            cluster._supervisor.stop_all()
+            context.supervisor.stop_all()
             unmount_below(Path(scratch))
 
 
