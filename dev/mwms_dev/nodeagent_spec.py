@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-SA_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
