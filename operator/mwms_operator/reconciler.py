@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from mwms_contract.conditions import PODS_CREATED, RUNNING, SUSPENDED, TERMINAL
+from mwms_contract.conditions import POD_EVENTS_FORBIDDEN, PODS_CREATED, RUNNING, SUSPENDED, TERMINAL
 from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator import builders, k8s, metrics, refusals
@@ -196,9 +196,29 @@ class Reconciler:
         unexplained = startup_unexplained(pods, previous)
         found: dict[str, WorkerPod] = {}
         for pod in unexplained:
-            events = await asyncio.to_thread(self.kube.pod_events, key.namespace, pod.name, pod.uid)
+            try:
+                events = await asyncio.to_thread(self.kube.pod_events, key.namespace, pod.name, pod.uid)
+            except refusals.ApiError as error:
+                if error.status != 403:
+                    raise
+                await self._say_events_forbidden(key, error)
+                break  # judged without events: a peer whose pull cannot be seen is taken as pulling
             found[pod.uid] = dataclasses.replace(pod, events=pod_events(events))
         return [found.get(p.uid, p) for p in pods]
+
+    async def _say_events_forbidden(self, key: JobKey, error: refusals.ApiError) -> None:
+        """RBAC that lets the operator create pods but not list events must not stop the job: it goes on,
+        and is told once, as a Warning event, what the startup timeout cannot see and what to grant."""
+        body = self.state.jobs.get(key)
+        if body is None or not self.state.events_forbidden(key):
+            return
+        message = (
+            f"the operator may not list events in namespace {key.namespace} ({error.message}): the startup "
+            "timeout cannot name why a worker has not joined (an image pull, a failing probe); grant the "
+            "operator's ServiceAccount `list` on events there, as the chart and manifests/rbac.yaml do"
+        )
+        log.warning("%s/%s: %s", key.namespace, key.name, message)
+        await asyncio.to_thread(self.kube.post_event, body, "Warning", POD_EVENTS_FORBIDDEN, message)
 
     def _schedule(self, key: JobKey, spec: TrainJobSpec | SpecError, status: Mapping[str, Any]) -> None:
         due = next_due(spec, status)
