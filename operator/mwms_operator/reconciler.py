@@ -20,7 +20,7 @@ from mwms_operator.config import OperatorConfig
 from mwms_operator.pods import WorkerPod, pod_events, startup_unexplained, worker_pod
 from mwms_operator.policy import decide
 from mwms_operator.progress import ProgressReader, Skipped, status_patch
-from mwms_operator.spec import parse_trainjob
+from mwms_operator.spec import parse_for_group
 from mwms_operator.state import JobKey, State, owner_key
 from mwms_operator.status import (
     CreatePods,
@@ -140,7 +140,7 @@ class Reconciler:
     async def _reconcile(self, key: JobKey, body: Mapping[str, Any]) -> None:
         started = time.monotonic()
         meta = JobMeta(key.name, key.namespace, key.uid, int(body["metadata"].get("generation") or 1))
-        spec, template_error = _parse_for_group(body, self.config)
+        spec, template_error = parse_for_group(body, self.config)
         previous = self.state.status(key)
         creation_refused = self.state.creation_refused(key)
         now = datetime.now(UTC)
@@ -351,7 +351,7 @@ class Reconciler:
         if body is None or status.get("phase") != RUNNING or self.state.namespace_ending(key.namespace):
             return  # finished or gone: no more polling until it runs again
         self.progress.add_after(key, self.config.progress_interval_seconds)
-        spec, _ = _parse_for_group(body, self.config)
+        spec, _ = parse_for_group(body, self.config)
         if isinstance(spec, SpecError):
             return
         epochs = spec.trainer.get("epochs")
@@ -383,23 +383,3 @@ def _worst(errors: list[BaseException]) -> BaseException:
             if isinstance(error, kind):
                 return error
     return errors[0]
-
-
-def _parse(body: Mapping[str, Any], config: OperatorConfig) -> TrainJobSpec | SpecError:
-    try:
-        return parse_trainjob(body, config)
-    except SpecError as error:
-        return error
-
-
-def _parse_for_group(
-    body: Mapping[str, Any], config: OperatorConfig
-) -> tuple[TrainJobSpec | SpecError, SpecError | None]:
-    """(spec, template error). An invalid spec.template matters only to the next group (decide() says so and
-    makes none with it), so the running group is judged by the rest of the spec, parsed without it."""
-    spec = _parse(body, config)
-    if not isinstance(spec, SpecError) or not spec.field.startswith("spec.template"):
-        return spec, None
-    rest = {k: v for k, v in (body.get("spec") or {}).items() if k != "template"}
-    without = _parse({**body, "spec": rest}, config)
-    return (without, spec) if isinstance(without, TrainJobSpec) else (spec, None)
