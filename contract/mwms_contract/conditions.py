@@ -50,6 +50,8 @@ TTL_EXPIRED = "TTLExpired"
 # The reason of the Suspended phase is the phase's name.
 # The one event that says why a job's progress is not read.
 TRACKING_SERVER_NOT_ALLOWED = "TrackingServerNotAllowed"
+# The one event that says the operator may not read a starting pod's events (RBAC: `list` on events).
+POD_EVENTS_FORBIDDEN = "PodEventsForbidden"
 
 REASONS = (
     CREATING,
@@ -73,4 +75,5 @@ REASONS = (
     STARTUP_TIMEOUT,
     TTL_EXPIRED,
     TRACKING_SERVER_NOT_ALLOWED,
+    POD_EVENTS_FORBIDDEN,
 )

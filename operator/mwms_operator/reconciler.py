@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from mwms_contract.conditions import PODS_CREATED, RUNNING, SUSPENDED, TERMINAL
+from mwms_contract.conditions import POD_EVENTS_FORBIDDEN, PODS_CREATED, RUNNING, SUSPENDED, TERMINAL
 from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator import builders, k8s, metrics, refusals
@@ -20,7 +20,7 @@ from mwms_operator.config import OperatorConfig
 from mwms_operator.pods import WorkerPod, pod_events, startup_unexplained, worker_pod
 from mwms_operator.policy import decide
 from mwms_operator.progress import ProgressReader, Skipped, status_patch
-from mwms_operator.spec import parse_trainjob
+from mwms_operator.spec import parse_for_group
 from mwms_operator.state import JobKey, State, owner_key
 from mwms_operator.status import (
     CreatePods,
@@ -140,7 +140,7 @@ class Reconciler:
     async def _reconcile(self, key: JobKey, body: Mapping[str, Any]) -> None:
         started = time.monotonic()
         meta = JobMeta(key.name, key.namespace, key.uid, int(body["metadata"].get("generation") or 1))
-        spec, template_error = _parse_for_group(body, self.config)
+        spec, template_error = parse_for_group(body, self.config)
         previous = self.state.status(key)
         creation_refused = self.state.creation_refused(key)
         now = datetime.now(UTC)
@@ -196,9 +196,29 @@ class Reconciler:
         unexplained = startup_unexplained(pods, previous)
         found: dict[str, WorkerPod] = {}
         for pod in unexplained:
-            events = await asyncio.to_thread(self.kube.pod_events, key.namespace, pod.name, pod.uid)
+            try:
+                events = await asyncio.to_thread(self.kube.pod_events, key.namespace, pod.name, pod.uid)
+            except refusals.ApiError as error:
+                if error.status != 403:
+                    raise
+                await self._say_events_forbidden(key, error)
+                break  # judged without events: a peer whose pull cannot be seen is taken as pulling
             found[pod.uid] = dataclasses.replace(pod, events=pod_events(events))
         return [found.get(p.uid, p) for p in pods]
+
+    async def _say_events_forbidden(self, key: JobKey, error: refusals.ApiError) -> None:
+        """RBAC that lets the operator create pods but not list events must not stop the job: it goes on,
+        and is told once, as a Warning event, what the startup timeout cannot see and what to grant."""
+        body = self.state.jobs.get(key)
+        if body is None or not self.state.events_forbidden(key):
+            return
+        message = (
+            f"the operator may not list events in namespace {key.namespace} ({error.message}): the startup "
+            "timeout cannot name why a worker has not joined (an image pull, a failing probe); grant the "
+            "operator's ServiceAccount `list` on events there, as the chart and manifests/rbac.yaml do"
+        )
+        log.warning("%s/%s: %s", key.namespace, key.name, message)
+        await asyncio.to_thread(self.kube.post_event, body, "Warning", POD_EVENTS_FORBIDDEN, message)
 
     def _schedule(self, key: JobKey, spec: TrainJobSpec | SpecError, status: Mapping[str, Any]) -> None:
         due = next_due(spec, status)
@@ -331,7 +351,7 @@ class Reconciler:
         if body is None or status.get("phase") != RUNNING or self.state.namespace_ending(key.namespace):
             return  # finished or gone: no more polling until it runs again
         self.progress.add_after(key, self.config.progress_interval_seconds)
-        spec, _ = _parse_for_group(body, self.config)
+        spec, _ = parse_for_group(body, self.config)
         if isinstance(spec, SpecError):
             return
         epochs = spec.trainer.get("epochs")
@@ -363,23 +383,3 @@ def _worst(errors: list[BaseException]) -> BaseException:
             if isinstance(error, kind):
                 return error
     return errors[0]
-
-
-def _parse(body: Mapping[str, Any], config: OperatorConfig) -> TrainJobSpec | SpecError:
-    try:
-        return parse_trainjob(body, config)
-    except SpecError as error:
-        return error
-
-
-def _parse_for_group(
-    body: Mapping[str, Any], config: OperatorConfig
-) -> tuple[TrainJobSpec | SpecError, SpecError | None]:
-    """(spec, template error). An invalid spec.template matters only to the next group (decide() says so and
-    makes none with it), so the running group is judged by the rest of the spec, parsed without it."""
-    spec = _parse(body, config)
-    if not isinstance(spec, SpecError) or not spec.field.startswith("spec.template"):
-        return spec, None
-    rest = {k: v for k, v in (body.get("spec") or {}).items() if k != "template"}
-    without = _parse({**body, "spec": rest}, config)
-    return (without, spec) if isinstance(without, TrainJobSpec) else (spec, None)

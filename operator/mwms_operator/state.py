@@ -114,6 +114,7 @@ class State:
         self._disrupted: dict[JobKey, dict[tuple[int, int], str]] = {}
         # Namespaces being deleted -> uids of their TrainJobs known then (see end_namespace).
         self._ending: dict[str, set[str]] = {}
+        self._events_forbidden: set[JobKey] = set()  # jobs told that their pods' events cannot be read
 
     def job_event(self, type_: str | None, body: Mapping[str, Any]) -> JobKey | None:
         key = job_key(body)
@@ -127,6 +128,7 @@ class State:
             self._written.pop(key, None)
             self._gone.pop(key, None)
             self._disrupted.pop(key, None)
+            self._events_forbidden.discard(key)
             for mark in [m for m in self._leaving_since if m[0] == key]:
                 del self._leaving_since[mark]
         else:
@@ -141,6 +143,13 @@ class State:
         if namespace in self._ending:
             return False
         self._ending[namespace] = {key.uid for key in self.jobs if key.namespace == namespace}
+        return True
+
+    def events_forbidden(self, key: JobKey) -> bool:
+        """Listing this job's pods' events was refused; True the first time (the job is told once)."""
+        if key in self._events_forbidden:
+            return False
+        self._events_forbidden.add(key)
         return True
 
     def namespace_ending(self, namespace: str) -> bool:

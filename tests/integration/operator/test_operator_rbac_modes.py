@@ -19,12 +19,14 @@ from typing import Any
 
 import pytest
 import yaml
+from test_operator_jobs import condition, wait_condition
 from test_operator_security import ALLOWED, DENIED
 
 pytestmark = pytest.mark.integration
 
 SUFFIX = uuid.uuid4().hex[:6]
 WATCHED, ALSO_WATCHED, UNWATCHED = f"rb-a-{SUFFIX}", f"rb-b-{SUFFIX}", f"rb-other-{SUFFIX}"
+EVENTS_HIDDEN = f"rb-noev-{SUFFIX}"  # a namespace where the operator may post events but not list them
 RELEASE_NAMESPACE = f"rb-system-{SUFFIX}"
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 TRAINJOBS = "trainjobs.mwms.dev"
@@ -46,14 +48,17 @@ KOPF_CLUSTER = [
 CHART = Path(__file__).resolve().parents[3] / "charts" / "mwms-operator"
 
 
-def install_rbac(kubectl: Any, helm: str, release: str, *values: str) -> list[dict[str, Any]]:
-    """The chart's RBAC objects (and its ServiceAccount), rendered offline and applied; returns them."""
+def install_rbac(
+    kubectl: Any, helm: str, release: str, *values: str, edit: Any = lambda doc: doc
+) -> list[dict[str, Any]]:
+    """The chart's RBAC objects (and its ServiceAccount), rendered offline, each passed through `edit` and
+    applied; returns them."""
     rendered = subprocess.run(
         [helm, "template", release, str(CHART), "--namespace", RELEASE_NAMESPACE,
          "--set", f"fullnameOverride={release}", "--set", "crds.enabled=false", *values],
         capture_output=True, text=True, check=True, timeout=120,
     ).stdout  # fmt: skip
-    docs = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] in RBAC_KINDS]
+    docs = [edit(d) for d in yaml.safe_load_all(rendered) if d and d["kind"] in RBAC_KINDS]
     for doc in docs:
         if doc["kind"] == "ServiceAccount":
             doc["metadata"]["namespace"] = RELEASE_NAMESPACE
@@ -82,16 +87,16 @@ def wrong_answers(kubectl: Any, who: str, questions: list, scope: list[str], exp
 
 @pytest.fixture(scope="module")
 def namespaces(kubectl: Any, crd: None, wait_for: Any) -> Iterator[None]:
-    for name in (WATCHED, ALSO_WATCHED, UNWATCHED, RELEASE_NAMESPACE):
+    for name in (WATCHED, ALSO_WATCHED, UNWATCHED, RELEASE_NAMESPACE, EVENTS_HIDDEN):
         kubectl("create", "namespace", name)
-    for name in (WATCHED, UNWATCHED):
+    for name in (WATCHED, UNWATCHED, EVENTS_HIDDEN):
         wait_for(
             lambda name=name: kubectl("get", "sa", "default", "-n", name, check=False).returncode == 0,
             timeout=30,
             what=f"serviceaccount default in {name}",
         )
     yield
-    for name in (WATCHED, ALSO_WATCHED, UNWATCHED, RELEASE_NAMESPACE):
+    for name in (WATCHED, ALSO_WATCHED, UNWATCHED, RELEASE_NAMESPACE, EVENTS_HIDDEN):
         kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
@@ -209,3 +214,50 @@ def test_the_operator_runs_a_job_with_namespaced_rbac_alone(
     markers = ("forbidden", "not enough permissions")
     refused = [line for line in log.splitlines() if any(m in line.lower() for m in markers)]
     assert not refused, "the namespaced operator hit RBAC limits:\n" + "\n".join(refused[:20])
+
+
+def without_event_reads(doc: dict[str, Any]) -> dict[str, Any]:
+    """A Role as an administrator may trim it: events may be posted, not listed."""
+    if doc["kind"] == "Role":
+        for rule in doc["rules"]:
+            if rule.get("resources") == ["events"]:
+                rule["verbs"] = ["create"]
+    return doc
+
+
+def test_an_operator_that_may_not_read_pod_events_still_times_a_job_out_and_says_what_to_grant(
+    kubectl, helm_binary, namespaces, make_standin, start_operator
+):
+    """Listing a starting pod's events is refused (403): the job is not stuck behind the refusal. The startup
+    timeout still ends it, and a Warning event on the TrainJob names the missing right."""
+    release = f"rb-noev-{SUFFIX}"
+    docs = install_rbac(
+        kubectl, helm_binary, release, "--set", f"operator.watchNamespaces={{{EVENTS_HIDDEN}}}",
+        edit=without_event_reads,
+    )  # fmt: skip
+    assert not can_i(kubectl, account(release), "list", "events", "", "-n", EVENTS_HIDDEN)
+    process = start_operator(release, RELEASE_NAMESPACE, {"MWMS_WATCH_NAMESPACES": EVENTS_HIDDEN})
+    try:
+        # Worker 1 hangs before its rendezvous: the startup clock runs, and wants the pods' events.
+        job = make_standin(
+            "blind", 2, env={"STANDIN_HANG_INDEX": "1"}, runPolicy={"startupTimeoutSeconds": 15}
+        )
+        kubectl.apply(job, "-n", EVENTS_HIDDEN)
+        done = wait_condition(kubectl, EVENTS_HIDDEN, "blind", "Failed")
+        failed = condition(done, "Failed")
+        assert failed["reason"] == "StartupTimeout", failed
+        assert "worker 1 (blind-worker-1)" in failed["message"], failed["message"]
+        said = [
+            e["message"]
+            for e in kubectl.json("get", "events", "-n", EVENTS_HIDDEN)["items"]
+            if e.get("reason") == "PodEventsForbidden" and e["involvedObject"]["name"] == "blind"
+        ]
+        assert len(said) == 1, said
+        assert f"may not list events in namespace {EVENTS_HIDDEN}" in said[0], said[0]
+        assert "grant the operator's ServiceAccount `list` on events" in said[0], said[0]
+        kubectl("delete", "trainjob", "blind", "-n", EVENTS_HIDDEN, "--timeout=60s")
+    finally:
+        process.stop()
+        delete_cluster_scoped(kubectl, docs)
+    # The refusal is handled, not retried as an error (whose traceback runs through the events lookup).
+    assert "_with_startup_events" not in process.log(), process.log()[-3000:]
