@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from mwms_dev import pki
+from mwms_dev.node_context import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "v0.17.0"
@@ -52,12 +53,6 @@ def build(version: str = VERSION) -> Path:
     if result.returncode != 0:
         raise KueueError(f"hack/build-kueue.sh failed:\n{result.stderr[-3000:]}")
     return Path(result.stdout.strip().splitlines()[-1])
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def webhook_configurations(manifests: str, base_url: str, ca_pem: bytes) -> list[dict[str, Any]]:
@@ -89,8 +84,8 @@ class Kueue:
         self.kubeconfig, self.kubectl, self.state_dir = kubeconfig, kubectl, state_dir
         self.home = home or build()
         self.process: subprocess.Popen[bytes] | None = None
-        self.health_port = _free_port()
-        self.webhook_port = _free_port()
+        self.health_port = free_port()
+        self.webhook_port = free_port()
         self.log_path = state_dir / "kueue.log"
 
     def _kubectl(self, *args: str, input: str | None = None) -> str:
