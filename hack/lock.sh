@@ -14,6 +14,6 @@ compile() {
     "$@" -o "requirements/$out"
 }
 compile operator.lock.txt pyproject.toml --extra operator "$@"
-compile trainer.lock.txt pyproject.toml --extra trainer "$@"
-compile trainer-gpu.lock.txt pyproject.toml --extra trainer --extra gpu "$@"
+compile trainer.lock.txt pyproject.toml --extra trainer --extra mlflow-s3 "$@"
+compile trainer-gpu.lock.txt pyproject.toml --extra trainer --extra mlflow-s3 --extra gpu "$@"
 compile build.lock.txt requirements/build.in "$@"

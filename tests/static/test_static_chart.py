@@ -267,7 +267,13 @@ def test_bundled_mlflow_keeps_artifacts_in_s3_through_its_proxy_and_alone_holds_
         ],
         check=False,
     )
-    assert plain.returncode != 0 and "v3.17.2-full" in plain.stderr
+    assert plain.returncode != 0 and "v3.17.2-full" in plain.stderr and "mwms-trainer" in plain.stderr
+    # The trainer image has boto3 (requirements/trainer.lock.txt): accepted as it is.
+    trainer = ["--set", "mlflow.artifacts.s3.bucket=models", "--set", "mlflow.image.tag=0.1.0"]
+    trainer += ["--set", "mlflow.image.repository=ghcr.io/mwms-dev/mwms-trainer"]
+    docs = load_all(helm_template(helm, "--values", str(CI_VALUES), *trainer))
+    [container] = find(docs, "Deployment", "mwms-operator-mlflow")["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "ghcr.io/mwms-dev/mwms-trainer:0.1.0"
 
 
 def test_two_releases_in_one_namespace_have_their_own_mlflow(helm):

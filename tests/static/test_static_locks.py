@@ -18,8 +18,8 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 EXTRAS = PYPROJECT["project"]["optional-dependencies"]
 LOCKS = {  # lock file -> the extras it is compiled from
     "operator.lock.txt": ["operator"],
-    "trainer.lock.txt": ["trainer"],
-    "trainer-gpu.lock.txt": ["trainer", "gpu"],
+    "trainer.lock.txt": ["trainer", "mlflow-s3"],
+    "trainer-gpu.lock.txt": ["trainer", "mlflow-s3", "gpu"],
 }
 ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)")
 

@@ -61,6 +61,28 @@ def free_ports(host: str, count: int) -> list[int]:
             s.close()
 
 
+def make_secret(kubectl: Any, namespace: str, name: str, access_key: str, secret_key: str) -> None:
+    """A Secret with the standard AWS credential keys, as users create one for a bucket."""
+    kubectl(
+        "create", "secret", "generic", name, "-n", namespace,
+        f"--from-literal=AWS_ACCESS_KEY_ID={access_key}",
+        f"--from-literal=AWS_SECRET_ACCESS_KEY={secret_key}",
+    )  # fmt: skip
+
+
+def env_from_secret(secret: str, endpoint: str) -> list[dict[str, Any]]:
+    """A trainer container's env for a bucket: the credentials from Secret `secret`, the endpoint plain."""
+    from_secret = [
+        {"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    ]
+    plain = [
+        {"name": "AWS_ENDPOINT_URL", "value": endpoint},
+        {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"},  # no instance metadata service to ask here
+    ]
+    return from_secret + plain
+
+
 class S3Server:
     def __init__(self, root: Path, host: str = "127.0.0.1") -> None:
         self.root = Path(root)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.s3_server import BUCKET, S3Server
+from support.s3_server import BUCKET, S3Server, env_from_secret, make_secret
 from support.tables import write_parts
 
 pytestmark = pytest.mark.integration
@@ -41,14 +41,6 @@ def table(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def s3_trainjob(name: str, data_path: str, s3: S3Server, secret: str) -> dict[str, Any]:
     """A 2-worker TrainJob reading `data_path`, its S3 credentials from Secret `secret`."""
-    from_secret = [
-        {"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
-        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
-    ]
-    plain = [
-        {"name": "AWS_ENDPOINT_URL", "value": s3.endpoint},
-        {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"},
-    ]
     return {
         "apiVersion": "mwms.dev/v1alpha1",
         "kind": "TrainJob",
@@ -64,17 +56,11 @@ def s3_trainjob(name: str, data_path: str, s3: S3Server, secret: str) -> dict[st
                 "testSize": 0.25,
             },
             "mlflow": {"experiment": f"{name}-{uuid.uuid4().hex[:6]}"},
-            "template": {"spec": {"containers": [{"name": "trainer", "env": from_secret + plain}]}},
+            "template": {
+                "spec": {"containers": [{"name": "trainer", "env": env_from_secret(secret, s3.endpoint)}]}
+            },
         },
     }
-
-
-def make_secret(kubectl: Any, namespace: str, name: str, access_key: str, secret_key: str) -> None:
-    kubectl(
-        "create", "secret", "generic", name, "-n", namespace,
-        f"--from-literal=AWS_ACCESS_KEY_ID={access_key}",
-        f"--from-literal=AWS_SECRET_ACCESS_KEY={secret_key}",
-    )  # fmt: skip
 
 
 def seen_by_users(kubectl: Any, operator: Any, namespace: str, name: str) -> str:
