@@ -6,7 +6,10 @@
 # a no-op. Prints the environment's python on stdout.
 set -euo pipefail
 
-REQUIREMENTS=("mlflow==3.17.2" "boto3>=1.35,<2")
+# The trainer image's versions (it serves the chart's MLflow on the real node), read from its lock.
+LOCK="$(dirname "$0")/../requirements/trainer.lock.txt"
+mapfile -t REQUIREMENTS < <(grep -oE '^(mlflow|mlflow-skinny|boto3|botocore|s3transfer)==[^ ]+' "$LOCK")
+[ "${#REQUIREMENTS[@]}" -eq 5 ] || { echo "mlflow-s3-venv: mlflow and boto3 not found in $LOCK" >&2; exit 1; }
 PYTHON=${PYTHON:-python3}
 CACHE_ROOT=${MWMS_CACHE:-$HOME/.cache/mwms}
 KEY=$(printf '%s\n' "${REQUIREMENTS[@]}" "$("$PYTHON" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-16)
