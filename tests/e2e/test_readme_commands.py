@@ -6,10 +6,11 @@ containers with the MLflow of `manifests/mlflow/`; the Helm path installs the ch
 A README edit that breaks a command a user copies (a renamed Deployment, a missing manifest) fails here.
 
 Its cluster is its own (the cluster-wide operator these commands install would act on other tests' jobs) and
-lives for this module only. The real node is one per machine: `pytest tests` runs tests/e2e/ before
-tests/node/, so this node is stopped before the node tier's `real_cluster` starts. The node cannot pull:
-the public MLflow image that manifests/mlflow/ and the chart name is our trainer image tagged so for this
-module (it holds the same `mlflow` server; `real_node_chart_values` does so for the node tier's chart)."""
+lives for this module only. The real node is one per machine: this node ends with this module and the node
+tier's `real_cluster` with tests/node/, so in any order (`pytest tests` runs tests/e2e/ first) they never
+overlap. The node cannot pull: the public MLflow image that manifests/mlflow/ and the chart name is our
+trainer image tagged so for this module (it holds the same `mlflow` server; `real_node_chart_values` does so
+for the node tier's chart)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ with the CRD from manifests/ (no image needed); `node_operator.log` is its log f
 `node_trainer_image`: the project's trainer image loaded on the node; skips without `make images`.
 The e2e tier runs here (tests/node/test_node_chain.py, test_node_uninstall.py), but for README's commands
 (tests/e2e/test_readme_commands.py), whose cluster-wide operator needs a cluster and real node of its own:
-pytest runs tests/e2e/ first, and that node stops with its module, before `real_cluster` starts.
+that node ends with its module and `real_cluster` with this package, so the two never overlap in a session.
 """
 
 from __future__ import annotations
