@@ -60,7 +60,8 @@ test-kueue: setup kueue
 	$(VENV)/bin/python -m pytest -m kueue tests
 
 # The real-node tier alone (also part of `make test`): a kubelet with containerd (Debian packages: containerd
-# runc nftables buildah busybox-static gcc), the project's images from build/images/.
+# runc nftables buildah busybox-static gcc), the project's images from build/images/. The e2e tests (the chart's
+# chain, README's install commands) are `node` tests too: they run the images users deploy.
 test-node: setup images node
 	$(VENV)/bin/python -m pytest -m node tests
 

@@ -206,7 +206,15 @@ class Chain:
         )
         selector = f"app.kubernetes.io/instance={self.release}"
         left = []
-        for kind in ("deployments", "pods", "services", "serviceaccounts", "configmaps"):
+        for kind in (
+            "deployments",
+            "pods",
+            "services",
+            "serviceaccounts",
+            "configmaps",
+            "roles",
+            "rolebindings",
+        ):
             items = self.kubectl_json("uninstall", "get", kind, "-n", self.operator_namespace, "-l", selector)
             left += [
                 f"{kind}/{i['metadata']['name']}"

@@ -1,22 +1,40 @@
 """README's "On a real cluster" section, run as written: every shell command of its install blocks, in order,
-against a local control plane of its own (so the cluster-wide operator these commands install touches no
-other test's jobs). The kustomize path trains the seed sample to `Succeeded` on real trainer workers with the
-MLflow of `manifests/mlflow/`; the Helm path installs the chart and waits for its rollout. A README edit that
-breaks a command a user copies (a renamed Deployment, a missing manifest) fails here. The images block
-(`make images`, `kind load`) is not run: `make test` builds the images itself, and kind cannot run here."""
+against a local control plane of its own with a real kubelet node (containerd, CNI, CoreDNS, a default
+StorageClass) that runs the images `make images` built, loaded into the node's containerd as README's
+`kind load` loads them into kind. The kustomize path trains the seed sample to `Succeeded` on real trainer
+containers with the MLflow of `manifests/mlflow/`; the Helm path installs the chart and waits for its rollout.
+A README edit that breaks a command a user copies (a renamed Deployment, a missing manifest) fails here.
+
+Its cluster is its own (the cluster-wide operator these commands install would act on other tests' jobs) and
+lives for this module only. The real node is one per machine: this node ends with this module and the node
+tier's `real_cluster` with tests/node/, so in any order (`pytest tests` runs tests/e2e/ first) they never
+overlap. The node cannot pull: the public MLflow image that manifests/mlflow/ and the chart name is our
+trainer image tagged so for this module (it holds the same `mlflow` server; `real_node_chart_values` does so
+for the node tier's chart)."""
 
 from __future__ import annotations
 
 import os
 import re
 import shlex
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
-pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.tf]
+from mwms_dev.demo import tools_bin
+
+# Loading the trainer image (~1 GB) into containerd comes first, on 2 shared cores: more than the default.
+pytestmark = [
+    pytest.mark.node,
+    pytest.mark.e2e,
+    pytest.mark.integration,
+    pytest.mark.tf,
+    pytest.mark.timeout(1800),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 SECTION = re.compile(r"^## On a real cluster\n(.*?)^### ", re.S | re.M)
@@ -41,25 +59,47 @@ def test_the_section_is_the_kustomize_then_the_helm_path():
     assert helm[0].startswith("helm install mwms charts/mwms-operator")
 
 
-@pytest.fixture(scope="module")
-def own_cluster(local_cluster, spare_subnet_index, tmp_path_factory) -> Iterator:
-    with local_cluster("readme", tmp_path_factory.mktemp("readme"), spare_subnet_index) as cluster:
-        yield cluster
+def mlflow_image() -> str:
+    """The public MLflow image manifests/mlflow/ runs (the chart's default names the same)."""
+    deployment = yaml.safe_load((REPO / "manifests" / "mlflow" / "deployment.yaml").read_text())
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return str(container["image"])
 
 
 @pytest.fixture(scope="module")
-def tools_bin() -> Path:
-    done = subprocess.run(
-        ["bash", str(REPO / "hack" / "tools.sh")], capture_output=True, text=True, timeout=600, check=True
-    )
-    return Path(done.stdout.strip().splitlines()[-1])
+def own_cluster(
+    cluster_platform: None, teardown_on_sigterm: None, spare_subnet_index: int, tmp_path_factory
+) -> Iterator:
+    from mwms_dev.cluster import LocalCluster
+    from mwms_dev.devcluster import project_images
+    from mwms_dev.kubelet_node import host_tools_problem
+
+    problem = host_tools_problem()
+    images = project_images()
+    if problem or not images:
+        pytest.skip(problem or "no build/images/*.oci.tar: run `make images` first")
+    # +20: the real-node subnets, apart from the node-agent clusters of the same session.
+    state_dir = tmp_path_factory.mktemp("readme")
+    local = LocalCluster(name="readme", state_dir=state_dir, subnet_index=spare_subnet_index + 20)
+    local.start()
+    try:
+        node = local.start_kubelet_node(images=images)
+        trainer = next(name for name in node.images() if "/mwms-trainer:" in name)
+        node.ctr("images", "tag", "--force", trainer, mlflow_image())
+        try:
+            yield local
+        finally:  # the image store is kept across nodes (~/.cache/mwms/node): leave no stand-in name there
+            node.ctr("images", "rm", mlflow_image())
+    finally:
+        local.stop()
+        shutil.rmtree(local.state_dir / "nodes", ignore_errors=True)  # containerd's unpacked images
 
 
-def test_every_command_of_the_real_cluster_section_works(own_cluster, tools_bin: Path):
+def test_every_command_of_the_real_cluster_section_works(own_cluster):
     env = {
         **os.environ,
         "KUBECONFIG": str(own_cluster.kubeconfig),
-        "PATH": f"{tools_bin}{os.pathsep}{os.environ['PATH']}",
+        "PATH": f"{tools_bin()}{os.pathsep}{os.environ['PATH']}",
     }
 
     def sh(command: str, timeout: float = 1200) -> str:

@@ -14,6 +14,9 @@ and bundled MLflow in a `restricted` namespace (mwms_dev.chain.Chain); skips wit
 `node_operator` (module): the operator as a local process (`python -m mwms_operator`) against this cluster,
 with the CRD from manifests/ (no image needed); `node_operator.log` is its log file.
 `node_trainer_image`: the project's trainer image loaded on the node; skips without `make images`.
+The e2e tier runs here (tests/node/test_node_chain.py, test_node_uninstall.py), but for README's commands
+(tests/e2e/test_readme_commands.py), whose cluster-wide operator needs a cluster and real node of its own:
+that node ends with its module and `real_cluster` with this package, so the two never overlap in a session.
 """
 
 from __future__ import annotations
