@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -24,15 +23,8 @@ import yaml
 from mwms_dev.chain import REPO, SEED_SAMPLE, Chain, ChainError, check_mlflow, score_model
 from mwms_dev.cluster import ClusterError, LocalCluster
 from mwms_dev.devcluster import project_images
-from mwms_dev.devmode import NOTE, dev_mode_values, privileged_namespaces, with_dev_template
+from mwms_dev.devmode import NOTE, dev_mode_values, privileged_namespaces, tools_bin, with_dev_template
 from mwms_dev.kubelet_node import NodeError, real_node_chart_values
-
-
-def tools_bin() -> Path:
-    done = subprocess.run(
-        ["bash", str(REPO / "hack" / "tools.sh")], capture_output=True, text=True, check=True
-    )
-    return Path(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,10 +17,10 @@ import sys
 import threading
 from pathlib import Path
 
-from mwms_dev.chain import Chain, ChainError
+from mwms_dev.chain import ChainError
 from mwms_dev.cluster import REPO_ROOT, ClusterError, LocalCluster
-from mwms_dev.devmode import NOTE, dev_mode_values, privileged_namespaces
-from mwms_dev.kubelet_node import NodeError, real_node_chart_values
+from mwms_dev.devmode import install_dev_chart
+from mwms_dev.kubelet_node import NodeError
 
 PROJECT_IMAGES = REPO_ROOT / "build" / "images"
 
@@ -28,26 +28,6 @@ PROJECT_IMAGES = REPO_ROOT / "build" / "images"
 def project_images() -> list[Path]:
     """The OCI archives `make images` wrote (none before it ran)."""
     return sorted(PROJECT_IMAGES.glob("*.oci.tar"))
-
-
-def install_dev_chart(kubeconfig: Path, loaded_images: list[str]) -> None:
-    """The chart in `mwms-system` (privileged), its operator on this checkout's code; jobs go in `default`."""
-    from mwms_dev.demo import tools_bin  # demo imports this module
-
-    bins = tools_bin()
-    chain = Chain(
-        kubeconfig=kubeconfig,
-        helm=str(bins / "helm"),
-        kubectl=str(bins / "kubectl"),
-        helm_values=[*real_node_chart_values(loaded_images), *dev_mode_values()],
-    )
-    privileged_namespaces(chain)
-    chain.install_chart()
-    print(NOTE.format(checkout=REPO_ROOT, namespace=chain.operator_namespace), file=sys.stderr)
-    print(
-        "a TrainJob on it: python -m mwms_dev.devmode manifests/samples/minimal.yaml | kubectl apply -f -",
-        file=sys.stderr,
-    )
 
 
 def main(argv: list[str] | None = None) -> int:

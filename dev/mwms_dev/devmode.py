@@ -11,6 +11,7 @@ on the local real node only. The images tier keeps testing the built images as t
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import yaml
 
 from mwms_contract import names
 from mwms_dev.chain import REPO, Chain
+from mwms_dev.kubelet_node import real_node_chart_values
 
 DEV_MOUNT = "/src/mwms"
 VOLUME = "mwms-dev-src"
@@ -74,6 +76,32 @@ def privileged_namespaces(chain: Chain) -> None:
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
         chain._run("dev mode", [chain.kubectl, "apply", "-f", "-"], stdin=json.dumps(body))
         chain._run("dev mode", [chain.kubectl, "label", "namespace", namespace, "--overwrite", PRIVILEGED])
+
+
+def tools_bin() -> Path:
+    """The pinned helm and kubectl (hack/tools.sh)."""
+    done = subprocess.run(
+        ["bash", str(REPO / "hack" / "tools.sh")], capture_output=True, text=True, check=True
+    )
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def install_dev_chart(kubeconfig: Path, loaded_images: list[str]) -> None:
+    """The chart in `mwms-system` (privileged), its operator on this checkout's code; jobs go in `default`."""
+    bins = tools_bin()
+    chain = Chain(
+        kubeconfig=kubeconfig,
+        helm=str(bins / "helm"),
+        kubectl=str(bins / "kubectl"),
+        helm_values=[*real_node_chart_values(loaded_images), *dev_mode_values()],
+    )
+    privileged_namespaces(chain)
+    chain.install_chart()
+    print(NOTE.format(checkout=REPO, namespace=chain.operator_namespace), file=sys.stderr)
+    print(
+        "a TrainJob on it: python -m mwms_dev.devmode manifests/samples/minimal.yaml | kubectl apply -f -",
+        file=sys.stderr,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
