@@ -28,8 +28,8 @@ PACKAGE_ROOTS = ("contract", "operator", "trainer", "client")  # each holds its 
 PRIVILEGED = "pod-security.kubernetes.io/enforce=privileged"
 NOTE = (
     "dev mode: the operator and the trainer run this checkout's code ({checkout}, mounted read-only at "
-    f"{DEV_MOUNT}; hostPath, so a privileged namespace); after a change, `kubectl rollout restart "
-    "deployment -n {namespace}` restarts the operator, new workers pick it up at start. "
+    f"{DEV_MOUNT}; hostPath, so a privileged namespace); after a change, `kubectl rollout restart deployment "
+    "-n {namespace} -l app.kubernetes.io/component=operator` restarts the operator; new workers pick it up. "
     "The images tier still tests the built images."
 )
 
