@@ -6,6 +6,7 @@ kubelet node (containerd, kube-proxy, CoreDNS, a default StorageClass) running t
 manifests/samples/seed-breast-cancer.yaml (4 workers), waits for Succeeded, and prints the one MLflow run,
 its held-out accuracy and how to look at it. The steps are mwms_dev.chain's, the same the tests and the kind
 workflow run. `--node-agent`: the same on the node agent, which runs the checkout as host processes.
+`--dev`: the real node's operator and workers run this checkout's code (mwms_dev.devmode).
 """
 
 from __future__ import annotations
@@ -13,22 +14,17 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import subprocess
 import sys
 import threading
 from pathlib import Path
 
+import yaml
+
 from mwms_dev.chain import REPO, SEED_SAMPLE, Chain, ChainError, check_mlflow, score_model
 from mwms_dev.cluster import ClusterError, LocalCluster
 from mwms_dev.devcluster import project_images
+from mwms_dev.devmode import NOTE, dev_mode_values, privileged_namespaces, tools_bin, with_dev_template
 from mwms_dev.kubelet_node import NodeError, real_node_chart_values
-
-
-def tools_bin() -> Path:
-    done = subprocess.run(
-        ["bash", str(REPO / "hack" / "tools.sh")], capture_output=True, text=True, check=True
-    )
-    return Path(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +39,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the pods as host processes of this checkout instead of on the real node (no images needed)",
     )
+    parser.add_argument(
+        "--dev",
+        action="store_true",
+        help="the operator and workers run this checkout's code (hostPath, privileged namespaces)",
+    )
     args = parser.parse_args(argv)
+    if args.dev and args.node_agent:
+        parser.error("--dev is for the real node (the node agent runs the checkout already)")
 
     bins = tools_bin()
     try:
@@ -57,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
                     raise ClusterError("no images in build/images: run `make images` first (or --node-agent)")
                 node = cluster.start_kubelet_node(images=images)
                 values += real_node_chart_values(node.images())
+            if args.dev:
+                values += dev_mode_values()
+                sample = cluster.state_dir / "dev-sample.json"
+                sample.write_text(json.dumps(with_dev_template(yaml.safe_load(args.sample.read_text()))))
+                args.sample = sample
             print(f"control plane up: export KUBECONFIG={cluster.kubeconfig}", file=sys.stderr, flush=True)
             chain = Chain(
                 kubeconfig=cluster.kubeconfig,
@@ -65,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
                 sample=args.sample,
                 helm_values=values,
             )
+            if args.dev:
+                privileged_namespaces(chain)
+                print(NOTE.format(checkout=REPO, namespace=chain.operator_namespace), file=sys.stderr)
             chain.install_chart()
             name = chain.apply_sample()
             job = chain.wait_succeeded(name)
@@ -99,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
         return 0
-    except (ChainError, ClusterError, NodeError) as exc:
+    except (ChainError, ClusterError, NodeError, ValueError) as exc:
         print(f"mwms demo failed: {exc}", file=sys.stderr)
         return 1
 

@@ -3,7 +3,8 @@
 `up` runs in the foreground until Ctrl-C or SIGTERM, then stops everything it started. Its node is a real one:
 kubelet, containerd, kube-proxy, CoreDNS and a default StorageClass (hack/build-node.sh), with the project's
 images from build/images/ (`make images`) loaded into it. `up --node-agent` runs node agents instead (pods
-as host processes of this checkout; `--nodes N` of them). `down` removes what a run that crashed
+as host processes of this checkout; `--nodes N` of them). `up --dev` also installs the Helm chart with its
+operator running this checkout's code (mwms_dev.devmode). `down` removes what a run that crashed
 left behind on a subnet index (processes, containers, mounts, cgroups, nftables tables, bridge); it refuses
 while a cluster is live.
 """
@@ -16,7 +17,10 @@ import sys
 import threading
 from pathlib import Path
 
+from mwms_dev.chain import ChainError
 from mwms_dev.cluster import REPO_ROOT, ClusterError, LocalCluster
+from mwms_dev.devmode import install_dev_chart
+from mwms_dev.kubelet_node import NodeError
 
 PROJECT_IMAGES = REPO_ROOT / "build" / "images"
 
@@ -49,9 +53,16 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         help="OCI archive to load into the real node (default: build/images/*.oci.tar)",
     )
+    parser.add_argument(
+        "--dev",
+        action="store_true",
+        help="install the chart, its operator and workers on this checkout's code (privileged namespaces)",
+    )
     args = parser.parse_args(argv)
     if args.nodes != 1 and not args.node_agent:
         parser.error("--nodes needs --node-agent: one real node runs per machine")
+    if args.dev and args.node_agent:
+        parser.error("--dev is for the real node (the node agent runs the checkout already)")
     name = f"dev{args.subnet_index}"
     try:
         cluster = LocalCluster(name=name, state_dir=args.state_dir, subnet_index=args.subnet_index)
@@ -71,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"{', '.join(p.name for p in images) or 'none (make images)'}",
                     file=sys.stderr,
                 )
+                if args.dev:
+                    install_dev_chart(cluster.kubeconfig, node.images())
             else:
                 for i in range(1, args.nodes + 1):
                     cluster.start_node_agent(node_name=f"node-{i}", cpu=args.cpu, memory=args.memory)
@@ -84,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             stopping.wait()
         return 0
-    except (ClusterError, ValueError) as exc:
+    except (ClusterError, ChainError, NodeError, ValueError) as exc:
         print(f"mwms dev-cluster: {exc}", file=sys.stderr)
         return 1
 
