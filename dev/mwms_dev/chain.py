@@ -49,7 +49,8 @@ class Chain:
     log: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
     # -- plumbing ------------------------------------------------------------------------------------------
-    def _run(self, step: str, args: Sequence[str], *, stdin: str | None = None, timeout: float = 300) -> str:
+    def run(self, step: str, args: Sequence[str], *, stdin: str | None = None, timeout: float = 300) -> str:
+        """Runs a command against this cluster; ChainError naming `step` if it fails."""
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         try:
             done = subprocess.run(
@@ -64,7 +65,7 @@ class Chain:
         return done.stdout
 
     def kubectl_json(self, step: str, *args: str) -> dict:
-        return json.loads(self._run(step, [self.kubectl, *args, "-o", "json"]))
+        return json.loads(self.run(step, [self.kubectl, *args, "-o", "json"]))
 
     # -- steps ---------------------------------------------------------------------------------------------
     def install_chart(self) -> None:
@@ -84,10 +85,10 @@ class Chain:
         ]
         for value in self.helm_values:
             args += ["--set", value]
-        self._run("install", args, timeout=360)
+        self.run("install", args, timeout=360)
 
     def apply_sample(self) -> str:
-        body = self._run(
+        body = self.run(
             "apply", [self.kubectl, "apply", "-n", self.job_namespace, "-f", str(self.sample), "-o", "json"]
         )
         items = json.loads(body)
@@ -118,7 +119,7 @@ class Chain:
                 )
             if _condition_true(status, "Succeeded"):
                 # The same check users run, so the documented command is proven too.
-                self._run(
+                self.run(
                     "wait",
                     [
                         self.kubectl,
@@ -152,7 +153,7 @@ class Chain:
 
     def delete_job(self, name: str) -> None:
         self.log(f"[delete] trainjob/{name}: its pods and Service must go")
-        self._run(
+        self.run(
             "delete",
             [
                 self.kubectl,
@@ -190,7 +191,7 @@ class Chain:
 
     def uninstall(self) -> None:
         self.log(f"[uninstall] helm uninstall {self.release}")
-        self._run(
+        self.run(
             "uninstall",
             [
                 self.helm,

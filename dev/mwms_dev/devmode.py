@@ -74,8 +74,8 @@ def privileged_namespaces(chain: Chain) -> None:
     """hostPath passes Pod Security only at `privileged`: the operator's and the jobs' namespaces get it."""
     for namespace in dict.fromkeys((chain.operator_namespace, chain.job_namespace)):
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-        chain._run("dev mode", [chain.kubectl, "apply", "-f", "-"], stdin=json.dumps(body))
-        chain._run("dev mode", [chain.kubectl, "label", "namespace", namespace, "--overwrite", PRIVILEGED])
+        chain.run("dev mode", [chain.kubectl, "apply", "-f", "-"], stdin=json.dumps(body))
+        chain.run("dev mode", [chain.kubectl, "label", "namespace", namespace, "--overwrite", PRIVILEGED])
 
 
 def tools_bin() -> Path:
