@@ -168,6 +168,37 @@ def local_cluster(name: str, state_dir: str | Path, subnet_index: int) -> Iterat
         local.stop()
 
 
+@contextmanager
+def real_node_cluster(
+    name: str, state_dir: str | Path, subnet_index: int, *, keep_nodes: bool = False
+) -> Iterator:
+    """A local control plane with one real kubelet node and the project's images (build/images/) loaded;
+    skips without the host's tools. Stopped on the way out; the node's containerd state (unpacked images,
+    the pods' files: several GB) goes too unless `keep_nodes`."""
+    from mwms_dev.cluster import LocalCluster
+    from mwms_dev.devcluster import project_images
+    from mwms_dev.kubelet_node import host_tools_problem
+
+    problem = host_tools_problem()
+    if problem:
+        pytest.skip(problem)
+    local = LocalCluster(name=name, state_dir=state_dir, subnet_index=subnet_index)
+    local.start()
+    try:
+        local.start_kubelet_node(images=project_images())
+        yield local
+    finally:
+        local.stop()
+        if not keep_nodes:
+            shutil.rmtree(local.state_dir / "nodes", ignore_errors=True)
+
+
+@pytest.fixture(name="real_node_cluster", scope="session")
+def real_node_cluster_fixture(cluster_platform: None, teardown_on_sigterm: None) -> Callable[..., object]:
+    """`with real_node_cluster(name, state_dir, subnet_index) as cluster:` for a cluster with a real node."""
+    return real_node_cluster
+
+
 @pytest.fixture(name="local_cluster", scope="session")
 def local_cluster_fixture(cluster_platform: None, teardown_on_sigterm: None) -> Callable[..., object]:
     """`with local_cluster(name, state_dir, subnet_index) as cluster:` for a test's own cluster."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mwms_dev.demo import tools_bin
+from mwms_dev.devcluster import project_images
+from mwms_dev.devmode import tools_bin
 
 # Loading the trainer image (~1 GB) into containerd comes first, on 2 shared cores: more than the default.
 pytestmark = [
@@ -67,32 +67,19 @@ def mlflow_image() -> str:
 
 
 @pytest.fixture(scope="module")
-def own_cluster(
-    cluster_platform: None, teardown_on_sigterm: None, spare_subnet_index: int, tmp_path_factory
-) -> Iterator:
-    from mwms_dev.cluster import LocalCluster
-    from mwms_dev.devcluster import project_images
-    from mwms_dev.kubelet_node import host_tools_problem
-
-    problem = host_tools_problem()
-    images = project_images()
-    if problem or not images:
-        pytest.skip(problem or "no build/images/*.oci.tar: run `make images` first")
+def own_cluster(real_node_cluster, spare_subnet_index: int, tmp_path_factory) -> Iterator:
+    if not project_images():
+        pytest.skip("no build/images/*.oci.tar: run `make images` first")
     # +20: the real-node subnets, apart from the node-agent clusters of the same session.
     state_dir = tmp_path_factory.mktemp("readme")
-    local = LocalCluster(name="readme", state_dir=state_dir, subnet_index=spare_subnet_index + 20)
-    local.start()
-    try:
-        node = local.start_kubelet_node(images=images)
+    with real_node_cluster("readme", state_dir, spare_subnet_index + 20) as local:
+        node = local.kubelet_nodes["node-1"]
         trainer = next(name for name in node.images() if "/mwms-trainer:" in name)
         node.ctr("images", "tag", "--force", trainer, mlflow_image())
         try:
             yield local
         finally:  # the image store is kept across nodes (~/.cache/mwms/node): leave no stand-in name there
             node.ctr("images", "rm", mlflow_image())
-    finally:
-        local.stop()
-        shutil.rmtree(local.state_dir / "nodes", ignore_errors=True)  # containerd's unpacked images
 
 
 def test_every_command_of_the_real_cluster_section_works(own_cluster):

@@ -22,12 +22,12 @@ that node ends with its module and `real_cluster` with this package, so the two 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -35,29 +35,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="package")
-def real_cluster(
-    cluster_platform: None, teardown_on_sigterm: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator:
-    from mwms_dev.cluster import LocalCluster
-    from mwms_dev.devcluster import project_images
-    from mwms_dev.kubelet_node import host_tools_problem
-
-    problem = host_tools_problem()
-    if problem:
-        pytest.skip(problem)
+def real_cluster(real_node_cluster: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     keep = os.environ.get("MWMS_TEST_NODE_STATE_DIR")
     state_dir = keep or tmp_path_factory.mktemp("real-node")
-    local = LocalCluster(
-        name="node", state_dir=state_dir, subnet_index=int(os.environ.get("MWMS_TEST_SUBNET_INDEX", "0")) + 20
-    )
-    local.start()
-    try:
-        local.start_kubelet_node(images=project_images())
+    subnet_index = int(os.environ.get("MWMS_TEST_SUBNET_INDEX", "0")) + 20
+    with real_node_cluster("node", state_dir, subnet_index, keep_nodes=bool(keep)) as local:
         yield local
-    finally:
-        local.stop()
-        if not keep:  # the logs stay; containerd's unpacked images and the pods' files go
-            shutil.rmtree(local.state_dir / "nodes", ignore_errors=True)
 
 
 @pytest.fixture(scope="package")
@@ -111,7 +94,7 @@ def node_trainer_image(real_node) -> str:
 @pytest.fixture(scope="package")
 def node_chain(real_cluster, real_node, node_kubectl):
     from mwms_dev.chain import Chain
-    from mwms_dev.demo import tools_bin
+    from mwms_dev.devmode import tools_bin
     from mwms_dev.kubelet_node import NodeError, real_node_chart_values
 
     loaded = real_node.images()
