@@ -25,6 +25,9 @@ CLEAN_POD_POLICIES = ("Running", "All", "None")
 DEFAULT_BACKOFF_LIMIT = 3
 DEFAULT_CLEAN_POD_POLICY = "Running"
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 300
+# How long a container may fail to start for a reason that can heal (an image pull, a Secret created later)
+# before the job fails with ContainerError: long enough for a registry hiccup, short enough to be told.
+DEFAULT_CONTAINER_ERROR_GRACE_SECONDS = 120
 VOLUME_SOURCES = ("persistentVolumeClaim", "hostPath", "nfs")  # spec.checkpoint, spec.code.volume
 # spec.code.entrypoint: `package.module:function`, or a relative path to a script.
 ENTRYPOINT_FUNCTION = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
@@ -70,6 +73,7 @@ class TrainJobSpec:
     clean_pod_policy: str = DEFAULT_CLEAN_POD_POLICY
     suspend: bool = False
     startup_timeout_seconds: int = DEFAULT_STARTUP_TIMEOUT_SECONDS
+    container_error_grace_seconds: int = DEFAULT_CONTAINER_ERROR_GRACE_SECONDS
     # The TrainJob's kueue.x-k8s.io/queue-name label: its workers become one Kueue pod group in that queue.
     queue_name: str | None = None
     code: CodeSpec | None = None
@@ -300,6 +304,12 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
             run_policy.get("startupTimeoutSeconds", DEFAULT_STARTUP_TIMEOUT_SECONDS),
             "spec.runPolicy.startupTimeoutSeconds",
             minimum=1,
+            maximum=MAX_SECONDS,
+        ),
+        container_error_grace_seconds=_int(
+            run_policy.get("containerErrorGraceSeconds", DEFAULT_CONTAINER_ERROR_GRACE_SECONDS),
+            "spec.runPolicy.containerErrorGraceSeconds",
+            minimum=0,
             maximum=MAX_SECONDS,
         ),
     )

@@ -23,7 +23,8 @@ from mwms_operator.status import parse_time, truncate
 
 # Container waiting reasons that mean "this will not start by itself". InvalidImageName never heals; a failing
 # pull or a missing Secret/ConfigMap might (a registry hiccup, a Secret another controller creates a moment
-# later), so those fail the job only once they have lasted CONTAINER_ERROR_GRACE_SECONDS (status.py).
+# later), so those fail the job only once they have lasted the job's
+# runPolicy.containerErrorGraceSeconds (policy.py).
 FATAL_WAITING_REASONS = ("InvalidImageName",)
 LASTING_WAITING_REASONS = ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError")
 # Pod conditions that say "this pod is being stopped from outside": Kubernetes' DisruptionTarget (eviction,

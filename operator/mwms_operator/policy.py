@@ -43,7 +43,6 @@ from mwms_operator.facts import (
 )
 from mwms_operator.pods import FATAL_WAITING_REASONS, WorkerPod, failure_reason, why_not_joined, why_pending
 from mwms_operator.status import (
-    CONTAINER_ERROR_GRACE_SECONDS,
     Builder,
     CreatePods,
     CreateService,
@@ -269,9 +268,11 @@ def _rule_all_running(f: Facts) -> Decision | None:
 
 def _rule_container_error(f: Facts) -> Decision | None:
     """A container that cannot start by itself (a bad image name; a pull or a missing Secret that has been
-    failing for CONTAINER_ERROR_GRACE_SECONDS) fails the job at once, with the container's message."""
+    failing for runPolicy.containerErrorGraceSeconds) fails the job at once, with the container's message."""
+    assert f.parsed is not None
     since = parse_time(f.b.status["containerErrorSince"])
-    lasting = since is not None and f.now >= since + timedelta(seconds=CONTAINER_ERROR_GRACE_SECONDS)
+    grace = timedelta(seconds=f.parsed.container_error_grace_seconds)
+    lasting = since is not None and f.now >= since + grace
     for pod in f.current:
         if pod.container_error and not pod.started and not pod.deleting:
             reason, text = pod.container_error

@@ -19,9 +19,6 @@ from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.builders import pod_name
 
 MAX_MESSAGE = 1024
-# A pull or a missing Secret/ConfigMap that might heal fails the job once it has lasted this long (pods.py).
-CONTAINER_ERROR_GRACE_SECONDS = 120
-
 
 def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -184,6 +181,6 @@ def next_due(spec: TrainJobSpec | SpecError, status: Mapping[str, Any]) -> datet
     elif phase != SUSPENDED:
         after("startTime", spec.active_deadline_seconds)
         after("stalledSince", spec.startup_timeout_seconds)
-        after("containerErrorSince", CONTAINER_ERROR_GRACE_SECONDS)
+        after("containerErrorSince", spec.container_error_grace_seconds)
         after("nextRestartTime", 0)
     return min(candidates, default=None)

@@ -108,12 +108,13 @@ def test_the_kubelets_image_errors_fail_the_job_with_its_message(
     node_operator, node_kubectl, node_namespace, busybox
 ):
     """The real kubelet's reasons: a reference it cannot parse fails at once; an image no registry serves
-    (`.invalid` never resolves) fails once ErrImagePull/ImagePullBackOff has lasted 120 s."""
+    (`.invalid` never resolves) fails once ErrImagePull/ImagePullBackOff has lasted the job's
+    containerErrorGraceSeconds (10 s here; 120 by default)."""
     images = {"unparsable": "ghcr.io/MWMS/Trainer:1", "unpullable": "registry.invalid/mwms/x:1"}
     for name, image in images.items():
         job = trainjob(name, busybox)
         job["spec"]["template"]["spec"]["containers"][0]["image"] = image
-        job["spec"]["runPolicy"] = {"startupTimeoutSeconds": 3600}
+        job["spec"]["runPolicy"] = {"startupTimeoutSeconds": 3600, "containerErrorGraceSeconds": 10}
         node_kubectl.apply(job, "-n", node_namespace)
     unparsable = failed_reason(node_kubectl, node_namespace, "unparsable")
     assert unparsable["reason"] == "ContainerError"

@@ -5,8 +5,9 @@ from datetime import timedelta
 import pytest
 from support.decisions import NOT_RESOLVING, T0, conditions, group, pod, spec, step, unjoined
 
+from mwms_contract.trainjob import DEFAULT_CONTAINER_ERROR_GRACE_SECONDS as GRACE
 from mwms_operator.pods import PodEvents
-from mwms_operator.status import CONTAINER_ERROR_GRACE_SECONDS, DeletePods, format_time, next_due
+from mwms_operator.status import DeletePods, format_time, next_due
 
 UNSCHEDULABLE = "Unschedulable: 0/1 nodes are available: 1 Insufficient cpu."
 
@@ -164,9 +165,30 @@ def test_errors_that_may_heal_fail_only_once_they_last(reason):
     assert d.status["phase"] == "Pending" and d.status["containerErrorSince"] == format_time(
         T0 + timedelta(seconds=5)
     )
-    assert next_due(spec(), d.status) == T0 + timedelta(seconds=5 + CONTAINER_ERROR_GRACE_SECONDS)
+    assert next_due(spec(), d.status) == T0 + timedelta(seconds=5 + GRACE)
     healed = step(d.status, group(), at=6)
     assert healed.status["phase"] == "Running" and healed.status["containerErrorSince"] is None
-    late = step(d.status, pods, at=5 + CONTAINER_ERROR_GRACE_SECONDS)
+    late = step(d.status, pods, at=5 + GRACE)
     assert conditions(late)["Failed"] == ("True", "ContainerError")
     assert "worker mnist-worker-0 cannot start: container trainer: " + reason in late.events[0].message
+
+
+def test_a_container_error_grace_of_zero_fails_the_job_at_the_first_error():
+    job = spec(runPolicy={"containerErrorGraceSeconds": 0})
+    first = step(None, [], job=job, service=False)
+    error = ("ErrImagePull", "container trainer: ErrImagePull: not found")
+    d = step(first.status, [pod(0, "Pending", container_error=error), pod(1), pod(2)], at=5, job=job)
+    assert conditions(d)["Failed"] == ("True", "ContainerError")
+
+
+@pytest.mark.parametrize("grace", [15, 900])
+def test_the_jobs_container_error_grace_decides_when_a_lasting_error_fails_it(grace):
+    job = spec(runPolicy={"containerErrorGraceSeconds": grace})
+    first = step(None, [], job=job, service=False)
+    error = ("ImagePullBackOff", "container trainer: ImagePullBackOff: Back-off pulling image")
+    pods = [pod(0, "Pending", container_error=error), pod(1, "Pending"), pod(2, "Pending")]
+    d = step(first.status, pods, at=5, job=job)
+    assert next_due(job, d.status) == T0 + timedelta(seconds=5 + grace)
+    assert step(d.status, pods, at=5 + grace - 1, job=job).status["phase"] == "Pending"
+    late = step(d.status, pods, at=5 + grace, job=job)
+    assert conditions(late)["Failed"] == ("True", "ContainerError")

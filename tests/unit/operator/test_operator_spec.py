@@ -50,6 +50,7 @@ def test_every_field_is_read(make_trainjob, config):
             "cleanPodPolicy": "All",
             "suspend": True,
             "startupTimeoutSeconds": 30,
+            "containerErrorGraceSeconds": 15,
         },
     )
     spec = parse_trainjob(body, config)
@@ -64,6 +65,7 @@ def test_every_field_is_read(make_trainjob, config):
     assert spec.template == {"metadata": {"labels": {"team": "a"}}}
     assert (spec.backoff_limit, spec.active_deadline_seconds, spec.ttl_seconds_after_finished) == (1, 600, 60)
     assert (spec.clean_pod_policy, spec.suspend, spec.startup_timeout_seconds) == ("All", True, 30)
+    assert spec.container_error_grace_seconds == 15
 
 
 def test_spec_is_frozen_and_does_not_share_the_body(make_trainjob, config):
@@ -181,6 +183,11 @@ def test_spec_is_frozen_and_does_not_share_the_body(make_trainjob, config):
         (
             {"replicas": 2, "runPolicy": {"activeDeadlineSeconds": 2**62}},
             "spec.runPolicy.activeDeadlineSeconds",
+            "between",
+        ),
+        (
+            {"replicas": 2, "runPolicy": {"containerErrorGraceSeconds": -1}},
+            "spec.runPolicy.containerErrorGraceSeconds",
             "between",
         ),
         (
