@@ -85,10 +85,9 @@ def node_operator(real_cluster, node_kubectl, tmp_path_factory) -> Iterator[Simp
 
 @pytest.fixture(scope="package")
 def node_trainer_image(real_node) -> str:
-    trainer = next((name for name in real_node.images() if "/mwms-trainer:" in name), None)
-    if trainer is None:
-        pytest.skip("no mwms-trainer image on the node: run `make images` (build/images/*.oci.tar) first")
-    return trainer
+    from support.standin import trainer_image
+
+    return trainer_image(real_node.images())
 
 
 @pytest.fixture(scope="package")

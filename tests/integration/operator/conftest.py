@@ -1,22 +1,24 @@
 """The operator as users run it: `python -m mwms_operator` with the CRD and RBAC from manifests/, logged in
-as its ServiceAccount through a TokenRequest (so RBAC is enforced), against the session's local cluster."""
+as its ServiceAccount through a TokenRequest (so RBAC is enforced), against the tier's cluster (a real node);
+the workers are stand-ins (tests/support/standin_worker.py) in pods of the project's trainer image."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from support.standin import standin_container
 
 REPO = Path(__file__).resolve().parents[3]
-STANDIN = REPO / "tests" / "support" / "standin_worker.py"
 OPERATOR_NAMESPACE = "mwms-system"
 SERVICE_ACCOUNT = "mwms-operator"
 
@@ -174,18 +176,27 @@ def operator(
     assert not denied, "the operator hit RBAC limits:\n" + "\n".join(denied[:20])
 
 
-@pytest.fixture(scope="session")
-def make_standin():
+@pytest.fixture(scope="package")
+def standin(trainer_image: str) -> dict[str, Any]:
+    """The stand-in worker's container fields: the trainer image and a command running the stand-in."""
+    return standin_container(trainer_image)
+
+
+@pytest.fixture(scope="package")
+def make_standin(standin: dict[str, Any]) -> Callable[..., dict]:
     """`make_standin(name, replicas, env={...}, **spec)`: see standin_trainjob."""
-    return standin_trainjob
+    return functools.partial(standin_trainjob, standin)
 
 
-def standin_trainjob(name: str, replicas: int = 3, *, env: dict[str, str] | None = None, **spec: Any) -> dict:
-    """A TrainJob whose `trainer` container runs the stand-in worker instead of TensorFlow."""
+def standin_trainjob(
+    standin: dict[str, Any], name: str, replicas: int = 3, *, env: dict[str, str] | None = None, **spec: Any
+) -> dict:
+    """A TrainJob whose `trainer` container runs the stand-in worker (`standin`: image and command) instead
+    of TensorFlow; `template={"container": {...}, "spec": {...}}` adds to the container and the pod spec."""
     template = spec.pop("template", {})
     container = {
         "name": "trainer",
-        "command": [sys.executable, str(STANDIN)],
+        **standin,
         "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
     }
     container.update(template.pop("container", {}))
