@@ -9,13 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from support.mlflow_server import MlflowServer
 from support.standin import standin_container
 
 REPO = Path(__file__).resolve().parents[3]
@@ -210,41 +210,17 @@ def standin_trainjob(
 
 
 @pytest.fixture(scope="module")
-def mlflow_uri(
-    cluster: Any, mlflow_port: int, tmp_path_factory: pytest.TempPathFactory, wait_for: Any
-) -> Iterator[str]:
-    """A real `mlflow server` on the pod bridge's gateway, reachable from pods and from the operator."""
-    workdir = tmp_path_factory.mktemp("mlflow")
-    host, port = cluster.pod_api_host, mlflow_port
-    argv = [
-        sys.executable, "-m", "mlflow", "server",
-        "--host", host, "--port", str(port), "--workers", "1",
-        "--backend-store-uri", f"sqlite:///{workdir}/mlflow.db",
-        "--default-artifact-root", str(workdir / "artifacts"),
-        "--allowed-hosts", f"{host}:{port},{host}",
-    ]  # fmt: skip
-    log = (workdir / "mlflow.log").open("wb")
-    server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    uri = f"http://{host}:{port}"
-
-    def healthy() -> bool:
-        assert server.poll() is None, (workdir / "mlflow.log").read_text()[-3000:]
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
-    try:
-        wait_for(healthy, timeout=300, interval=0.5, what="mlflow server /health")  # a loaded 2-core box
-        yield uri
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=30)
+def mlflow_uri(cluster: Any, mlflow_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real `mlflow server` on the pod bridge's gateway, reachable from pods and from the operator. Its
+    artifacts are proxied (`mlflow-artifacts:`): a worker's container cannot write to this machine's disk."""
+    server = MlflowServer(
+        tmp_path_factory.mktemp("mlflow"),
+        host=cluster.pod_api_host,
+        port=mlflow_port,
+        allowed_hosts=[cluster.pod_api_host],
+    )
+    with server:
+        yield server.url
 
 
 @pytest.fixture
