@@ -1,12 +1,13 @@
 """Fixtures shared by every test tier. Nothing here imports TensorFlow.
 
-`cluster` (session): a real local control plane (mwms_dev.cluster.LocalCluster) plus one node agent.
-`namespace`: a fresh namespace per test, deleted afterwards. `kubectl`: kubectl as the cluster admin
-(`kubectl(*args)`, `.json(*args)`, `.apply(manifest_dict)`). `wait_for`: poll a predicate.
+`real_node_cluster`: `with real_node_cluster(name, state_dir, subnet_index) as cluster:`, a real local control
+plane (mwms_dev.cluster.LocalCluster) with one real kubelet node and the project's images; the integration
+tier's `cluster` (tests/integration/conftest.py), the node tier's and README's own use it, one at a time.
+`make_kubectl(kubeconfig)`: kubectl as a cluster's admin (`kubectl(*args)`, `.json(*args)`,
+`.apply(manifest_dict)`, `.fresh_namespace()`). `wait_for`: poll a predicate.
 Environment: MWMS_TEST_SUBNET_INDEX (default 0; helpers developing in parallel use their own),
 MWMS_TEST_STATE_DIR (keep the cluster's state and logs there instead of pytest's tmp dir),
-MWMS_KUBECTL (default: the pinned kubectl hack/tools.sh links into .venv/bin, else PATH).
-"""
+MWMS_KUBECTL (default: the pinned kubectl hack/tools.sh links into .venv/bin, else PATH)."""
 
 from __future__ import annotations
 
@@ -155,20 +156,6 @@ def teardown_on_sigterm() -> None:
 
 
 @contextmanager
-def local_cluster(name: str, state_dir: str | Path, subnet_index: int) -> Iterator:
-    """A local control plane with its node agent, stopped on the way out."""
-    from mwms_dev.cluster import LocalCluster
-
-    local = LocalCluster(name=name, state_dir=state_dir, subnet_index=subnet_index)
-    local.start()
-    try:
-        local.start_node_agent()
-        yield local
-    finally:
-        local.stop()
-
-
-@contextmanager
 def real_node_cluster(
     name: str, state_dir: str | Path, subnet_index: int, *, keep_nodes: bool = False
 ) -> Iterator:
@@ -199,33 +186,7 @@ def real_node_cluster_fixture(cluster_platform: None, teardown_on_sigterm: None)
     return real_node_cluster
 
 
-@pytest.fixture(name="local_cluster", scope="session")
-def local_cluster_fixture(cluster_platform: None, teardown_on_sigterm: None) -> Callable[..., object]:
-    """`with local_cluster(name, state_dir, subnet_index) as cluster:` for a test's own cluster."""
-    return local_cluster
-
-
-@pytest.fixture(scope="session")
-def cluster(
-    cluster_platform: None, teardown_on_sigterm: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator:
-    state_dir = os.environ.get("MWMS_TEST_STATE_DIR") or tmp_path_factory.mktemp("cluster")
-    with local_cluster("test", state_dir, cluster_subnet_index()) as local:
-        yield local
-
-
-@pytest.fixture(scope="session")
-def kubectl(cluster) -> Kubectl:
-    return Kubectl(cluster.kubeconfig)
-
-
 @pytest.fixture(scope="session")
 def make_kubectl() -> type[Kubectl]:
     """`make_kubectl(kubeconfig)`: the same helper for a cluster a test starts itself."""
     return Kubectl
-
-
-@pytest.fixture
-def namespace(kubectl: Kubectl) -> Iterator[str]:
-    with kubectl.fresh_namespace("t") as name:
-        yield name

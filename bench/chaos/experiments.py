@@ -8,11 +8,13 @@ SIGKILL of a worker's process, of the operator, of the node agent; an MLflow ser
 
 `Lab` is what an experiment needs: `kubectl` (admin; called as kubectl(*args, input=, check=) and
 kubectl.json(*args)), `operator` (start(), kill(), process, log()), `cluster` (a LocalCluster), the
-worker command (None: the real trainer image, i.e. `python -m mwms_trainer`) and a seeded random.Random.
+workers' container fields (image, command; None: the real trainer image, i.e. `python -m mwms_trainer`) and a
+seeded random.Random.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
@@ -42,23 +44,23 @@ class Lab:
     kubectl: Any
     operator: Any
     cluster: Any
-    worker_command: list[str] | None  # None: the real trainer
+    worker: dict[str, Any] | None  # the `trainer` container's image and command; None: the real trainer
     rng: random.Random
     mlflow: MlflowServer | None = None
     trainer_epochs: int = 3
     # The stand-in worker, for experiments about the operator alone (operator kill, lost node).
-    standin_command: list[str] | None = None
+    standin: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        if self.standin_command is None:
-            self.standin_command = self.worker_command
+        if self.standin is None:
+            self.standin = self.worker
         client = kubernetes.config.new_client_from_config(str(self.cluster.kubeconfig))
         self.core = kubernetes.client.CoreV1Api(client)
         self.custom = kubernetes.client.CustomObjectsApi(client)
 
     @property
     def real_trainer(self) -> bool:
-        return self.worker_command is None
+        return self.worker is None
 
 
 # --- a real mlflow server ---------------------------------------------------------------------------------
@@ -167,12 +169,13 @@ def drop_namespace(lab: Lab, namespace: str) -> None:
 
 
 def checkpoint_claim(lab: Lab, namespace: str, name: str = "checkpoint") -> dict[str, Any]:
-    """A PVC (the node agent provisions a hostPath PV for it) and the spec.checkpoint that mounts it."""
+    """A PVC (bound by the node's default StorageClass; ReadWriteOnce: all of a job's pods share one node)
+    and the spec.checkpoint that mounts it."""
     claim = {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": {"name": name},
-        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
     }
     lab.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(claim))
     return {"persistentVolumeClaim": {"claimName": name}}
@@ -191,15 +194,14 @@ def trainjob(
     node_selector: dict[str, str] | None = None,
     standin: bool = False,
 ) -> dict[str, Any]:
-    """A TrainJob of the lab's workers (the real trainer when lab.worker_command is None), or of the
-    stand-in worker with `standin`."""
-    command = lab.standin_command if standin else lab.worker_command
+    """A TrainJob of the lab's workers (the real trainer when lab.worker is None), or of the stand-in
+    worker with `standin`."""
+    fields = lab.standin if standin else lab.worker
     container: dict[str, Any] = {
         "name": "trainer",
+        **copy.deepcopy(fields or {}),
         "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
     }
-    if command is not None:
-        container["command"] = list(command)
     pod_spec: dict[str, Any] = {"containers": [container]}
     if tolerations:
         pod_spec["tolerations"] = tolerations
@@ -210,7 +212,7 @@ def trainjob(
         "template": {"spec": pod_spec},
         "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 5, **(run_policy or {})},
     }
-    if command is None:
+    if fields is None:
         # Small and quick on 2 cores; the global batch splits evenly across the workers.
         spec["trainer"] = {"dataset": "breast_cancer", "seed": 42, "epochs": lab.trainer_epochs,
                            "globalBatchSize": 32}  # fmt: skip

@@ -298,10 +298,10 @@ def main() -> None:
             operator = start_operator(kubectl, cluster, workdir)
             mlflow = experiments.MlflowServer(cluster.pod_api_host, free_port(), workdir / "mlflow")
             mlflow.start()
-            command = None if args.worker == "trainer" else [sys.executable, str(STANDIN)]
+            standin = {"command": [sys.executable, str(STANDIN)]}
             lab = experiments.Lab(
-                kubectl, operator, cluster, command, random.Random(args.seed), mlflow, args.epochs,
-                standin_command=[sys.executable, str(STANDIN)],
+                kubectl, operator, cluster, None if args.worker == "trainer" else standin,
+                random.Random(args.seed), mlflow, args.epochs, standin=standin,
             )  # fmt: skip
             if args.worker == "trainer" and {"worker-kill", "chief-kill"} & set(chosen):
                 result["reference"] = experiments.undisturbed(lab)

@@ -1,12 +1,13 @@
 """Fixtures for the real-node tier (marker `node`): the local control plane with one real kubelet node
-(containerd, runc, CNI bridge, kube-proxy, CoreDNS; mwms_dev.kubelet_node) instead of the node agent.
+(containerd, runc, CNI bridge, kube-proxy, CoreDNS; mwms_dev.kubelet_node).
 
 `real_cluster` (package: the node stops when this tier ends, not after the tiers that follow it): the
-cluster, on subnet index MWMS_TEST_SUBNET_INDEX + 20 so it can run next to the node-agent `cluster` of the
-same session; the project's images from build/images/ (`make images`) are loaded when they exist. One node
-serves the whole tier: loading the ~1 GB trainer image into containerd is most of its start. Its containerd
-root (several GB) is removed at the end unless MWMS_TEST_NODE_STATE_DIR keeps it.
-`node_kubectl`, `node_namespace`: as `kubectl` and `namespace`, for this cluster.
+cluster, on subnet index MWMS_TEST_SUBNET_INDEX + 20; the integration tier's `cluster` (a real node too, on
+the index itself) has stopped before it starts: one real node per machine. The project's images from
+build/images/ (`make images`) are loaded when they exist. One node serves the whole tier: loading the ~1 GB
+trainer image into containerd is most of its start. Its containerd root (several GB) is removed at the end
+unless MWMS_TEST_NODE_STATE_DIR keeps it.
+`node_kubectl`, `node_namespace`: as the integration tier's `kubectl` and `namespace`, for this cluster.
 `busybox`: the name of the small test image hack/build-node.sh builds (sh, nslookup, wget, httpd).
 `node_chain` (package): what users deploy, installed once for the tier: the Helm chart with the operator image
 and bundled MLflow in a `restricted` namespace (mwms_dev.chain.Chain); skips without `make images`.
@@ -85,10 +86,9 @@ def node_operator(real_cluster, node_kubectl, tmp_path_factory) -> Iterator[Simp
 
 @pytest.fixture(scope="package")
 def node_trainer_image(real_node) -> str:
-    trainer = next((name for name in real_node.images() if "/mwms-trainer:" in name), None)
-    if trainer is None:
-        pytest.skip("no mwms-trainer image on the node: run `make images` (build/images/*.oci.tar) first")
-    return trainer
+    from support.standin import trainer_image
+
+    return trainer_image(real_node.images())
 
 
 @pytest.fixture(scope="package")

@@ -1,22 +1,24 @@
 """The operator as users run it: `python -m mwms_operator` with the CRD and RBAC from manifests/, logged in
-as its ServiceAccount through a TokenRequest (so RBAC is enforced), against the session's local cluster."""
+as its ServiceAccount through a TokenRequest (so RBAC is enforced), against the tier's cluster (a real node);
+the workers are stand-ins (tests/support/standin_worker.py) in pods of the project's trainer image."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
 import sys
-import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from support.mlflow_server import MlflowServer
+from support.standin import standin_container
 
 REPO = Path(__file__).resolve().parents[3]
-STANDIN = REPO / "tests" / "support" / "standin_worker.py"
 OPERATOR_NAMESPACE = "mwms-system"
 SERVICE_ACCOUNT = "mwms-operator"
 
@@ -174,18 +176,27 @@ def operator(
     assert not denied, "the operator hit RBAC limits:\n" + "\n".join(denied[:20])
 
 
-@pytest.fixture(scope="session")
-def make_standin():
+@pytest.fixture(scope="package")
+def standin(trainer_image: str) -> dict[str, Any]:
+    """The stand-in worker's container fields: the trainer image and a command running the stand-in."""
+    return standin_container(trainer_image)
+
+
+@pytest.fixture(scope="package")
+def make_standin(standin: dict[str, Any]) -> Callable[..., dict]:
     """`make_standin(name, replicas, env={...}, **spec)`: see standin_trainjob."""
-    return standin_trainjob
+    return functools.partial(standin_trainjob, standin)
 
 
-def standin_trainjob(name: str, replicas: int = 3, *, env: dict[str, str] | None = None, **spec: Any) -> dict:
-    """A TrainJob whose `trainer` container runs the stand-in worker instead of TensorFlow."""
+def standin_trainjob(
+    standin: dict[str, Any], name: str, replicas: int = 3, *, env: dict[str, str] | None = None, **spec: Any
+) -> dict:
+    """A TrainJob whose `trainer` container runs the stand-in worker (`standin`: image and command) instead
+    of TensorFlow; `template={"container": {...}, "spec": {...}}` adds to the container and the pod spec."""
     template = spec.pop("template", {})
     container = {
         "name": "trainer",
-        "command": [sys.executable, str(STANDIN)],
+        **standin,
         "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
     }
     container.update(template.pop("container", {}))
@@ -199,41 +210,17 @@ def standin_trainjob(name: str, replicas: int = 3, *, env: dict[str, str] | None
 
 
 @pytest.fixture(scope="module")
-def mlflow_uri(
-    cluster: Any, mlflow_port: int, tmp_path_factory: pytest.TempPathFactory, wait_for: Any
-) -> Iterator[str]:
-    """A real `mlflow server` on the pod bridge's gateway, reachable from pods and from the operator."""
-    workdir = tmp_path_factory.mktemp("mlflow")
-    host, port = cluster.pod_api_host, mlflow_port
-    argv = [
-        sys.executable, "-m", "mlflow", "server",
-        "--host", host, "--port", str(port), "--workers", "1",
-        "--backend-store-uri", f"sqlite:///{workdir}/mlflow.db",
-        "--default-artifact-root", str(workdir / "artifacts"),
-        "--allowed-hosts", f"{host}:{port},{host}",
-    ]  # fmt: skip
-    log = (workdir / "mlflow.log").open("wb")
-    server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    uri = f"http://{host}:{port}"
-
-    def healthy() -> bool:
-        assert server.poll() is None, (workdir / "mlflow.log").read_text()[-3000:]
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
-    try:
-        wait_for(healthy, timeout=300, interval=0.5, what="mlflow server /health")  # a loaded 2-core box
-        yield uri
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=30)
+def mlflow_uri(cluster: Any, mlflow_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real `mlflow server` on the pod bridge's gateway, reachable from pods and from the operator. Its
+    artifacts are proxied (`mlflow-artifacts:`): a worker's container cannot write to this machine's disk."""
+    server = MlflowServer(
+        tmp_path_factory.mktemp("mlflow"),
+        host=cluster.pod_api_host,
+        port=mlflow_port,
+        allowed_hosts=[cluster.pod_api_host],
+    )
+    with server:
+        yield server.url
 
 
 @pytest.fixture

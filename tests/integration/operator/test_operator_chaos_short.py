@@ -31,9 +31,8 @@ def chaos():
 
 
 @pytest.fixture
-def lab(chaos, cluster, kubectl, operator, make_standin):
-    command = make_standin("x", 1)["spec"]["template"]["spec"]["containers"][0]["command"]
-    return chaos.Lab(kubectl, operator, cluster, command, random.Random(20261202))
+def lab(chaos, cluster, kubectl, operator, standin):
+    return chaos.Lab(kubectl, operator, cluster, standin, random.Random(20261202))
 
 
 def test_a_killed_worker_restarts_the_whole_group_and_the_job_succeeds(chaos, lab):

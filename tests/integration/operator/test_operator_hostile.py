@@ -10,8 +10,8 @@ no shell between a TrainJob and exec). Examples are derandomized and bounded, so
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -41,7 +41,7 @@ SETTINGS = settings(
 )
 
 # Pieces that mean something to a shell. None ends in "$" and none is "$(" + a defined variable, so the
-# Kubernetes $(VAR) expansion (which the node agent implements, as the kubelet does) leaves them alone.
+# Kubernetes $(VAR) expansion (which the kubelet implements) leaves them alone.
 SHELL_FRAGMENTS = [
     "$(id)", "`id`", "; rm -rf /tmp/x", "&& touch /tmp/pwned", "| cat /etc/passwd", "'", '"', "\\", "$HOME",
     "${PATH}", "$((1+1))", "\n", " ", "*", "?", "~", "#", "<", ">", "!", "%s", "{a,b}", "\t", "$(rm -rf /)",
@@ -170,7 +170,7 @@ MUTATIONS = st.tuples(st.integers(0, 3), ACCEPTED, REFUSED).map(lambda t: t[2] i
 NAMES = st.tuples(st.integers(0, 9), st.sampled_from(BAD_NAMES)).map(lambda t: t[1] if t[0] == 0 else None)
 
 
-def standin_job(name: str, command: list[str]) -> dict[str, Any]:
+def standin_job(name: str, standin: dict[str, Any]) -> dict[str, Any]:
     """A 1-worker TrainJob running the stand-in worker (no TensorFlow): accepted bodies finish in seconds."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -178,7 +178,7 @@ def standin_job(name: str, command: list[str]) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {
             "replicas": 1,
-            "template": {"spec": {"containers": [{"name": "trainer", "command": list(command)}]}},
+            "template": {"spec": {"containers": [{"name": "trainer", **copy.deepcopy(standin)}]}},
         },
     }
 
@@ -197,7 +197,7 @@ class Hostile:
     namespace: str
     bystander_ns: str
     bystander_pods: dict[str, str]
-    command: list[str]  # the stand-in worker
+    standin: dict[str, Any]  # the stand-in worker's container fields (image, command)
     count: int = 0
 
     def create(self, body: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
@@ -234,7 +234,7 @@ class Hostile:
 
 
 @pytest.fixture(scope="module")
-def hostile(cluster, kubectl, operator, make_standin, wait_for) -> Iterator[Hostile]:
+def hostile(cluster, kubectl, operator, make_standin, standin, wait_for) -> Iterator[Hostile]:
     client = kubernetes.config.new_client_from_config(str(cluster.kubeconfig))
     suffix = uuid.uuid4().hex[:8]
     namespace, bystander_ns = f"hostile-{suffix}", f"bystander-{suffix}"
@@ -258,7 +258,7 @@ def hostile(cluster, kubectl, operator, make_standin, wait_for) -> Iterator[Host
     state = Hostile(
         kubernetes.client.CustomObjectsApi(client), core, namespace, bystander_ns,
         {p.metadata.name: p.metadata.uid for p in pods},
-        make_standin("x", 1)["spec"]["template"]["spec"]["containers"][0]["command"],
+        standin,
     )  # fmt: skip
     assert len(state.bystander_pods) == 2
     yield state
@@ -325,7 +325,7 @@ def submitted(hostile: Hostile, body: dict[str, Any]) -> Iterator[tuple[dict[str
 def test_every_body_is_refused_with_its_field_named_or_handled(operator, hostile, name, mutations):
     hostile.count += 1
     job_name = f"h{hostile.count}"
-    body = standin_job(name if name is not None else job_name, hostile.command)
+    body = standin_job(name if name is not None else job_name, hostile.standin)
     for mutation in mutations:
         mutate(body, mutation)
     log_from = len(operator.log())
@@ -358,7 +358,7 @@ MALFORMED_TEMPLATES = {
 @pytest.mark.parametrize("case", sorted(MALFORMED_TEMPLATES))
 def test_a_malformed_pod_template_fails_the_job_not_the_reconcile(operator, hostile, case):
     name = f"malformed-{case}"[:52].rstrip("-")
-    body = standin_job(name, hostile.command)
+    body = standin_job(name, hostile.standin)
     body["spec"]["template"]["spec"] = MALFORMED_TEMPLATES[case]
     body["spec"]["checkpoint"] = {"hostPath": {"path": "/tmp"}}  # the operator appends a volume and a mount
     log_from = len(operator.log())
@@ -387,7 +387,7 @@ SCHEMA_REFUSED_TEMPLATES = {
 @pytest.mark.parametrize("case", sorted(SCHEMA_REFUSED_TEMPLATES))
 def test_a_pod_template_the_schema_types_is_refused_naming_the_field(operator, hostile, case):
     template, field = SCHEMA_REFUSED_TEMPLATES[case]
-    body = standin_job(f"refused-{case}"[:52].rstrip("-"), hostile.command)
+    body = standin_job(f"refused-{case}"[:52].rstrip("-"), hostile.standin)
     body["spec"]["template"]["spec"] = template
     with submitted(hostile, body) as (created, message):
         assert created is None, f"accepted: {created}"
@@ -412,10 +412,10 @@ def test_shell_strings_reach_the_worker_verbatim(operator, hostile, values, args
     hostile.count += 1
     name = f"echo{hostile.count}"
     env = {f"HOSTILE_{i}": value for i, value in enumerate(values)}
-    body = standin_job(name, hostile.command)
+    body = standin_job(name, hostile.standin)
     container = body["spec"]["template"]["spec"]["containers"][0]
     container.update(
-        command=[sys.executable, "-c", ECHO],
+        command=["python", "-c", ECHO],
         args=args,
         env=[{"name": k, "value": v} for k, v in env.items()],
     )
@@ -438,7 +438,7 @@ def test_huge_durations_are_refused_or_run_normally(operator, hostile, field):
     """The CRD bounds these below only; 2**62 seconds must not overflow the operator's date arithmetic
     (it would fail every reconcile of the job, which then never runs or finishes)."""
     name = f"huge-{field.lower()}"
-    body = standin_job(name, hostile.command)
+    body = standin_job(name, hostile.standin)
     body["spec"]["runPolicy"] = {field: 2**62}
     log_from = len(operator.log())
     with submitted(hostile, body) as (created, message):

@@ -1,5 +1,5 @@
-"""TrainJobs on the real control plane: the operator (as its ServiceAccount) and stand-in workers run by the
-node agent. Short timeouts and intervals keep this tier quick; nothing here asserts on timings."""
+"""TrainJobs on the real control plane: the operator (as its ServiceAccount) and stand-in workers in pods on
+the real node. Short timeouts and intervals keep this tier quick; nothing here asserts on timings."""
 
 from __future__ import annotations
 
@@ -73,19 +73,18 @@ def events_of(kubectl, namespace, name):
     return [(e["type"], e["reason"], e["message"]) for e in items]
 
 
-def test_three_workers_succeed_with_the_chiefs_run(
-    operator, make_standin, cluster, kubectl, namespace, wait_for
-):
+def container_log(kubectl, namespace, pod):
+    """The trainer container's output, through the API server and the kubelet, as users read it."""
+    return kubectl("logs", pod, "-n", namespace, "-c", "trainer").stdout
+
+
+def test_three_workers_succeed_with_the_chiefs_run(operator, make_standin, kubectl, namespace, wait_for):
     kubectl.apply(make_standin("three", 3, runPolicy={"cleanPodPolicy": "None"}), "-n", namespace)
     job = wait_condition(kubectl, namespace, "three", "Succeeded")
     status = job["status"]
     assert (
         status["phase"] == "Succeeded" and status["restarts"] == 0 and status["chiefPod"] == "three-worker-0"
     )
-    chief_log = cluster.pod_log(namespace, "three-worker-0")
-    run_id = re.search(r"run id ([0-9a-f]{32})", chief_log).group(1)
-    assert status["mlflow"]["runId"] == run_id
-    assert status["mlflow"]["modelUri"] == f"runs:/{run_id}/model"
     assert status["completionTime"] and status["startTime"] and status["observedGeneration"] == 1
     assert condition(job, "Created")["status"] == "True"
 
@@ -95,6 +94,9 @@ def test_three_workers_succeed_with_the_chiefs_run(
         return pods if all(p["status"].get("phase") == "Succeeded" for p in pods) else None
 
     pods = wait_for(all_ended, timeout=120, what="every worker of 'three' to end")
+    run_id = re.search(r"run id ([0-9a-f]{32})", container_log(kubectl, namespace, "three-worker-0")).group(1)
+    assert status["mlflow"]["runId"] == run_id
+    assert status["mlflow"]["modelUri"] == f"runs:/{run_id}/model"
     assert sorted(p["metadata"]["name"] for p in pods) == [f"three-worker-{i}" for i in range(3)]
     for pod in pods:
         index = pod["metadata"]["labels"]["mwms.dev/replica-index"]
@@ -103,7 +105,7 @@ def test_three_workers_succeed_with_the_chiefs_run(
         assert pod["spec"]["hostname"] == f"three-worker-{index}" and pod["spec"]["subdomain"] == "three"
         assert pod["spec"]["restartPolicy"] == "Never"
         # Each worker reached every peer by the name in its TF_CONFIG (the stand-in checks and says so).
-        assert "reached all 3 workers by name" in cluster.pod_log(namespace, pod["metadata"]["name"])
+        assert "reached all 3 workers by name" in container_log(kubectl, namespace, pod["metadata"]["name"])
     service = kubectl.json("get", "service", "three", "-n", namespace)
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
 

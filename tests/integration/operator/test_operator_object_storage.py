@@ -1,5 +1,5 @@
-"""dataPath in a bucket on the real control plane: the operator's TrainJob, real TensorFlow workers run by the
-node agent, a real S3-compatible server (SeaweedFS) on the pod bridge's gateway, the credentials from a
+"""dataPath in a bucket on the real control plane: the operator's TrainJob, real TensorFlow workers on the
+real node, a real S3-compatible server (SeaweedFS) on the pod bridge's gateway, the credentials from a
 Secret through spec.template. They never show in the TrainJob, its events or the operator's log; a wrong
 one fails the job at once as WorkerFailed naming the URI, and another scheme is refused as InvalidSpec."""
 

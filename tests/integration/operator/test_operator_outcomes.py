@@ -113,12 +113,14 @@ def test_a_gated_group_waits_past_the_startup_timeout_then_runs(
 def test_a_partly_started_group_that_cannot_schedule_its_other_workers_times_out(
     operator, make_standin, kubectl, namespace
 ):
-    # The node has 4 CPUs: one worker asking for 3 fits, its peer cannot be scheduled while it runs.
+    # One worker asking for 60% of the node's CPUs fits, its peer cannot be scheduled while it runs.
+    allocatable = kubectl.json("get", "node", "node-1")["status"]["allocatable"]["cpu"]
+    millicores = int(allocatable[:-1]) if allocatable.endswith("m") else int(float(allocatable) * 1000)
     job = make_standin(
         "partial",
         2,
         runPolicy={"startupTimeoutSeconds": 5},
-        template={"container": {"resources": {"requests": {"cpu": "3"}}}},
+        template={"container": {"resources": {"requests": {"cpu": f"{millicores * 3 // 5}m"}}}},
     )
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "partial", "Failed")

@@ -60,7 +60,8 @@ def wait_refused(
     def refused() -> dict[str, Any] | None:
         job = get_job(kubectl, namespace, name)
         running = condition(job, "Running")
-        assert job["status"].get("phase") != "Failed", job["status"]
+        status = job.get("status") or {}  # none until the operator first sees the job
+        assert status.get("phase") != "Failed", status
         if running.get("reason") == reason and words in running["message"]:
             return job
         return None
@@ -129,7 +130,7 @@ def test_a_limit_range_refusal_is_shown_and_retried(operator, make_standin, kube
         "spec": {"limits": [{"type": "Container", "max": {"cpu": "500m"}}]},
     }
     kubectl.apply(limits, "-n", namespace)
-    big = {"resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}
+    big = {"resources": {"requests": {"cpu": "600m"}, "limits": {"cpu": "600m"}}}  # both fit on 2 CPUs
     kubectl.apply(make_standin("big", 2, template={"container": big}), "-n", namespace)
     wait_refused(kubectl, wait_for, namespace, "big", "maximum cpu usage per Container is 500m")
 

@@ -1,5 +1,5 @@
-"""The startup timeout on the real control plane and the node agent (which runs the workers' readiness probe
-and posts the kubelet's `Unhealthy` events): workers that run but do not all join their group end the job,
+"""The startup timeout on the real control plane and the real node (whose kubelet runs the workers' readiness
+probe and posts `Unhealthy` events): workers that run but do not all join their group end the job,
 naming each with the last reason its probe gave. tests/node/test_node_startup.py does the same with the real
 trainer on a real kubelet."""
 

@@ -1,5 +1,5 @@
 """Bring your own code: `mwms submit` and `MirroredStrategyRunner(cluster=...)` on the real control plane,
-with the operator as its ServiceAccount, real TensorFlow workers run by the node agent and a real MLflow
+with the operator as its ServiceAccount, real TensorFlow workers on the real node and a real MLflow
 server. One multi-worker job at a time (2 workers), the others with 1."""
 
 from __future__ import annotations
