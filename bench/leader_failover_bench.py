@@ -10,7 +10,7 @@ it. Then:
    mwms_reconcile_duration_seconds_count leaves 0). Bound: the lease duration plus a retry period plus kopf's
    start, since the standby must let the Lease expire on its own clock.
 2. the same with SIGTERM (a rolling update, a drain): the leader gives the Lease up as it exits.
-It starts its own LocalCluster without a node agent (the pods are created, not run: the operator is what is
+It starts its own LocalCluster without a node (the pods are created, not run: the operator is what is
 measured). Results go to bench/results/leader_failover.json under --label, with the load average (other work
 on the machine slows everything down). Needs root.
 """

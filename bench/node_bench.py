@@ -1,14 +1,14 @@
-"""The real kubelet node against the node agent: start, pod start, pod delete, the seed TrainJob.
+"""The real kubelet node: start, pod start, pod delete, the seed TrainJob.
 
-    .venv/bin/python bench/node_bench.py [--subnet-index 30] [--pods 5] [--no-chain] [--no-nodeagent]
+    .venv/bin/python bench/node_bench.py [--subnet-index 30] [--pods 5] [--no-chain]
     .venv/bin/python bench/node_bench.py --only-delete  # node start, worker delete: into the results
 
 Starts its own clusters (needs root, hack/build-node.sh's parts, `make images` for the chain parts) and stops
 them afterwards. Measured on the real node: control plane + node start to Node Ready and to CoreDNS ready
 (images loaded first), pod create → Ready with the image already in containerd (busybox, then the trainer
 image), `kubectl delete pod` of a running trainer worker → gone, and the seed TrainJob (4 workers) from
-`kubectl apply` to Succeeded; the last also on the node agent, for comparison. The trainer measured is the
-one in build/images/mwms-trainer.oci.tar (its image id is recorded). Results: bench/results/node.json.
+`kubectl apply` to Succeeded. The trainer measured is the one in build/images/mwms-trainer.oci.tar (its image
+id is recorded). Results: bench/results/node.json (its `node_agent` figures are from the retired node agent).
 """
 
 from __future__ import annotations
@@ -177,35 +177,12 @@ def bench_real_node(args: argparse.Namespace, bins: Path) -> dict:
     return result
 
 
-def bench_node_agent(args: argparse.Namespace, bins: Path) -> dict:
-    with (
-        tempfile.TemporaryDirectory(prefix="mwms-agent-bench-") as state,
-        LocalCluster(name="bench-agent", state_dir=state, subnet_index=args.subnet_index) as cluster,
-    ):
-        started = time.monotonic()
-        cluster.start_node_agent()
-        result: dict = {"node_ready_seconds": round(time.monotonic() - started, 2)}
-        chain = Chain(
-            kubeconfig=cluster.kubeconfig,
-            helm=str(bins / "helm"),
-            kubectl=str(bins / "kubectl"),
-            helm_values=BASE_VALUES,
-        )
-        chain.install_chart()
-        result["seed_apply_to_succeeded_seconds"] = seed_job_seconds(chain)
-    return result
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--subnet-index", type=int, default=30)
     parser.add_argument("--pods", type=int, default=5, help="pods started one after the other, per image")
     parser.add_argument("--settle", type=float, default=15.0, help="seconds a worker runs before its delete")
     parser.add_argument("--no-chain", dest="chain", action="store_false", help="skip the TrainJob parts")
-    parser.add_argument("--no-nodeagent", dest="nodeagent", action="store_false")
-    parser.add_argument(
-        "--only-nodeagent", action="store_true", help="the node agent alone, into the existing results"
-    )
     parser.add_argument(
         "--only-delete",
         action="store_true",
@@ -218,11 +195,7 @@ def main() -> int:
         "cpus": os.cpu_count(),
         "load_average_before": list(os.getloadavg()),
     }
-    if args.only_nodeagent:
-        load_before = list(os.getloadavg())
-        results = json.loads(RESULTS.read_text())
-        results["node_agent"] = {"load_average_before": load_before, **bench_node_agent(args, bins)}
-    elif args.only_delete:
+    if args.only_delete:
         load_before = list(os.getloadavg())
         partial = bench_real_node(args, bins)
         now = results["date"]
@@ -236,8 +209,6 @@ def main() -> int:
         results["real_node"]["delete_running_worker"]["load_average_before"] = load_before
     else:
         results["real_node"] = bench_real_node(args, bins)
-        if args.chain and args.nodeagent:
-            results["node_agent"] = bench_node_agent(args, bins)
     results["load_average_after"] = list(os.getloadavg())
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")

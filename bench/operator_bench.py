@@ -11,7 +11,7 @@
    of them has been reconciled.
 5. Operator RSS with --unrelated pods present that are not ours (no node: they stay Pending, which is all a
    watch costs).
-It starts its own LocalCluster without a node agent (pods are created, not run: creation is measured) and
+It starts its own LocalCluster without a node (pods are created, not run: creation is measured) and
 `python -m mwms_operator` with its default settings; --operator-src runs another checkout's operator/ (e.g.
 the previous release, for a before/after). Results go to bench/results/operator.json under --label, with
 the load average (other work on the machine slows everything down). Needs root.
@@ -289,7 +289,7 @@ def main() -> None:
             cluster.stop()
 
     result = {
-        "what": "mwms-operator against the local control plane (no node agent: pod creation is measured)",
+        "what": "mwms-operator against the local control plane (no node: pod creation is measured)",
         "operator_source": str(args.operator_src),
         "operator_settings": "defaults, log level WARNING",
         "apply_to_service_and_4_pods_seconds": summary(latencies),

@@ -5,7 +5,7 @@
         [--stages latency,delete,burst,present,unrelated]
 
 The peer is training-operator v1.8.1 (TFJob), built from its Go module by hack/build-training-operator.sh
-(cached under ~/.cache/mwms/peer/<version>/). One LocalCluster without a node agent: pods are created, never
+(cached under ~/.cache/mwms/peer/<version>/). One LocalCluster without a node: pods are created, never
 run, so what is measured is each operator and the API server. Both operators run for the whole bench with
 their default settings, logged in as the cluster admin. Stages, each operator in turn:
 

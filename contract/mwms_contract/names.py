@@ -88,7 +88,7 @@ EXIT_FAILURE = 1
 EXIT_INVALID_CONFIG = 2  # permanent: a setting is wrong
 EXIT_RETRYABLE = 75  # EX_TEMPFAIL: peer lost, startup deadline, MLflow unavailable
 
-# Images (the node agent of the local control plane maps these to local entrypoints).
+# Images: the operator's default trainer image; `make images` builds both under these names.
 OPERATOR_IMAGE = "ghcr.io/mwms-dev/mwms-operator"
 TRAINER_IMAGE = "ghcr.io/mwms-dev/mwms-trainer"
 

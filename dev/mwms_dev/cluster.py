@@ -1,10 +1,10 @@
 """A real Kubernetes control plane on this machine: etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler, plus nodes: node agents that stand in for kubelet and the container runtime (fast), or a
-real kubelet with containerd, kube-proxy and CoreDNS (mwms_dev.kubelet_node). A node gets what it needs of
-the cluster as one NodeContext (mwms_dev.node_context); it never imports this module.
+kube-scheduler, plus a real node: kubelet with containerd, kube-proxy and CoreDNS (mwms_dev.kubelet_node).
+A node gets what it needs of the cluster as one NodeContext (mwms_dev.node_context); it never imports this
+module.
 
     cluster = LocalCluster(state_dir=Path(".mwms/dev"), subnet_index=1).start()
-    agent = cluster.start_node_agent()          # or: node = cluster.start_kubelet_node(images=[...])
+    node = cluster.start_kubelet_node(images=[...])
     ... KUBECONFIG=cluster.kubeconfig ...
     cluster.stop()
 
@@ -21,21 +21,19 @@ import os
 import shutil
 import ssl
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from mwms_dev import kubelet_node, network, nodeagent_net, pki
+from mwms_dev import kubelet_node, network, pki
 from mwms_dev.node_context import READY_TIMEOUT, NodeContext
 
 # Callers import these from here; they live in node_context because nodes use them too.
 from mwms_dev.node_context import ClusterError as ClusterError
 from mwms_dev.node_context import free_port as free_port
 from mwms_dev.node_context import kubeconfig as kubeconfig
-from mwms_dev.nodeagent_ipam import IPAM_ROOT
 from mwms_dev.procs import Supervisor
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +48,7 @@ CLIENTS = {
     "admin": ("mwms-admin", ("system:masters",)),
     "controller-manager": ("system:kube-controller-manager", ()),
     "scheduler": ("system:kube-scheduler", ()),
-    # What the API server shows a node's kubelet endpoint (the node agent's log server), as kubeadm does.
+    # Who the API server is to a node's kubelet (logs, exec), as kubeadm names it.
     "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", ("system:masters",)),
 }
 KUBECONFIGS = ("admin", "controller-manager", "scheduler")
@@ -68,39 +66,13 @@ def find_bin_dir() -> Path:
     return Path(result.stdout.strip().splitlines()[-1])
 
 
-class NodeAgentHandle:
-    """A running `python -m mwms_dev.nodeagent`. stop(): graceful; kill(): SIGKILL, as a crash would."""
-
-    def __init__(self, supervisor: Supervisor, key: str, node_name: str):
-        self._supervisor = supervisor
-        self._key = key
-        self.node_name = node_name
-
-    @property
-    def pid(self) -> int:
-        return self._supervisor.processes[self._key].pid
-
-    def alive(self) -> bool:
-        return self._supervisor.processes[self._key].poll() is None
-
-    def stop(self, timeout: float = 30.0) -> None:
-        self._supervisor.stop(self._key, timeout)
-
-    def kill(self) -> None:
-        """SIGKILL the agent alone; its pods stay behind like containers after a kubelet crash."""
-        proc = self._supervisor.processes[self._key]
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        proc.wait(10)
-
-
 class LocalCluster:
-    """One control plane: state (certs, etcd data, logs, pod files) under `state_dir`, pods on the bridge
+    """One control plane: state (certs, etcd data, logs, node files) under `state_dir`, pods on the bridge
     of `subnet_index` (one live cluster per index, so parallel sessions pick different ones).
 
     After start(): `kubeconfig` (admin), `server`, `ca_file`, `pod_api_host`/`pod_api_port` (the API server
-    as pods reach it), `timings` (seconds to API ready / to controllers ready), `node_agents` and
-    `kubelet_nodes` by name; `node_context`: all that a node is given of the cluster.
+    as pods reach it), `timings` (seconds to API ready / to controllers ready), `kubelet_nodes` by name;
+    `node_context`: all that a node is given of the cluster.
     """
 
     def __init__(
@@ -117,7 +89,6 @@ class LocalCluster:
         self._bin_dir = Path(bin_dir) if bin_dir else None
         self._supervisor = Supervisor(self.net.bridge)
         self._lock_file: int | None = None
-        self.node_agents: dict[str, NodeAgentHandle] = {}
         self.kubelet_nodes: dict[str, kubelet_node.KubeletNode] = {}
         self.api_port = 0
         self.timings: dict[str, float] = {}  # seconds from start() to each milestone
@@ -163,16 +134,6 @@ class LocalCluster:
         """Every process this cluster started that may still exist (for leak checks)."""
         return self._supervisor.pids()
 
-    def pod_log(self, namespace: str, pod: str, container: str = "trainer") -> str:
-        """The container's output as the node agent recorded it."""
-        path = self.state_dir / "pods" / namespace / pod / f"{container}.log"
-        try:
-            return path.read_text(errors="replace")
-        except FileNotFoundError:
-            raise FileNotFoundError(
-                f"no log for container {container!r} of pod {namespace}/{pod} at {path}"
-            ) from None
-
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self) -> LocalCluster:
         started = time.monotonic()
@@ -200,41 +161,6 @@ class LocalCluster:
             raise
         return self
 
-    def start_node_agent(
-        self,
-        node_name: str = "node-1",
-        cpu: str = "4",
-        memory: str = "16Gi",
-        pods: int = 250,
-        wait: bool = True,
-    ) -> NodeAgentHandle:
-        """Start a node agent; with `wait`, return once its Node reports Ready."""
-        if not self.api_port:
-            raise ClusterError("start() the cluster before its node agents")
-        key = f"nodeagent-{node_name}"
-        argv = [
-            sys.executable, "-m", "mwms_dev.nodeagent",
-            "--kubeconfig", str(self.kubeconfig),
-            "--node-name", node_name,
-            "--cpu", str(cpu),
-            "--memory", str(memory),
-            "--pods", str(pods),
-            "--bridge", self.net.bridge,
-            "--gateway", self.net.gateway,
-            "--subnet", self.net.subnet,
-            "--state-dir", str(self.state_dir),
-            "--api-host", self.pod_api_host,
-            "--api-port", str(self.pod_api_port),
-            "--ca-file", str(self.ca_file),
-        ]  # fmt: skip
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "KUBECONFIG": str(self.kubeconfig)}
-        self._supervisor.spawn(key, argv, self.logs_dir / f"{key}.log", env)
-        handle = NodeAgentHandle(self._supervisor, key, node_name)
-        self.node_agents[node_name] = handle
-        if wait:
-            self.node_context.wait_node_ready(node_name, key)
-        return handle
-
     def start_kubelet_node(
         self, node_name: str = "node-1", images: Sequence[Path] = (), wait_dns: bool = True
     ) -> kubelet_node.KubeletNode:
@@ -259,7 +185,7 @@ class LocalCluster:
             node.stop()  # before the control plane: the kubelet's containers are not in our cgroup
         self._supervisor.stop_all()
         with contextlib.suppress(network.NetworkError):
-            self._remove_pod_network()
+            network.delete_bridge(self.net)
         self._release_lock()
         atexit.unregister(self.stop)
 
@@ -278,12 +204,6 @@ class LocalCluster:
         if nodes_dir.is_dir():
             for node_dir in nodes_dir.iterdir():
                 kubelet_node.clean_dead_node(self.net, node_dir)
-        self._remove_pod_network()
-
-    def _remove_pod_network(self) -> None:
-        """Pod sandboxes and address reservations (the node agents' conventions), then the bridge."""
-        nodeagent_net.remove_all(self.net.bridge)
-        shutil.rmtree(IPAM_ROOT / self.net.bridge, ignore_errors=True)
         network.delete_bridge(self.net)
 
     def __enter__(self) -> LocalCluster:

@@ -5,8 +5,7 @@ kubelet node (containerd, kube-proxy, CoreDNS, a default StorageClass) running t
 (build/images/, `make images`), installs the Helm chart with the bundled MLflow server on its PVC, applies
 manifests/samples/seed-breast-cancer.yaml (4 workers), waits for Succeeded, and prints the one MLflow run,
 its held-out accuracy and how to look at it. The steps are mwms_dev.chain's, the same the tests and the kind
-workflow run. `--node-agent`: the same on the node agent, which runs the checkout as host processes.
-`--dev`: the real node's operator and workers run this checkout's code (mwms_dev.devmode).
+workflow run. `--dev`: the real node's operator and workers run this checkout's code (mwms_dev.devmode).
 """
 
 from __future__ import annotations
@@ -35,31 +34,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the cluster running until Ctrl-C")
     parser.add_argument(
-        "--node-agent",
-        action="store_true",
-        help="run the pods as host processes of this checkout instead of on the real node (no images needed)",
-    )
-    parser.add_argument(
         "--dev",
         action="store_true",
         help="the operator and workers run this checkout's code (hostPath, privileged namespaces)",
     )
     args = parser.parse_args(argv)
-    if args.dev and args.node_agent:
-        parser.error("--dev is for the real node (the node agent runs the checkout already)")
 
     bins = tools_bin()
     try:
         with LocalCluster(name="demo", subnet_index=args.subnet_index) as cluster:
             values = ["mlflow.enabled=true", "mlflow.extraAllowedHosts={10.*}"]
-            if args.node_agent:
-                cluster.start_node_agent()
-            else:
-                images = project_images()
-                if not images:
-                    raise ClusterError("no images in build/images: run `make images` first (or --node-agent)")
-                node = cluster.start_kubelet_node(images=images)
-                values += real_node_chart_values(node.images())
+            images = project_images()
+            if not images:
+                raise ClusterError("no images in build/images: run `make images` first")
+            node = cluster.start_kubelet_node(images=images)
+            values += real_node_chart_values(node.images())
             if args.dev:
                 values += dev_mode_values()
                 sample = cluster.state_dir / "dev-sample.json"

@@ -1,9 +1,9 @@
-"""`mwms dev-cluster up|down`: the local control plane and a real node for trying things by hand.
+"""`mwms dev-cluster up|down`: the local control plane and one real node (one per machine) to try things on.
 
 `up` runs in the foreground until Ctrl-C or SIGTERM, then stops everything it started. Its node is a real one:
 kubelet, containerd, kube-proxy, CoreDNS and a default StorageClass (hack/build-node.sh), with the project's
-images from build/images/ (`make images`) loaded into it. `up --node-agent` runs node agents instead (pods
-as host processes of this checkout; `--nodes N` of them). `up --dev` also installs the Helm chart with its
+images from build/images/ (`make images`) loaded into it; one node only (one real node runs per machine).
+`up --dev` also installs the Helm chart with its
 operator running this checkout's code (mwms_dev.devmode). `down` removes what a run that crashed
 left behind on a subnet index (processes, containers, mounts, cgroups, nftables tables, bridge); it refuses
 while a cluster is live.
@@ -38,16 +38,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--state-dir", type=Path, help="default: .mwms/dev<N> under the current directory")
     parser.add_argument(
-        "--nodes", type=int, default=1, help="with --node-agent: node agents to start (node-1, node-2, ...)"
-    )
-    parser.add_argument("--cpu", default="4", help="CPU capacity of each node")
-    parser.add_argument("--memory", default="16Gi", help="memory capacity of each node")
-    parser.add_argument(
-        "--node-agent",
-        action="store_true",
-        help="node agents (pods as host processes) instead of the real node",
-    )
-    parser.add_argument(
         "--image",
         type=Path,
         action="append",
@@ -59,10 +49,6 @@ def main(argv: list[str] | None = None) -> int:
         help="install the chart, its operator and workers on this checkout's code (privileged namespaces)",
     )
     args = parser.parse_args(argv)
-    if args.nodes != 1 and not args.node_agent:
-        parser.error("--nodes needs --node-agent: one real node runs per machine")
-    if args.dev and args.node_agent:
-        parser.error("--dev is for the real node (the node agent runs the checkout already)")
     name = f"dev{args.subnet_index}"
     try:
         cluster = LocalCluster(name=name, state_dir=args.state_dir, subnet_index=args.subnet_index)
@@ -74,19 +60,15 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, lambda *_: stopping.set())
         signal.signal(signal.SIGINT, lambda *_: stopping.set())
         with cluster:
-            if not args.node_agent:
-                images = args.image if args.image is not None else project_images()
-                node = cluster.start_kubelet_node(images=images)
-                print(
-                    f"real node {node.node_name} Ready in {node.timings['node_ready']:.1f}s, images: "
-                    f"{', '.join(p.name for p in images) or 'none (make images)'}",
-                    file=sys.stderr,
-                )
-                if args.dev:
-                    install_dev_chart(cluster.kubeconfig, node.images())
-            else:
-                for i in range(1, args.nodes + 1):
-                    cluster.start_node_agent(node_name=f"node-{i}", cpu=args.cpu, memory=args.memory)
+            images = args.image if args.image is not None else project_images()
+            node = cluster.start_kubelet_node(images=images)
+            print(
+                f"real node {node.node_name} Ready in {node.timings['node_ready']:.1f}s, images: "
+                f"{', '.join(p.name for p in images) or 'none (make images)'}",
+                file=sys.stderr,
+            )
+            if args.dev:
+                install_dev_chart(cluster.kubeconfig, node.images())
             print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
             print(
                 f"API ready in {cluster.timings['api_ready']:.1f}s at {cluster.server} "

@@ -1,6 +1,6 @@
 """The pod network of one local cluster: a Linux bridge `mwbr<index>` with gateway 10.<200+index>.0.1/16.
 
-The node agent plugs one veth per pod into it; the API server is reached from pods at the gateway IP.
+The real node's CNI bridge plugin plugs one veth per pod into it; pods reach the API server at the gateway IP.
 Only project-made addresses are used: this bridge subnet and loopback.
 """
 

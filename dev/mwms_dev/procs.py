@@ -2,8 +2,8 @@
 
 Each process gets its own session (process group), so a signal reaches its children too. Where the
 cgroup-v1 `pids` hierarchy is writable (root on these machines), each process is also put into a cgroup
-named after the cluster: pods that the node agent starts in sessions of their own are still found there,
-including ones left by a run that crashed before it could clean up.
+named after the cluster: what a process starts in a session of its own is still found there, including
+what a run that crashed before it could clean up left behind.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def mlflow_image() -> str:
 def own_cluster(real_node_cluster, spare_subnet_index: int, tmp_path_factory) -> Iterator:
     if not project_images():
         pytest.skip("no build/images/*.oci.tar: run `make images` first")
-    # +20: the real-node subnets, apart from the node-agent clusters of the same session.
+    # +20: the real-node subnets, apart from the integration tier's clusters of the same session.
     state_dir = tmp_path_factory.mktemp("readme")
     with real_node_cluster("readme", state_dir, spare_subnet_index + 20) as local:
         node = local.kubelet_nodes["node-1"]

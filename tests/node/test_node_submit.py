@@ -2,7 +2,7 @@
 trainer image `make images` built): `mwms submit` of the seed's ported train() script and
 `MirroredStrategyRunner(cluster=Cluster(...)).run(train)` each run 2 trainer containers in a `restricted`
 namespace, mounting the user's code from the job's ConfigMap, and give one MLflow run and one model; a failing
-script ends Failed with its traceback line. The same flows as the node-agent tier's
+script ends Failed with its traceback line. The same flows as the integration tier's
 tests/integration/operator/test_operator_submit.py, with its scripts and helpers (tests/support/submit.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Bring-your-own-code helpers shared by the node-agent tier
+"""Bring-your-own-code helpers shared by the integration tier
 (tests/integration/operator/test_operator_submit.py) and the real-node tier (tests/node/test_node_submit.py):
 the user scripts of tests/data/submit, the `mwms` command as users run it, and what to read back from a
 TrainJob."""

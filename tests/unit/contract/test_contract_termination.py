@@ -5,7 +5,15 @@ import json
 import pytest
 
 from mwms_contract import names, termination
-from mwms_dev.nodeagent_status import termination_message  # the kubelet's cut, as the node agent does it
+
+KUBELET_MAX_BYTES = 4096  # the kubelet reports the last 4 KiB of terminationMessagePath
+
+
+def termination_message(data: bytes) -> str:
+    """The file at terminationMessagePath as the API server shows it: its last 4 KiB, bytes that are not
+    UTF-8 replaced (Go's JSON encoding of the kubelet's string)."""
+    return data[-KUBELET_MAX_BYTES:].decode("utf-8", errors="replace")
+
 
 CHIEF = {
     "runId": "r1",
