@@ -1,6 +1,7 @@
 """Load on the operator with pods that really run: what bench/operator_bench.py does not cover.
 
     .venv/bin/python bench/load_run.py [--jobs 200] [--present 1000] [--soak 180] [--subnet-index 6]
+        [--nodes agent|real]
 
 1. --jobs 2-worker TrainJobs applied at once; a node agent runs every pod with a cheap command (`true`, no
    shell), so the chief exits 0 at once: all must reach Succeeded. Recorded: wall time to all Succeeded,
@@ -8,6 +9,8 @@
    latency and creation -> all-pods-created histograms from its /metrics.
 2. --present TrainJobs present (suspended: no pods), then operator RSS sampled every 5 s for --soak
    seconds once all are reconciled: a memory leak shows as a slope.
+--nodes real: one real kubelet node instead (the trainer image's `true` in containers; the kubelet takes
+at most 110 pods, so --jobs 50 at most; run it under `flock /tmp/mwms-node.lock`).
 bench/operator_bench.py measures pod *creation* (apply -> pods, burst without a node agent, RSS with N
 present once); this script adds the run to the end state and RSS over time. The operator runs with its
 default settings, logged in as its ServiceAccount (RBAC from manifests/). Results: bench/results/load.json
@@ -153,9 +156,11 @@ def main() -> None:
     )
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--no-doc", action="store_true")
+    parser.add_argument("--nodes", choices=("agent", "real"), default="agent")
     args = parser.parse_args()
 
     from mwms_dev.cluster import LocalCluster, free_port
+    from mwms_dev.devcluster import project_images
 
     harness = load_harness()
     loadavg_start = os.getloadavg()
@@ -165,8 +170,10 @@ def main() -> None:
         cluster.start()
         operator = None
         try:
-            # Room for every pod of the burst on the one node.
-            cluster.start_node_agent(cpu="64", memory="256Gi", pods=2 * args.jobs + 50)
+            if args.nodes == "real":
+                cluster.start_kubelet_node(images=project_images())
+            else:  # room for every pod of the burst on the one node
+                cluster.start_node_agent(cpu="64", memory="256Gi", pods=2 * args.jobs + 50)
             kubeconfig = cluster.kubeconfig
             kubectl(kubeconfig, "apply", "-f", str(REPO / "manifests" / "crd.yaml"))
             kubectl(kubeconfig, "create", "namespace", "mwms-system")
@@ -279,7 +286,8 @@ def main() -> None:
 
     rss_values = [r for _, r in soak_rss]
     result = {
-        "what": "operator load, pods run by a node agent (`true` as the worker command, 2 workers per job)",
+        "what": f"operator load, pods run by {'a real node' if args.nodes == 'real' else 'a node agent'} "
+        "(`true` as the worker command, 2 workers per job)",
         "command": "python bench/load_run.py " + " ".join(sys.argv[1:]),
         "operator_settings": "defaults (log level INFO), as its ServiceAccount",
         "operator_idle_rss_mib": round(idle_rss, 1),
