@@ -1,14 +1,17 @@
 """Load on the operator with pods that really run: what bench/operator_bench.py does not cover.
 
-    .venv/bin/python bench/load_run.py [--jobs 200] [--present 1000] [--soak 180] [--subnet-index 6]
+    .venv/bin/python bench/load_run.py [--jobs 40] [--present 1000] [--soak 180] [--subnet-index 6]
 
-1. --jobs 2-worker TrainJobs applied at once; a node agent runs every pod with a cheap command (`true`, no
-   shell), so the chief exits 0 at once: all must reach Succeeded. Recorded: wall time to all Succeeded,
-   per-job creation -> completionTime, operator RSS sampled throughout, and the operator's own reconcile
-   latency and creation -> all-pods-created histograms from its /metrics.
+1. --jobs 2-worker TrainJobs applied at once on one real kubelet node, every pod with a cheap command (the
+   trainer image's `true`, no shell), so the chief exits 0 at once: all must reach Succeeded. Recorded: wall
+   time to all Succeeded, per-job creation -> completionTime, operator RSS sampled throughout, and the
+   operator's own reconcile latency and creation -> all-pods-created histograms from its /metrics.
 2. --present TrainJobs present (suspended: no pods), then operator RSS sampled every 5 s for --soak
    seconds once all are reconciled: a memory leak shows as a slope.
-bench/operator_bench.py measures pod *creation* (apply -> pods, burst without a node agent, RSS with N
+The kubelet takes at most 110 pods, so --jobs 50 at most; run it under `flock /tmp/mwms-node.lock` (one
+real node per machine). Figures in bench/results/load.json from before 2026-12-05 came from the retired
+node agent (200 jobs).
+bench/operator_bench.py measures pod *creation* (apply -> pods, burst without any node, RSS with N
 present once); this script adds the run to the end state and RSS over time. The operator runs with its
 default settings, logged in as its ServiceAccount (RBAC from manifests/). Results: bench/results/load.json
 and the "Load" section of docs/benchmarks.md. Needs root.
@@ -145,7 +148,7 @@ def seconds_between(start: str, end: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--jobs", type=int, default=40)
     parser.add_argument("--present", type=int, default=1000)
     parser.add_argument("--soak", type=float, default=180, help="seconds of RSS sampling with --present jobs")
     parser.add_argument(
@@ -156,6 +159,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from mwms_dev.cluster import LocalCluster, free_port
+    from mwms_dev.devcluster import project_images
 
     harness = load_harness()
     loadavg_start = os.getloadavg()
@@ -165,8 +169,7 @@ def main() -> None:
         cluster.start()
         operator = None
         try:
-            # Room for every pod of the burst on the one node.
-            cluster.start_node_agent(cpu="64", memory="256Gi", pods=2 * args.jobs + 50)
+            cluster.start_kubelet_node(images=project_images())
             kubeconfig = cluster.kubeconfig
             kubectl(kubeconfig, "apply", "-f", str(REPO / "manifests" / "crd.yaml"))
             kubectl(kubeconfig, "create", "namespace", "mwms-system")
@@ -279,7 +282,7 @@ def main() -> None:
 
     rss_values = [r for _, r in soak_rss]
     result = {
-        "what": "operator load, pods run by a node agent (`true` as the worker command, 2 workers per job)",
+        "what": "operator load, pods run by a real node (`true` as the worker command, 2 workers per job)",
         "command": "python bench/load_run.py " + " ".join(sys.argv[1:]),
         "operator_settings": "defaults (log level INFO), as its ServiceAccount",
         "operator_idle_rss_mib": round(idle_rss, 1),
@@ -341,7 +344,7 @@ def write_doc(r: dict[str, Any]) -> None:
 Produced by `bench/load_run.py` (results: `bench/results/load.json`; command `{r["command"]}`), measured
 {r["measured_at"]} on {r["machine"]["cpus"]} CPUs (load average {r["machine"]["loadavg_start"][0]:.1f} at the
 start: other work on the machine slows everything down). The operator runs with its defaults, logged in as its
-ServiceAccount; a node agent runs every pod (the worker command is `true`, so this measures the operator and
+ServiceAccount; one real kubelet node runs every pod (the worker command is `true`, so this measures the operator and
 the control plane, not training).
 
 | Measure | Value |

@@ -164,18 +164,26 @@ class LocalCluster:
     def start_kubelet_node(
         self, node_name: str = "node-1", images: Sequence[Path] = (), wait_dns: bool = True
     ) -> kubelet_node.KubeletNode:
-        """Start a real node (kubelet, containerd, kube-proxy) and the CoreDNS add-on; `images` (OCI
-        archives) are loaded into its containerd first. Returns once the Node is Ready (and, with
-        `wait_dns`, CoreDNS too)."""
+        """Start a real node (kubelet, containerd) and, on the cluster's first node, kube-proxy and the
+        add-ons (CoreDNS, the volume provisioner), which then serve every node; `images` (OCI archives)
+        are loaded into its containerd first. Returns once the Node is Ready (and, with `wait_dns`, CoreDNS
+        too)."""
         if not self.api_port:
             raise ClusterError("start() the cluster before its nodes")
-        node = kubelet_node.KubeletNode(self.node_context, kubelet_node.find_node_parts(), node_name)
+        first = not any(node.cluster_services for node in self.kubelet_nodes.values())
+        node = kubelet_node.KubeletNode(
+            self.node_context, kubelet_node.find_node_parts(), node_name, cluster_services=first
+        )
         self.kubelet_nodes[node_name] = node
         try:
             node.start(images=images, wait_dns=wait_dns)
         except kubelet_node.NodeError as exc:
             raise ClusterError(str(exc)) from exc
         return node
+
+    def stop_kubelet_node(self, node_name: str) -> None:
+        """Stop one real node and forget it (its Node object stays, as that of a machine switched off)."""
+        self.kubelet_nodes.pop(node_name).stop()
 
     def stop(self) -> None:
         """Stop everything this cluster started and remove its bridge. Safe to call again."""

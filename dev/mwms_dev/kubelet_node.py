@@ -11,13 +11,15 @@ Everything lives under `<state_dir>/nodes/<name>/` (containerd's state, socket a
 namespaces, kubelet's root dir, CNI config and IP reservations), so nothing clashes with a system containerd
 or kubelet; containerd's root (its image store: content and unpacked snapshots) is kept between runs beside
 the node's parts (`image_store`): unpacking the ~1 GB trainer image takes minutes, and an image loaded before,
-or one that shares its layers, is not unpacked again. One real node runs per machine (kube-proxy's lock), so
-one store serves them in turn; its containers are removed at stop, images a rebuild replaced are removed, and
-a store that fails is emptied and filled again. Pods join the cluster's bridge `mwbr<N>`
-(CNI bridge + host-local in the upper half of its /16; the node agent's pods use the lower half) and their
-cgroups live under one cgroup root of their own. Pods resolve names only through the CoreDNS add-on, which
-serves cluster.local and forwards nothing, and an nftables table of ours drops anything a pod sends off the
-bridge: no pod packet leaves the machine.
+or one that shares its layers, is not unpacked again. One cluster with real nodes runs per machine
+(kube-proxy's lock), so each node name's store serves them in turn; its containers are removed at stop,
+images a rebuild replaced are removed, and a store that fails is emptied and filled again. A cluster may have
+several nodes (`start_kubelet_node("node-2")`): each has its own kubelet, containerd, ports and cgroup root;
+the first runs kube-proxy and installs the add-ons for all. Pods join the cluster's bridge `mwbr<N>`
+(CNI bridge + host-local in the upper half of its /16, one reservation directory for all nodes; the node
+agent's pods use the lower half) and their cgroups live under one cgroup root per node. Pods resolve names
+only through the CoreDNS add-on, which serves cluster.local and forwards nothing, and an nftables table of
+ours drops anything a pod sends off the bridge: no pod packet leaves the machine.
 
 Two limits of this machine, handled here: root lacks CAP_SYS_RESOURCE, so runc cannot set the negative
 `oom_score_adj` the kubelet asks for (containerd's CRI `restrict_oom_score_adj`); cgroups are v1, which
@@ -110,10 +112,12 @@ class NodeParts:
     def image_names(self) -> dict[str, str]:
         return json.loads((self.root / "images" / "names.json").read_text())
 
-    @property
-    def image_store(self) -> Path:
-        """containerd's root, kept across runs and nodes (one node at a time: kube-proxy's lock)."""
-        return self.root.parent / f"containerd-root-r{IMAGE_STORE_LAYOUT}"
+    def image_store(self, node_name: str) -> Path:
+        """containerd's root for `node_name`, kept across runs. A containerd locks its root, so the nodes of
+        one cluster each have their own; the same name on another cluster reuses it (one cluster with real
+        nodes at a time: kube-proxy's lock)."""
+        suffix = "" if node_name == "node-1" else f"-{node_name}"
+        return self.root.parent / f"containerd-root-r{IMAGE_STORE_LAYOUT}{suffix}"
 
 
 def find_node_parts() -> NodeParts:
@@ -709,11 +713,15 @@ class KubeletNode:
         parts: NodeParts,
         node_name: str = "node-1",
         image_store: Path | None = None,
+        cluster_services: bool = True,
     ):
         self.context = context
         self.parts = parts
-        self.image_store = image_store or parts.image_store
+        self.image_store = image_store or parts.image_store(node_name)
         self.node_name = node_name
+        # kube-proxy and the add-ons: one node per cluster runs them for all (its nodes share the host's
+        # network namespace and the bridge, so one kube-proxy's rules serve every node's pods).
+        self.cluster_services = cluster_services
         self.dir = context.nodes_dir / node_name
         self.cgroup_root = f"{own_cgroup_parent()}/mwms-{context.net.bridge}-{node_name}"
         self.timings: dict[str, float] = {}
@@ -732,13 +740,15 @@ class KubeletNode:
         problem = host_tools_problem()
         if problem:
             raise NodeError(problem)
-        self._kube_proxy_lock = take_kube_proxy_lock(f"pid {os.getpid()} {self.context.net.bridge}")
+        if self.cluster_services:
+            self._kube_proxy_lock = take_kube_proxy_lock(f"pid {os.getpid()} {self.context.net.bridge}")
         self._clean()
         self.dir.mkdir(parents=True, exist_ok=True)
         for sub in ("cni/net.d", "manifests", "kubelet", "logs"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         (self.dir / "resolv.conf").write_text(f"# no upstream: pods resolve {CLUSTER_DOMAIN} names only\n")
-        add_pod_guard(self.context.net)
+        if self.cluster_services:
+            add_pod_guard(self.context.net)
         created = make_cgroup_root(self.cgroup_root)
         (self.dir / "cgroups.json").write_text(json.dumps({"root": self.cgroup_root, "created": created}))
         credentials = self._write_credentials()
@@ -756,8 +766,9 @@ class KubeletNode:
         self.context.wait_node_ready(self.node_name, self._key("kubelet"), timeout=NODE_READY_TIMEOUT)
         restore_kernel_tunables(self.dir / "kernel-tunables.json")
         self.timings["node_ready"] = time.monotonic() - started
-        self._start_kube_proxy(credentials["kube-proxy"])
-        self._install_addons()
+        if self.cluster_services:
+            self._start_kube_proxy(credentials["kube-proxy"])
+            self._install_addons()
         if wait_dns:
             self.wait_addons_ready()
             self.timings["dns_ready"] = time.monotonic() - started
@@ -776,6 +787,14 @@ class KubeletNode:
         self._clean()
         self._release_kube_proxy_lock()
 
+    def kill(self) -> None:
+        """SIGKILL the kubelet, the pods' processes, the shims and containerd, as when the machine dies.
+        kube-proxy stays: it serves the cluster's other nodes, which share this host's network."""
+        self.context.supervisor.stop(self._key("kubelet"), sig=signal.SIGKILL)
+        kill_cgroup_tree(self.cgroup_root)
+        kill_shims(self.containerd_socket)
+        self.context.supervisor.stop(self._key("containerd"), sig=signal.SIGKILL)
+
     def _clean(self) -> None:
         cgroups_file = self.dir / "cgroups.json"
         created = json.loads(cgroups_file.read_text())["created"] if cgroups_file.is_file() else []
@@ -784,7 +803,8 @@ class KubeletNode:
         unmount_below(self.dir)
         restore_kernel_tunables(self.dir / "kernel-tunables.json")
         remove_dead_shim_sockets()
-        remove_nft_tables(self.context.net, kube_proxy=self._kube_proxy_lock is not None)
+        if self.cluster_services:  # the pod guard and kube-proxy's tables serve every node of the cluster
+            remove_nft_tables(self.context.net, kube_proxy=self._kube_proxy_lock is not None)
 
     def _release_kube_proxy_lock(self) -> None:
         if self._kube_proxy_lock is not None:
@@ -894,7 +914,7 @@ class KubeletNode:
             )
         )
         (self.dir / "cni/net.d/10-mwms.conflist").write_text(
-            json.dumps(cni_config(self.context.net, self.dir / "cni/ipam"), indent=2)
+            json.dumps(cni_config(self.context.net, self.context.ipam_dir), indent=2)
         )
         key = self._key("containerd")
         self.context.supervisor.spawn(

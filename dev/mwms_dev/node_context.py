@@ -70,6 +70,12 @@ class NodeContext:
     def ca_file(self) -> Path:
         return self.pki_dir / "ca.crt"
 
+    @property
+    def ipam_dir(self) -> Path:
+        """The CNI host-local plugin's IP reservations, one directory for all the nodes on the bridge: the
+        plugin locks it, so two nodes never hand out the same pod IP."""
+        return self.nodes_dir.parent / "pod-ipam"
+
     def node_kubeconfig(self, path: Path, user: str, groups: Sequence[str]) -> Path:
         """Write a kubeconfig for `user` in `groups`, with a client certificate the cluster CA signed."""
         ca = pki.CertKey(self.ca_file.read_bytes(), (self.pki_dir / "ca.key").read_bytes())

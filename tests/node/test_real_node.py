@@ -59,6 +59,16 @@ def web_pod(
     }
 
 
+def web_service(name: str, app: str) -> dict:
+    """A ClusterIP Service: port 80 to the web_pod's 8080 of the pods labelled app=`app`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"selector": {"app": app}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }
+
+
 def wait_ready(kubectl, namespace: str, *names: str) -> None:
     for name in names:
         kubectl("wait", "--for=condition=Ready", f"pod/{name}", "-n", namespace, "--timeout=60s", timeout=90)
@@ -141,16 +151,7 @@ def test_cluster_ip_service_reaches_a_pod_through_kube_proxy(node_kubectl, node_
         web_pod("backend", busybox, labels={"app": "backend"}, page=mark), "-n", node_namespace
     )
     node_kubectl.apply(web_pod("client", busybox), "-n", node_namespace)
-    node_kubectl.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "web"},
-            "spec": {"selector": {"app": "backend"}, "ports": [{"port": 80, "targetPort": 8080}]},
-        },
-        "-n",
-        node_namespace,
-    )
+    node_kubectl.apply(web_service("web", "backend"), "-n", node_namespace)
     wait_ready(node_kubectl, node_namespace, "backend", "client")
     service = node_kubectl.json("get", "service", "web", "-n", node_namespace)
     cluster_ip = service["spec"]["clusterIP"]

@@ -64,6 +64,13 @@ def test_containerd_keeps_everything_under_the_node_dir_but_its_image_store():
     assert "/var/lib/containerd" not in text and "/run/containerd" not in text
 
 
+def test_each_node_has_a_containerd_root_of_its_own_and_node_1_keeps_the_existing_one():
+    parts = kubelet_node.NodeParts(Path("/cache/node/k8s-v1"))
+    stores = [parts.image_store(name) for name in ("node-1", "node-2", "node-3")]
+    assert stores[0] == Path(f"/cache/node/containerd-root-r{kubelet_node.IMAGE_STORE_LAYOUT}")
+    assert len(set(stores)) == 3  # a containerd locks its root: two nodes cannot share one
+
+
 def test_chart_values_run_mlflow_from_the_loaded_trainer_image():
     values = kubelet_node.real_node_chart_values(
         [
