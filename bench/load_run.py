@@ -44,7 +44,9 @@ SECTION_START, SECTION_END = "<!-- load_run.py: begin -->", "<!-- load_run.py: e
 
 
 def load_harness() -> Any:
-    """The operator as the integration tests run it (its ServiceAccount's token): one harness."""
+    """The operator as the integration tests run it (its ServiceAccount's token): one harness. It imports
+    tests/support, as it does under pytest."""
+    sys.path.insert(0, str(REPO / "tests"))
     path = REPO / "tests" / "integration" / "operator" / "conftest.py"
     spec = importlib.util.spec_from_file_location("mwms_operator_harness", path)
     assert spec is not None and spec.loader is not None

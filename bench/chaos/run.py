@@ -49,7 +49,9 @@ def load(name: str, path: Path) -> Any:
 
 
 experiments = load("mwms_chaos_experiments", HERE / "experiments.py")
-# The operator as the integration tests run it: its ServiceAccount's token, RBAC enforced (one harness).
+# The operator as the integration tests run it: its ServiceAccount's token, RBAC enforced (one harness). It
+# imports tests/support, as it does under pytest.
+sys.path.insert(0, str(REPO / "tests"))
 harness = load("mwms_operator_harness", REPO / "tests" / "integration" / "operator" / "conftest.py")
 
 
