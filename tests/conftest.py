@@ -5,8 +5,9 @@ plane (mwms_dev.cluster.LocalCluster) with one real kubelet node and the project
 tier's `cluster` (tests/integration/conftest.py), the node tier's and README's own use it, one at a time.
 `make_kubectl(kubeconfig)`: kubectl as a cluster's admin (`kubectl(*args)`, `.json(*args)`,
 `.apply(manifest_dict)`, `.fresh_namespace()`). `wait_for`: poll a predicate.
-Environment: MWMS_TEST_SUBNET_INDEX (default 0; helpers developing in parallel use their own),
-MWMS_TEST_STATE_DIR (keep the cluster's state and logs there instead of pytest's tmp dir),
+`subnet_index`: MWMS_TEST_SUBNET_INDEX (default 0, at most 25; helpers developing in parallel use their own):
+the integration tier's cluster takes it, the node tier's +20, a test's spare cluster +10, README's own +30.
+Environment: MWMS_TEST_STATE_DIR (keep the cluster's state and logs there instead of pytest's tmp dir),
 MWMS_KUBECTL (default: the pinned kubectl hack/tools.sh links into .venv/bin, else PATH)."""
 
 from __future__ import annotations
@@ -40,8 +41,22 @@ def find_kubectl() -> str:
 KUBECTL = find_kubectl()
 
 
+# Bridges go up to mwbr55 (10.255.0.0/16); README's cluster takes the session's index + 30.
+MAX_SUBNET_INDEX = 25
+
+
 def cluster_subnet_index() -> int:
-    return int(os.environ.get("MWMS_TEST_SUBNET_INDEX", "0"))
+    raw = os.environ.get("MWMS_TEST_SUBNET_INDEX", "0").strip()
+    if not raw.isdigit() or int(raw) > MAX_SUBNET_INDEX:
+        raise pytest.UsageError(
+            f"MWMS_TEST_SUBNET_INDEX={raw!r}: an integer from 0 to {MAX_SUBNET_INDEX} (the node tier's "
+            "cluster takes it + 20 and README's own + 30, and bridges go up to mwbr55)"
+        )
+    return int(raw)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    cluster_subnet_index()  # a bad value stops the session at once, not at the node tier's first test
 
 
 def platform_problem() -> str | None:
@@ -136,6 +151,11 @@ def cluster_platform() -> None:
     problem = platform_problem()
     if problem:
         pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def subnet_index() -> int:
+    return cluster_subnet_index()
 
 
 @pytest.fixture(scope="session")

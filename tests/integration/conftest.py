@@ -18,9 +18,10 @@ from support.standin import trainer_image as find_trainer_image
 
 
 @pytest.fixture(scope="package")
-def cluster(real_node_cluster: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+def cluster(
+    real_node_cluster: Callable[..., Any], subnet_index: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator:
     state_dir = os.environ.get("MWMS_TEST_STATE_DIR") or tmp_path_factory.mktemp("cluster")
-    subnet_index = int(os.environ.get("MWMS_TEST_SUBNET_INDEX", "0"))
     with real_node_cluster("test", state_dir, subnet_index) as local:
         yield local
 

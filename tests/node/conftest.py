@@ -36,11 +36,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="package")
-def real_cluster(real_node_cluster: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+def real_cluster(
+    real_node_cluster: Callable[..., Any], subnet_index: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator:
     keep = os.environ.get("MWMS_TEST_NODE_STATE_DIR")
     state_dir = keep or tmp_path_factory.mktemp("real-node")
-    subnet_index = int(os.environ.get("MWMS_TEST_SUBNET_INDEX", "0")) + 20
-    with real_node_cluster("node", state_dir, subnet_index, keep_nodes=bool(keep)) as local:
+    with real_node_cluster("node", state_dir, subnet_index + 20, keep_nodes=bool(keep)) as local:
         yield local
 
 
