@@ -116,6 +116,7 @@ def test_defaults_are_applied_by_the_api_server(crd, kubectl, namespace):
         "cleanPodPolicy": "Running",
         "suspend": True,
         "startupTimeoutSeconds": 300,
+        "containerErrorGraceSeconds": 120,
     }
     assert "trainer" not in spec  # the trainer owns those defaults
     kubectl("delete", "trainjob", "defaults", "-n", namespace, "--wait=false")
