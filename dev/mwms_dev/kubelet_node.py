@@ -16,10 +16,10 @@ or one that shares its layers, is not unpacked again. One cluster with real node
 images a rebuild replaced are removed, and a store that fails is emptied and filled again. A cluster may have
 several nodes (`start_kubelet_node("node-2")`): each has its own kubelet, containerd, ports and cgroup root;
 the first runs kube-proxy and installs the add-ons for all. Pods join the cluster's bridge `mwbr<N>`
-(CNI bridge + host-local in the upper half of its /16, one reservation directory for all nodes; the node
-agent's pods use the lower half) and their cgroups live under one cgroup root per node. Pods resolve names
-only through the CoreDNS add-on, which serves cluster.local and forwards nothing, and an nftables table of
-ours drops anything a pod sends off the bridge: no pod packet leaves the machine.
+(CNI bridge + host-local in the upper half of its /16, one reservation directory for all nodes; the lower
+half held the retired node agent's pods) and their cgroups live under one cgroup root per node. Pods
+resolve names only through the CoreDNS add-on, which serves cluster.local and forwards nothing, and an
+nftables table of ours drops anything a pod sends off the bridge: no pod packet leaves the machine.
 
 Two limits of this machine, handled here: root lacks CAP_SYS_RESOURCE, so runc cannot set the negative
 `oom_score_adj` the kubelet asks for (containerd's CRI `restrict_oom_score_adj`); cgroups are v1, which
