@@ -35,7 +35,6 @@ REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 RESULTS = REPO / "bench" / "results" / "chaos.json"
 DOC = REPO / "docs" / "reliability.md"
-STANDIN = REPO / "tests" / "support" / "standin_worker.py"
 ALL = ("worker-kill", "chief-kill", "operator-kill", "mlflow-hung", "mlflow-absent", "node-lost")
 
 
@@ -309,9 +308,10 @@ def main() -> None:
             if "node-lost" in chosen:
                 trainer = [p for p in project_images() if "trainer" in p.name]
                 cluster.start_kubelet_node("node-2", images=trainer)
+            from support.standin import standin_container  # tests/ is on sys.path (above)
+
             image = next(name for name in node.images() if "/mwms-trainer:" in name)
-            # The stand-in's source as `python -c` in the trainer image: no host path (restricted).
-            standin = {"image": image, "command": ["python", "-c", STANDIN.read_text()]}
+            standin = standin_container(image)
             kubectl = Kubectl(cluster.kubeconfig)
             operator = start_operator(kubectl, cluster, workdir)
             mlflow = experiments.MlflowServer(cluster.pod_api_host, free_port(), workdir / "mlflow")
