@@ -8,7 +8,7 @@
 # filesystem built with mmdebstrap from Debian's packages (bookworm's Python 3.11, like python:3.11-slim-bookworm);
 # the wheels of requirements/*.lock.txt are downloaded on the host (pip, PyPI) and mounted into the build, where
 # pip still checks every hash. Nothing else differs from a release build.
-# Cache (outside the repo), $MWMS_IMAGES_CACHE (default ~/.cache/mwms/images):
+# Cache (outside the repo), $MWMS_IMAGES_CACHE (default $MWMS_CACHE/images, i.e. ~/.cache/mwms/images):
 #   storage/            buildah's images and layers: the base, each Dockerfile's dependency stage (tagged
 #                       localhost/mwms-<name>-deps, so it survives pruning) and the two images; everything else
 #                       is pruned after each build, so the cache stays at ~7 GB however often the code changes
@@ -21,7 +21,9 @@ cd "$(dirname "$0")/.."
 VERSION=$(cat VERSION)
 REGISTRY=ghcr.io/mwms-dev
 OUT=build/images
-CACHE=${MWMS_IMAGES_CACHE:-$HOME/.cache/mwms/images}
+# shellcheck disable=SC1091  # cache.sh is checked on its own
+source hack/cache.sh  # CACHE_ROOT; pip downloads the wheels into $CACHE_ROOT/pip
+CACHE=${MWMS_IMAGES_CACHE:-$CACHE_ROOT/images}
 PYTHON=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 BUILDAH=(buildah --root "$CACHE/storage" --runroot "$CACHE/run" --storage-driver overlay)
 

@@ -6,7 +6,8 @@
 set -euo pipefail
 
 KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
-CACHE_ROOT=${MWMS_CACHE:-$HOME/.cache/mwms}
+# shellcheck disable=SC1091  # cache.sh is checked on its own
+source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"  # CACHE_ROOT, Go and pip caches under MWMS_CACHE
 # shellcheck disable=SC1091  # go-install-cached.sh is checked on its own
 source "$(dirname "${BASH_SOURCE[0]}")/go-install-cached.sh"  # go_install_cached
 go_install_cached kueue "$CACHE_ROOT/kueue/$KUEUE_VERSION" sigs.k8s.io/kueue cmd/kueue "$KUEUE_VERSION" config config

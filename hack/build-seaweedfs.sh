@@ -7,7 +7,8 @@
 set -euo pipefail
 
 SEAWEEDFS_VERSION=${SEAWEEDFS_VERSION:-v0.0.0-20261109003541-7506e5f91cd6}
-CACHE_ROOT=${MWMS_CACHE:-$HOME/.cache/mwms}
+# shellcheck disable=SC1091  # cache.sh is checked on its own
+source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"  # CACHE_ROOT, Go and pip caches under MWMS_CACHE
 BIN_DIR="$CACHE_ROOT/seaweedfs/$SEAWEEDFS_VERSION/bin"
 MODULE=github.com/seaweedfs/seaweedfs
 

@@ -7,7 +7,8 @@
 set -euo pipefail
 
 TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.8.1}
-CACHE_ROOT=${MWMS_CACHE:-$HOME/.cache/mwms}
+# shellcheck disable=SC1091  # cache.sh is checked on its own
+source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"  # CACHE_ROOT, Go and pip caches under MWMS_CACHE
 # shellcheck disable=SC1091  # go-install-cached.sh is checked on its own
 source "$(dirname "${BASH_SOURCE[0]}")/go-install-cached.sh"  # go_install_cached
 # nice: the build shares a small machine with whatever else runs there.

@@ -4,8 +4,8 @@
 
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
 STAGING_VERSION=${STAGING_VERSION:-v0.${K8S_VERSION#v1.}}
-CACHE_ROOT=${MWMS_CACHE:-$HOME/.cache/mwms}  # used by the scripts that source this file
-export CACHE_ROOT
+# shellcheck disable=SC1091  # cache.sh is checked on its own
+source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"  # CACHE_ROOT, Go and pip caches under MWMS_CACHE
 export GOFLAGS="-trimpath -mod=mod" CGO_ENABLED=0
 GO_LDFLAGS="-s -w"
 

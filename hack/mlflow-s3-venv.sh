@@ -11,7 +11,8 @@ LOCK="$(dirname "$0")/../requirements/trainer.lock.txt"
 mapfile -t REQUIREMENTS < <(grep -oE '^(mlflow|mlflow-skinny|boto3|botocore|s3transfer)==[^ ]+' "$LOCK")
 [ "${#REQUIREMENTS[@]}" -eq 5 ] || { echo "mlflow-s3-venv: mlflow and boto3 not found in $LOCK" >&2; exit 1; }
 PYTHON=${PYTHON:-python3}
-CACHE_ROOT=${MWMS_CACHE:-$HOME/.cache/mwms}
+# shellcheck disable=SC1091  # cache.sh is checked on its own
+source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"  # CACHE_ROOT, Go and pip caches under MWMS_CACHE
 KEY=$(printf '%s\n' "${REQUIREMENTS[@]}" "$("$PYTHON" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-16)
 ENV_DIR="$CACHE_ROOT/mlflow-s3/$KEY"
 

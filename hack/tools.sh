@@ -16,7 +16,8 @@ KUBECTL_VERSION=v1.35.2
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LAYER_REQUIREMENTS=$REPO/hack/tools-requirements.txt
-CACHE_ROOT=${MWMS_CACHE:-$HOME/.cache/mwms}
+# shellcheck disable=SC1091  # cache.sh is checked on its own
+source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"  # CACHE_ROOT, Go and pip caches under MWMS_CACHE
 TOOLS=$CACHE_ROOT/tools
 HELM=$TOOLS/helm-$HELM_VERSION/helm
 KUBECTL=$TOOLS/kubectl-$KUBECTL_VERSION/kubectl

@@ -1,0 +1,12 @@
+# Sourced by every build script: one variable, MWMS_CACHE (default ~/.cache/mwms), holds every cache the builds
+# fill, so `MWMS_CACHE=$(mktemp -d) make test` is a cold run and `rm -rf` of one folder forgets everything:
+#   control-plane/ node/ kueue/ seaweedfs/ peer/  Go-built binaries, keyed by version
+#   go/mod go/build  Go's module and build caches, shared by every Go build (one Kubernetes version: the node
+#                    reuses what the control plane compiled); go/mod is read-only: `chmod -R u+w` before `rm -rf`
+#   images/          buildah's store and the images' wheels (MWMS_IMAGES_CACHE still moves it alone)
+#   pip/             pip's download and wheel cache (the venv, the images' wheels, the MLflow-S3 venv)
+#   tools/ mlflow-s3/  Helm and kubectl; the tests' MLflow server with boto3
+# shellcheck shell=bash
+CACHE_ROOT=${MWMS_CACHE:-$HOME/.cache/mwms}
+export CACHE_ROOT
+export GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build" PIP_CACHE_DIR="$CACHE_ROOT/pip"
