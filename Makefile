@@ -4,8 +4,21 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml contract/pyproject.toml client/pyproject.toml VERSION | sha1sum | cut -c1-12)
+# Every cache the builds fill lives under one folder (hack/cache.sh lists them): MWMS_CACHE=$(mktemp -d) is a
+# cold run. pip's cache follows it for the venv too.
+export MWMS_CACHE ?= $(HOME)/.cache/mwms
+export PIP_CACHE_DIR := $(MWMS_CACHE)/pip
 
-.PHONY: setup venv tools control-plane images lock kueue seaweedfs mlflow-s3 node demo test test-unit test-integration test-node test-kueue lint clean
+.PHONY: deps-demo deps-test setup venv tools control-plane images lock kueue seaweedfs mlflow-s3 node demo test \
+	test-unit test-integration test-node test-kueue lint clean
+
+# The host's prerequisites first (Debian packages, Go, root), so nothing long starts on a machine that lacks
+# one: as root the missing packages are installed, otherwise the one apt-get line is printed (hack/install-deps.sh).
+deps-demo:
+	bash hack/install-deps.sh demo
+
+deps-test:
+	bash hack/install-deps.sh test
 
 setup: venv tools control-plane
 
@@ -49,11 +62,14 @@ node:
 	bash hack/build-node.sh
 
 # The real node runs the images users deploy: `make images` and the node's parts first (both cached).
-demo: setup images node
+demo: deps-demo setup images node
 	$(VENV)/bin/mwms demo
 
-test: setup images node kueue seaweedfs mlflow-s3
-	$(VENV)/bin/python -m pytest tests
+# The tiers in two lanes side by side (the cluster tiers, and the CPU-bound ones), Kueue, SeaweedFS and the
+# MLflow-S3 environment built meanwhile; ends with each tier's counts and wall time (hack/run-tests.py).
+# `.venv/bin/python -m pytest tests` runs the same tests one after another.
+test: deps-test setup images node
+	$(PY) hack/run-tests.py $(PYTEST_ARGS)
 
 # The Kueue test alone: real Kueue beside the local control plane (`make test` runs it too).
 test-kueue: setup kueue

@@ -5,6 +5,7 @@ plane (mwms_dev.cluster.LocalCluster) with one real kubelet node and the project
 tier's `cluster` (tests/integration/conftest.py), the node tier's and README's own use it, one at a time.
 `make_kubectl(kubeconfig)`: kubectl as a cluster's admin (`kubectl(*args)`, `.json(*args)`,
 `.apply(manifest_dict)`, `.fresh_namespace()`). `wait_for`: poll a predicate.
+Every run ends with a table of each tier's counts and wall time, and under CI a skip fails (support/tiers.py).
 `subnet_index`: MWMS_TEST_SUBNET_INDEX (default 0, at most 25; helpers developing in parallel use their own):
 the integration tier's cluster takes it, the node tier's +20, a test's spare cluster +10, README's own +30.
 Environment: MWMS_TEST_STATE_DIR (keep the cluster's state and logs there instead of pytest's tmp dir),
@@ -25,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from support.tiers import TierReport
 
 
 def find_kubectl() -> str:
@@ -57,6 +59,8 @@ def cluster_subnet_index() -> int:
 
 def pytest_configure(config: pytest.Config) -> None:
     cluster_subnet_index()  # a bad value stops the session at once, not at the node tier's first test
+    # Each tier's counts and wall time at the end; under CI a skip fails (support/tiers.py).
+    config.pluginmanager.register(TierReport(), "mwms-tiers")
 
 
 def platform_problem() -> str | None:

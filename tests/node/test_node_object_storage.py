@@ -28,7 +28,8 @@ pytestmark = [
     pytest.mark.e2e,
     pytest.mark.integration,
     pytest.mark.tf,
-    pytest.mark.timeout(1500),
+    # SeaweedFS may still be building in `make test`'s background (hack/run-tests.py): fixtures wait on its lock.
+    pytest.mark.timeout(1500, func_only=True),
 ]
 
 MLFLOW_SECRET = "mlflow-s3"

@@ -23,14 +23,19 @@ REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_SECONDS = 180  # ~5 s idle; much more on 2 loaded cores
 BUCKET = "mwms-data"
 
+# A cold build may be running in `make test`'s background at the lowest priority (hack/run-tests.py); the
+# scripts wait on its lock. Bounded all the same.
+BUILD_TIMEOUT_SECONDS = 3600
+
 
 def weed_binary() -> str:
     """$MWMS_WEED, else the cached build (hack/build-seaweedfs.sh is a no-op once built; `make seaweedfs`)."""
     if os.environ.get("MWMS_WEED"):
         return os.environ["MWMS_WEED"]
     built = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-seaweedfs.sh")], capture_output=True, text=True, check=False
-    )
+        ["bash", str(REPO / "hack" / "build-seaweedfs.sh")], capture_output=True, text=True, check=False,
+        timeout=BUILD_TIMEOUT_SECONDS,
+    )  # fmt: skip
     if built.returncode != 0:
         raise RuntimeError(f"hack/build-seaweedfs.sh failed (run `make seaweedfs`): {built.stderr[-3000:]}")
     return str(Path(built.stdout.strip()) / "weed")
@@ -40,8 +45,9 @@ def mlflow_s3_python() -> str:
     """The python of an environment with MLflow's server and boto3 (hack/mlflow-s3-venv.sh says why it is not
     .venv: botocore and the kubernetes client need different python-dateutil majors); a no-op once built."""
     built = subprocess.run(
-        ["bash", str(REPO / "hack" / "mlflow-s3-venv.sh")], capture_output=True, text=True, check=False
-    )
+        ["bash", str(REPO / "hack" / "mlflow-s3-venv.sh")], capture_output=True, text=True, check=False,
+        timeout=BUILD_TIMEOUT_SECONDS,
+    )  # fmt: skip
     if built.returncode != 0:
         raise RuntimeError(f"hack/mlflow-s3-venv.sh failed (run `make mlflow-s3`): {built.stderr[-3000:]}")
     return built.stdout.strip()
