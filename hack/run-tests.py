@@ -73,6 +73,7 @@ def start_builds() -> subprocess.Popen[bytes]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lanes", default=",".join(LANES), help="comma-separated lanes (default: all)")
+    parser.add_argument("--no-builds", action="store_true", help=f"do not start {', '.join(BACKGROUND_BUILDS)}")
     args, pytest_args = parser.parse_known_args()
     lanes = [lane for lane in args.lanes.split(",") if lane]
     unknown = set(lanes) - set(LANES)
@@ -83,7 +84,7 @@ def main() -> int:
         (RESULTS / f"{lane}.json").unlink(missing_ok=True)
 
     started = time.monotonic()
-    builds = start_builds()
+    builds = None if args.no_builds else start_builds()
     running = {lane: start_lane(lane, pytest_args) for lane in lanes}
     codes, walls = {}, {}
     while running:
@@ -94,7 +95,7 @@ def main() -> int:
                 say(f"[{lane}] lane ended with exit {process.returncode} after {walls[lane] / 60:.1f} min")
                 del running[lane]
         time.sleep(1)
-    build_code = builds.wait()
+    build_code = builds.wait() if builds else 0
     if build_code != 0:
         say(f"[builds] failed ({build_code}); the end of build/test-results/builds.log:")
         say((RESULTS / "builds.log").read_text(errors="replace")[-4000:])

@@ -28,7 +28,8 @@ pytestmark = [
     pytest.mark.e2e,
     pytest.mark.integration,
     pytest.mark.tf,
-    # SeaweedFS may still be building in `make test`'s background (hack/run-tests.py): fixtures wait on its lock.
+    # SeaweedFS may still be building in `make test`'s background (hack/run-tests.py): fixtures wait on
+    # its build lock.
     pytest.mark.timeout(1500, func_only=True),
 ]
 

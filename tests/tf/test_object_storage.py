@@ -28,8 +28,9 @@ from tf_support import StallingProxy, group, models_of, runs_of, trainjob_spec, 
 
 from mwms_contract import names
 
-# SeaweedFS and the MLflow-S3 environment may still be building in `make test`'s background (hack/run-tests.py):
-# the module's fixtures wait on their build locks, so the timeout counts the tests themselves only.
+# SeaweedFS and the MLflow-S3 environment may still be building in `make test`'s background
+# (hack/run-tests.py): the module's fixtures wait on their build locks, so the timeout counts the tests
+# themselves only.
 pytestmark = [pytest.mark.tf, pytest.mark.timeout(func_only=True)]
 
 TRAINER = {"epochs": 3, "globalBatchSize": 32, "learningRate": 0.05}

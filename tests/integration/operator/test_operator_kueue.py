@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-# Kueue may still be building in `make test`'s background (hack/run-tests.py): the module's fixtures wait on its
-# build lock, so the timeout counts the tests themselves only.
+# Kueue may still be building in `make test`'s background (hack/run-tests.py): the module's fixtures wait
+# on its build lock, so the timeout counts the tests themselves only.
 pytestmark = [pytest.mark.integration, pytest.mark.kueue, pytest.mark.timeout(func_only=True)]
 
 SUFFIX = uuid.uuid4().hex[:6]

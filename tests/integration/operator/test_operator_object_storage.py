@@ -13,8 +13,8 @@ import pytest
 from support.s3_server import BUCKET, S3Server, env_from_secret, make_secret
 from support.tables import write_parts
 
-# SeaweedFS may still be building in `make test`'s background (hack/run-tests.py): the module's fixtures wait on
-# its build lock, so the timeout counts the tests themselves only.
+# SeaweedFS may still be building in `make test`'s background (hack/run-tests.py): the module's fixtures
+# wait on its build lock, so the timeout counts the tests themselves only.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(func_only=True)]
 
 
