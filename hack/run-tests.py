@@ -73,7 +73,9 @@ def start_builds() -> subprocess.Popen[bytes]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lanes", default=",".join(LANES), help="comma-separated lanes (default: all)")
-    parser.add_argument("--no-builds", action="store_true", help=f"do not start {', '.join(BACKGROUND_BUILDS)}")
+    parser.add_argument(
+        "--no-builds", action="store_true", help=f"do not start {', '.join(BACKGROUND_BUILDS)}"
+    )
     args, pytest_args = parser.parse_known_args()
     lanes = [lane for lane in args.lanes.split(",") if lane]
     unknown = set(lanes) - set(LANES)
