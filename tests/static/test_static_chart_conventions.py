@@ -155,7 +155,12 @@ def test_generated_chart_files_are_current(script):
 
 def test_helm_show_readme_lists_every_documented_value(helm):
     readme = run([helm, "show", "readme", CHART]).stdout
-    for key in ("topologySpreadConstraints", "prometheusRule.enabled", "mlflow.image.digest", "crds.enabled"):
+    for key in (
+        "operator.topologySpreadConstraints",
+        "prometheusRule.enabled",
+        "mlflow.image.digest",
+        "crds.keep",
+    ):
         assert f"| `{key}` |" in readme, key
 
 
