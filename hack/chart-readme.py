@@ -24,6 +24,31 @@ REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "mwms-operator"
 README = CHART / "README.md"
 KEY = re.compile(r"^(\s*)([A-Za-z][\w-]*):(\s.*)?$")
+# The README's Upgrading and Uninstall sections (`helm show readme` is what users of the OCI chart read).
+LIFECYCLE = """## Upgrading
+
+```sh
+helm upgrade mwms oci://ghcr.io/mwms-dev/charts/mwms-operator --version <new> -n mwms-system -f my-values.yaml
+```
+
+- The CRD is a template, so it is upgraded with the release (Helm never upgrades a chart's `crds/`). It is
+  `v1alpha1`: read `CHANGELOG.md` for CRD changes before a minor upgrade.
+- The operator rolls one pod at a time (`maxSurge: 1, maxUnavailable: 0`); a stopping leader gives its Lease
+  up and a standby leads within `operator.leaderElection.retryPeriod`. Running TrainJobs are not touched.
+- Values that moved under `operator` (and `global.imagePullSecrets`, `trainer.image`) are still read for one
+  release; the upgrade's notes name each old key found. Prefer your own values file to `--reuse-values`.
+
+## Uninstall
+
+```sh
+helm uninstall mwms -n mwms-system
+```
+
+Removes the operator, its RBAC, the bundled MLflow (and its volume: back up `/mlflow` first), and, through a
+post-delete hook, the operator's leader-election Lease. It keeps the TrainJob CRD and every TrainJob
+(`crds.keep`, default true); jobs that were running keep their pods until an operator runs again. Delete
+the CRD only when you mean to delete every TrainJob: `kubectl delete crd trainjobs.mwms.dev`.
+""".splitlines()
 
 
 def documented_values(text: str) -> list[tuple[str, str]]:
@@ -100,6 +125,8 @@ def render() -> str:
             "Installing with kustomize, Argo CD or Flux, upgrades, CRDs and uninstalling: `docs/install.md`",
             "in the",
             f"[repository]({chart['home']}).",
+            "",
+            *LIFECYCLE,
             "",
             "## Values",
             "",

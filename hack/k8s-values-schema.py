@@ -3,8 +3,13 @@
 tolerations, volumes...) into charts/mwms-operator/values.schema.json, so a typo in them fails `helm install`
 as it would fail `kubectl apply --validate=strict`, not silently later.
 
-The types come from the OpenAPI of the chart's minimum Kubernetes version (Chart.yaml `kubeVersion`), as the
-`kubernetes-validate` package carries it (strict JSON Schema, unknown fields refused). Every `$ref` to
+The types come from the OpenAPI of the Kubernetes we build (`K8S_VERSION` in hack/k8s-build.sh, 1.37), as
+the `kubernetes-validate` package carries it: the definitions of k8s.io/kubernetes' api/openapi-spec, turned
+into strict JSON Schema (unknown fields refused, quantities as strings or numbers). The newest API is the
+one to type with: Kubernetes adds pod fields and does not remove them, so every field a cluster of the
+chart's range (Chart.yaml `kubeVersion`, 1.30 up) takes passes, and a typo still fails (a static test checks
+each older version's fields are here). A field newer than the user's cluster passes the schema and is then
+refused or dropped by that cluster's API server, as with any manifest. Every `$ref` to
 `#/definitions/io.k8s...` in the schema names a root; this script writes the definitions those roots need,
 and drops the ones nothing needs any more.
 
@@ -25,7 +30,7 @@ import kubernetes_validate
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = REPO / "charts" / "mwms-operator" / "values.schema.json"
-CHART = REPO / "charts" / "mwms-operator" / "Chart.yaml"
+K8S_BUILD = REPO / "hack" / "k8s-build.sh"
 PREFIX = "io.k8s."
 # Kept from the API's schema: what validates. Descriptions are left out (the chart's values.yaml documents
 # each value and links the API reference), and so are the x-kubernetes-* extensions no validator reads.
@@ -37,11 +42,12 @@ KEEP = {
 # fmt: on
 
 
-def minimum_version() -> str:
-    """1.30 from Chart.yaml's `kubeVersion: ">=1.30.0-0"`."""
-    match = re.search(r'^kubeVersion:\s*">=\s*(\d+)\.(\d+)', CHART.read_text(), re.MULTILINE)
+def built_version() -> str:
+    """1.37 from hack/k8s-build.sh's `K8S_VERSION=${K8S_VERSION:-v1.37.2}` (the Kubernetes we build)."""
+    pattern = r"^K8S_VERSION=\$\{K8S_VERSION:-v(\d+)\.(\d+)\.\d+\}"
+    match = re.search(pattern, K8S_BUILD.read_text(), re.MULTILINE)
     if not match:
-        raise SystemExit(f'{CHART}: kubeVersion is not of the form ">=1.N.0-0"')
+        raise SystemExit(f"{K8S_BUILD}: no K8S_VERSION=${{K8S_VERSION:-v1.N.P}} line")
     return f"{match.group(1)}.{match.group(2)}"
 
 
@@ -113,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if the schema's API types are out of date")
     args = parser.parse_args(argv)
     current = SCHEMA.read_text()
-    expected = dump(render(json.loads(current), api_definitions(minimum_version())))
+    expected = dump(render(json.loads(current), api_definitions(built_version())))
     if args.check:
         if current != expected:
             print(f"{SCHEMA.relative_to(REPO)} is out of date: run {Path(__file__).name}", file=sys.stderr)

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Copy manifests/crd.yaml (the single source of truth) into the Helm chart as a template.
 
-The chart's copy differs only in what GitOps needs: it is rendered behind `crds.enabled` and carries
-`helm.sh/resource-policy: keep` (Helm, Flux) and `argocd.argoproj.io/sync-options: Prune=false,Delete=false`
-(Argo CD, which applies rendered manifests itself), so removing the release never deletes the CRD and every
-TrainJob with it. Its labels are the chart's standard set (`mwms-operator.labels`), as on every object of
-the release. CRDs are templates rather than files in crds/ because Helm never upgrades crds/.
+The chart's copy differs only in what GitOps needs: it is rendered behind `crds.enabled` and, with
+`crds.keep` (the default), carries `helm.sh/resource-policy: keep` (Helm, Flux) and
+`argocd.argoproj.io/sync-options: Prune=false,Delete=false` (Argo CD, which applies rendered manifests
+itself), so removing the release never deletes the CRD and every TrainJob with it. Its labels are the
+chart's standard set (`mwms-operator.labels`), as on every object of the release. CRDs are
+templates rather than files in crds/ because Helm never upgrades crds/.
 
     hack/sync-chart-crds.py          write the chart's copy
     hack/sync-chart-crds.py --check  exit 1 if the chart's copy is out of date (the static tests run this)
@@ -34,6 +35,12 @@ FOOTER = "{{- end }}\n"
 # Stands for the labels in the dumped YAML until the helper's include replaces it.
 LABELS_MARK = "MWMS_CHART_LABELS"
 LABELS = 'labels:\n    {{- include "mwms-operator.labels" . | nindent 4 }}'
+ANNOTATIONS_MARK = "MWMS_CHART_KEEP_ANNOTATIONS"
+KEEP = (
+    "{{- if .Values.crds.keep }}\n  annotations:\n"
+    + "".join(f"    {key}: {value}\n" for key, value in ANNOTATIONS.items())
+    + "  {{- end }}"
+)
 
 
 def render(source_text: str) -> str:
@@ -43,13 +50,16 @@ def render(source_text: str) -> str:
         raise SystemExit(f"{SOURCE}: expected only CustomResourceDefinition documents")
     body = []
     for doc in docs:
+        if doc["metadata"].get("annotations"):
+            raise SystemExit(f"{SOURCE}: the chart sets the CRD's annotations; the source may carry none")
         doc["metadata"]["labels"] = LABELS_MARK
-        doc["metadata"].setdefault("annotations", {}).update(ANNOTATIONS)
+        doc["metadata"]["annotations"] = ANNOTATIONS_MARK
         body.append(yaml.safe_dump(doc, sort_keys=False, width=120, allow_unicode=True))
     text = "---\n".join(body)
     if "{{" in text or "}}" in text:  # Helm would read them as template actions
         raise SystemExit(f"{SOURCE}: has '{{{{' or '}}}}', which a chart template cannot carry verbatim")
-    return HEADER + text.replace(f"labels: {LABELS_MARK}", LABELS) + FOOTER
+    text = text.replace(f"labels: {LABELS_MARK}", LABELS).replace(f"annotations: {ANNOTATIONS_MARK}", KEEP)
+    return HEADER + text + FOOTER
 
 
 def main(argv: list[str] | None = None) -> int:

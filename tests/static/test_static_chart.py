@@ -73,6 +73,15 @@ def test_validator_rejects_an_unknown_field(rendered, kubernetes_validate, tmp_p
         "operator.metricsPort=http",  # wrong type
         "image.digest=latest",  # not a digest
         "serviceMonitor.interval=half-a-minute",  # not a duration
+        "serviceMonitor.scrapeTimout=10s",  # misspelt new key
+        "serviceMonitor.relabelings[0].action=dropp",
+        "serviceMonitor.namespace=Monitoring",  # not a namespace name
+        "global.imageRegistri=mirror.example",
+        "crds.kep=false",
+        "operator.logFormat=xml",
+        "operator.leaderElection.leaseDuration=1m",  # seconds only
+        "operator.leaderElection.enabled=false",  # with the default 2 replicas
+        "trainer.image.digest=latest",
     ],
 )
 def test_value_typo_fails_template_and_lint(helm, setting):
@@ -185,6 +194,14 @@ def test_operator_env_matches_manifests(rendered):
     )
     chart = container_env(find(load_all(rendered["default"]), "Deployment", OPERATOR))
     # Without mlflow.enabled or operator.trackingUri the chart leaves the tracking URI to the operator.
+    # The chart also spells out settings the manifests leave to the operator's defaults (the same values).
+    spelled_out = {
+        "MWMS_LOG_FORMAT": "text",
+        "MWMS_LEADER_ELECTION_LEASE_SECONDS": "15",
+        "MWMS_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": "10",
+        "MWMS_LEADER_ELECTION_RETRY_SECONDS": "2",
+    }
+    assert {k: chart.pop(k) for k in spelled_out} == spelled_out
     assert {k: v for k, v in manifests.items() if k != "MWMS_TRACKING_URI"} == chart
 
 
@@ -193,7 +210,7 @@ def test_replicas_elect_a_leader_on_a_lease_of_their_release(helm, replicas):
     """Each release elects on its own Lease (two releases may share a namespace), which its Role names; a
     PodDisruptionBudget only when there is a replica to spare."""
     docs = load_all(
-        helm_template(helm, "--set", "fullnameOverride=team-a", "--set", f"replicaCount={replicas}")
+        helm_template(helm, "--set", "fullnameOverride=team-a", "--set", f"operator.replicaCount={replicas}")
     )
     deployment = find(docs, "Deployment", "team-a")
     assert deployment["spec"]["replicas"] == replicas

@@ -85,15 +85,19 @@ def test_selectors_keep_only_the_stable_labels(helm, values):
 @pytest.mark.parametrize(
     "setting",
     [
-        "affinity.nodeAfinity.requiredDuringSchedulingIgnoredDuringExecution=x",
+        "operator.affinity.nodeAfinity.requiredDuringSchedulingIgnoredDuringExecution=x",
+        "operator.securityContext.runAsUsr=1000",
+        "operator.podSecurityContext.fsgroup=1000",
+        "operator.resources.limit.cpu=1",
+        "operator.resources.requests=2",  # wrong type
+        "operator.tolerations[0].keys=dedicated",
+        "operator.topologySpreadConstraints[0].maxSkw=1",
+        "operator.extraVolumes[0].configmap.name=ca",
+        "operator.extraVolumeMounts[0].mountpath=/ca",
+        "operator.podSecurityContext.supplementalGroupsPolicy.x=y",  # a 1.31 field, wrong type
+        # The old places stay as strict for the release that still reads them.
         "securityContext.runAsUsr=1000",
-        "podSecurityContext.fsgroup=1000",
-        "resources.limit.cpu=1",
-        "resources.requests=2",  # wrong type
-        "tolerations[0].keys=dedicated",
-        "topologySpreadConstraints[0].maxSkw=1",
         "extraVolumes[0].configmap.name=ca",
-        "extraVolumeMounts[0].mountpath=/ca",
         "operator.extraEnv[0].valueFrm.secretKeyRef.name=x",
         "mlflow.affinity.podAffinty.x=y",
         "mlflow.tolerations[0].effct=NoSchedule",
@@ -110,7 +114,7 @@ def test_resources_claims_and_full_passthrough_values_are_accepted(helm, kuberne
     """Valid Kubernetes fields pass the schema, reach the pods, and the objects are valid for the oldest and
     newest supported Kubernetes."""
     docs = load_all(
-        helm_template(helm, "--values", MONITORING_VALUES, "--set", "resources.claims[0].name=gpu")
+        helm_template(helm, "--values", MONITORING_VALUES, "--set", "operator.resources.claims[0].name=gpu")
     )
     operator = find(docs, "Deployment", "mwms-operator")["spec"]["template"]["spec"]
     assert operator["containers"][0]["resources"]["claims"] == [{"name": "gpu"}]
@@ -151,7 +155,12 @@ def test_generated_chart_files_are_current(script):
 
 def test_helm_show_readme_lists_every_documented_value(helm):
     readme = run([helm, "show", "readme", CHART]).stdout
-    for key in ("topologySpreadConstraints", "prometheusRule.enabled", "mlflow.image.digest", "crds.enabled"):
+    for key in (
+        "operator.topologySpreadConstraints",
+        "prometheusRule.enabled",
+        "mlflow.image.digest",
+        "crds.keep",
+    ):
         assert f"| `{key}` |" in readme, key
 
 

@@ -85,19 +85,100 @@ app.kubernetes.io/component: tracking
 {{- end }}
 {{- end }}
 
-{{/* An image reference from {repository, tag, digest}: the digest wins over the tag; the tag defaults to
-`default` (called with a dict: image, default). */}}
-{{- define "mwms-operator.imageRef" -}}
-{{- if .image.digest }}
-{{- printf "%s@%s" .image.repository .image.digest }}
+{{/* The old top-level keys of the operator pod, read for one release (each maps to operator.<key>). */}}
+{{- define "mwms-operator.movedKeys" -}}
+replicaCount image extraVolumes extraVolumeMounts podAnnotations podLabels podSecurityContext securityContext resources nodeSelector tolerations affinity topologySpreadConstraints priorityClassName
+{{- end }}
+
+{{/* The operator's values in their one place, `operator.*`, with an old key that is set taking its new
+place: a map merged over the new default (as Helm merged it into the old default), anything else replacing
+it. Use: `$op := include "mwms-operator.operator" . | fromYaml`. */}}
+{{- define "mwms-operator.operator" -}}
+{{- $op := deepCopy .Values.operator }}
+{{- range splitList " " (include "mwms-operator.movedKeys" .) }}
+{{- if hasKey $.Values . }}
+{{- $old := index $.Values . }}
+{{- if and (kindIs "map" $old) (kindIs "map" (index $op .)) }}
+{{- $_ := set $op . (mergeOverwrite (deepCopy (index $op .)) $old) }}
 {{- else }}
-{{- printf "%s:%s" .image.repository (default .default .image.tag) }}
+{{- $_ := set $op . $old }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toYaml $op }}
+{{- end }}
+
+{{/* Pull secrets of every pod of the release: global.imagePullSecrets, or the old top-level key. */}}
+{{- define "mwms-operator.imagePullSecrets" -}}
+{{- with (default .Values.global.imagePullSecrets .Values.imagePullSecrets) }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* Each old key that is set, with where it moved, one per line (NOTES.txt warns about each). */}}
+{{- define "mwms-operator.deprecatedKeys" -}}
+{{- range splitList " " (include "mwms-operator.movedKeys" .) }}
+{{- if hasKey $.Values . }}
+{{ printf "%s -> operator.%s" . . }}
+{{- end }}
+{{- end }}
+{{- if hasKey .Values "imagePullSecrets" }}
+imagePullSecrets -> global.imagePullSecrets
+{{- end }}
+{{- if hasKey .Values.operator "trainerImage" }}
+operator.trainerImage -> trainer.image.{repository,tag,digest}
+{{- end }}
+{{- end }}
+
+{{/* A repository with its registry replaced by global.imageRegistry when set. The registry is the first
+path component when it looks like a host (has a dot or a port, or is localhost), as Docker reads it. */}}
+{{- define "mwms-operator.repository" -}}
+{{- $registry := .context.Values.global.imageRegistry }}
+{{- if $registry }}
+{{- $parts := splitList "/" .repository }}
+{{- $first := first $parts }}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) }}
+{{- $parts = rest $parts }}
+{{- end }}
+{{- printf "%s/%s" (trimSuffix "/" $registry) (join "/" $parts) }}
+{{- else }}
+{{- .repository }}
+{{- end }}
+{{- end }}
+
+{{/* An image reference from {repository, tag, digest}: the digest wins over the tag; the tag defaults to
+`default` (called with a dict: context, image, default). */}}
+{{- define "mwms-operator.imageRef" -}}
+{{- $repository := include "mwms-operator.repository" (dict "context" .context "repository" .image.repository) }}
+{{- if .image.digest }}
+{{- printf "%s@%s" $repository .image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repository (default .default .image.tag) }}
 {{- end }}
 {{- end }}
 
 {{/* Operator image reference; its tag defaults to appVersion. */}}
 {{- define "mwms-operator.image" -}}
-{{- include "mwms-operator.imageRef" (dict "image" .Values.image "default" .Chart.AppVersion) }}
+{{- $op := include "mwms-operator.operator" . | fromYaml }}
+{{- include "mwms-operator.imageRef" (dict "context" . "image" $op.image "default" .Chart.AppVersion) }}
+{{- end }}
+
+{{/* Default trainer image for TrainJobs (MWMS_TRAINER_IMAGE); empty leaves the operator's own default (the
+same image at the operator's version), unless a registry or any part of the image is set. */}}
+{{- define "mwms-operator.trainerImage" -}}
+{{- $image := .Values.trainer.image }}
+{{- if .Values.operator.trainerImage }}
+{{- .Values.operator.trainerImage }}
+{{- else if or $image.repository $image.tag $image.digest .Values.global.imageRegistry }}
+{{- $ref := dict "repository" (default "ghcr.io/mwms-dev/mwms-trainer" $image.repository) "tag" $image.tag "digest" $image.digest }}
+{{- include "mwms-operator.imageRef" (dict "context" . "image" $ref "default" .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/* Seconds from a leader-election value: a number or a duration in seconds ("15s"). */}}
+{{- define "mwms-operator.seconds" -}}
+{{- trimSuffix "s" (toString .) }}
 {{- end }}
 
 {{/* Tracking URI the operator gives TrainJobs by default; empty leaves the operator's own default. */}}
