@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ import kopf
 
 from mwms_contract import names
 from mwms_operator import __version__, metrics
+from mwms_operator.events import EventBook, new_event
 from mwms_operator.refusals import ApiError, NamespaceEnding, NameTaken, refusal
 
 log = logging.getLogger(__name__)
@@ -101,6 +103,7 @@ class Kube:
         self._credentials = credentials
         self._lock = threading.Lock()
         self._local = threading.local()  # this thread's connection and the login it was made with
+        self._events = EventBook()
         self._endpoint = self._login()
 
     @classmethod
@@ -148,6 +151,7 @@ class Kube:
             headers = {"Accept": "application/json", "User-Agent": f"{names.MANAGED_BY}/{__version__}"}
             if data is not None:
                 headers["Content-Type"] = content_type
+            started = time.monotonic()
             try:
                 connection.request(
                     method, endpoint.prefix + path, body=data, headers={**headers, **endpoint.headers}
@@ -155,14 +159,14 @@ class Kube:
                 response = connection.getresponse()
                 payload = response.read()
             except BaseException as error:
-                metrics.count_request(method, path, "error")
+                metrics.count_request(method, path, "error", time.monotonic() - started)
                 self._drop_connection()  # half a request or answer: this connection is unusable
                 # Closed by the server while idle: nothing was done, so it is sent again, once.
                 if isinstance(error, _STALE_CONNECTION) and reused and not resent:
                     resent = True
                     continue
                 raise
-            metrics.count_request(method, path, str(response.status))
+            metrics.count_request(method, path, str(response.status), time.monotonic() - started)
             if response.status == 401 and not relogged:
                 relogged = True
                 with self._lock:
@@ -255,39 +259,43 @@ class Kube:
         )
 
     def post_event(self, job: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        """An Event on the TrainJob. Best effort, tried once: an event that cannot be posted must neither fail
-        the reconcile nor delay other events (kopf's poster retries each one for a minute, in one queue).
+        """An Event on the TrainJob; a repeat (events.py) counts on the Event already posted, as client-go's
+        recorder does. Best effort, tried once: an event that cannot be posted must neither fail the reconcile
+        nor delay other events (kopf's poster retries each one for a minute, in one queue).
         NamespaceEnding if its namespace is being deleted."""
         meta = job.get("metadata") or {}
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
-            "involvedObject": {
-                "apiVersion": names.API_VERSION,
-                "kind": names.KIND,
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace"),
-                "uid": meta.get("uid"),
-            },
-            "type": type_,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": names.MANAGED_BY},
-            "reportingComponent": names.MANAGED_BY,
-            "reportingInstance": socket.gethostname(),
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        namespace, uid, now = str(meta.get("namespace")), str(meta.get("uid")), datetime.now(UTC)
+        key, message, repeat = self._events.correlate(
+            namespace, uid, type_, reason, message[:1024], time.monotonic()
+        )
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
         try:
-            path = _core(str(meta.get("namespace")), "events")
-            self._post(path, event, timeout=EVENT_TIMEOUT_SECONDS)
+            path = _core(namespace, "events")
+            if repeat is not None:
+                count = repeat.count + 1
+                patch = {
+                    "count": count,
+                    "lastTimestamp": stamp,
+                    "message": message,
+                    "series": {"count": count, "lastObservedTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
+                }
+                counted = self._request_unless_gone(
+                    "PATCH",
+                    f"{path}/{_quote(repeat.name)}",
+                    patch,
+                    content_type="application/merge-patch+json",
+                    timeout=EVENT_TIMEOUT_SECONDS,
+                )
+                if counted is not None:  # else gone (the API server's event TTL): posted anew below
+                    self._events.posted(key, repeat.name, count, time.monotonic())
+                    return
+            event = new_event(meta, type_, reason, message, stamp, socket.gethostname())
+            created = self._post(path, event, timeout=EVENT_TIMEOUT_SECONDS)
+            name = str((created.get("metadata") or {}).get("name") or "")
+            if name:
+                self._events.posted(key, name, 1, time.monotonic())
         except TRANSIENT_ERRORS as error:
-            log.info(
-                "event %s on %s/%s not posted: %s", reason, meta.get("namespace"), meta.get("name"), error
-            )
+            log.info("event %s on %s/%s not posted: %s", reason, namespace, meta.get("name"), error)
 
     def delete_trainjob(self, namespace: str, name: str, uid: str) -> None:
         """Only the TrainJob with this uid (not one created again under its name meanwhile)."""

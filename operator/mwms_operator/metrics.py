@@ -1,44 +1,107 @@
-"""Prometheus metrics of the operator, served on MWMS_METRICS_PORT."""
+"""Prometheus metrics of the operator, served on MWMS_METRICS_PORT. Named by Prometheus' naming guide: one
+`mwms_` prefix, base units (seconds), `_total` on counters only; the work queue's and the API client's are
+named as client-go's (`workqueue_*`, verb/resource/code), so the dashboards people know read them."""
 
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from mwms_contract.conditions import FAILED, PHASES, SUCCEEDED
+from mwms_contract.conditions import (
+    BACKOFF_LIMIT_EXCEEDED,
+    CONTAINER_ERROR,
+    DEADLINE_EXCEEDED,
+    FAILED,
+    INVALID_SPEC,
+    PENDING,
+    PHASES,
+    REFUSAL_REASONS,
+    STARTUP_TIMEOUT,
+    SUCCEEDED,
+    WORKER_FAILED,
+)
+from mwms_operator import __version__
+
+# Why a job failed, as the alerts split it: the platform's fault (a worker could not start, the API server
+# refused) pages the platform team; the user's (their code's exit codes, their spec, their limits) does not.
+PLATFORM_FAILURE_REASONS = (STARTUP_TIMEOUT, CONTAINER_ERROR, *REFUSAL_REASONS)
+USER_FAILURE_REASONS = (WORKER_FAILED, INVALID_SPEC, DEADLINE_EXCEEDED, BACKOFF_LIMIT_EXCEEDED)
+
+BUILD_INFO = Gauge("mwms_build_info", "Always 1: the operator's version in its label", ["version"])
+BUILD_INFO.labels(version=__version__).set(1)
 
 # By namespace, so a shared cluster's tenants (and their alerts) see their own jobs.
 JOBS = Gauge("mwms_trainjobs", "TrainJobs by namespace and phase", ["namespace", "phase"])
+QUEUED = Gauge(
+    "mwms_trainjobs_queued",
+    "Pending TrainJobs whose workers a queue holds back (Kueue's scheduling gate): waiting by design",
+    ["namespace"],
+)
 RESTARTS = Counter(
-    "mwms_trainjob_group_restarts_total", "Whole-group restarts of TrainJob workers", ["namespace"]
+    "mwms_trainjobs_group_restarts_total", "Whole-group restarts of TrainJob workers", ["namespace"]
 )
 SUCCEEDED_JOBS = Counter("mwms_trainjobs_succeeded_total", "TrainJobs that succeeded", ["namespace"])
-FAILED_JOBS = Counter("mwms_trainjobs_failed_total", "TrainJobs that failed", ["namespace"])
+FAILED_JOBS = Counter(
+    "mwms_trainjobs_failed_total",
+    "TrainJobs that failed, by the reason of their Failed condition (mwms_contract.conditions)",
+    ["namespace", "reason"],
+)
 RECONCILE = Histogram(
     "mwms_reconcile_duration_seconds",
     "Time of one reconcile of one TrainJob (decision plus API calls)",
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
-PODS_CREATED = Histogram(
-    "mwms_trainjob_pods_created_seconds",
+POD_CREATION = Histogram(
+    "mwms_trainjobs_pod_creation_duration_seconds",
     "Time from a TrainJob's creation until its Service and all worker pods existed",
     buckets=(0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300),
 )
 
-# What the operator asks of the API server, as client-go's rest_client_requests_total: its load on the API
-# server, and refusals (403, 422) or errors at a glance. "error": no answer (timeout, connection lost).
-API_REQUESTS = Counter(
-    "mwms_operator_api_requests_total",
-    "Requests the operator sent to the Kubernetes API server",
-    ["method", "resource", "code"],
+# client-go's workqueue metrics, of the operator's own queues (workqueue.py): `name` is the queue's.
+_QUEUE_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
+QUEUE_DEPTH = Gauge(
+    "mwms_workqueue_depth", "Keys waiting to be handled (not counting those in hand)", ["name"]
+)
+QUEUE_ADDS = Counter(
+    "mwms_workqueue_adds_total", "Keys added to the queue (a key already waiting is not)", ["name"]
+)
+QUEUE_LATENCY = Histogram(
+    "mwms_workqueue_queue_duration_seconds",
+    "Time a key waited in the queue (from its add, or its due time, until a worker took it)",
+    ["name"],
+    buckets=_QUEUE_BUCKETS,
+)
+WORK_DURATION = Histogram(
+    "mwms_workqueue_work_duration_seconds", "Time a worker spent on one key", ["name"], buckets=_QUEUE_BUCKETS
+)
+QUEUE_RETRIES = Counter(
+    "mwms_workqueue_retries_total", "Keys scheduled again after their handling failed", ["name"]
 )
 
-# 1 on the replica that holds the leader Lease (or runs without election), 0 on a standby.
-LEADER = Gauge("mwms_operator_leader", "1 if this operator replica is the leader that reconciles, else 0")
+# What the operator asks of the API server (k8s.py), as the API server's own apiserver_request_*: its load,
+# and refusals (403, 422) or errors at a glance. code "error": no answer (timeout, connection lost).
+API_REQUESTS = Counter(
+    "mwms_api_requests_total",
+    "Requests the operator sent to the Kubernetes API server",
+    ["verb", "resource", "code"],
+)
+API_LATENCY = Histogram(
+    "mwms_api_request_duration_seconds",
+    "Time from sending a request to the API server until its whole answer was read",
+    ["verb", "resource"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15),
+)
+
+# As client-go's leader_election_master_status: 1 on the replica that holds the leader Lease (or runs without
+# election), 0 on a standby.
+LEADER = Gauge(
+    "mwms_leader_election_master_status", "1 if this operator replica is the leader that reconciles, else 0"
+)
 _serving: set[int] = set()
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
 def resource_of(path: str) -> str:
@@ -49,8 +112,24 @@ def resource_of(path: str) -> str:
     return "/".join(parts[:1] + parts[2:3])
 
 
-def count_request(method: str, path: str, code: str) -> None:
-    API_REQUESTS.labels(method=method, resource=resource_of(path), code=code).inc()
+def verb_of(method: str, path: str) -> str:
+    """The Kubernetes verb of a request, as the API server's audit log and metrics name it."""
+    if method != "GET":
+        return _VERBS.get(method, method.lower())
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    named = len(parts[parts.index("namespaces") + 2 :]) >= 2 if "namespaces" in parts else False
+    return "get" if named else "list"
+
+
+def count_request(method: str, path: str, code: str, seconds: float) -> None:
+    verb, resource = verb_of(method, path), resource_of(path)
+    API_REQUESTS.labels(verb=verb, resource=resource, code=code).inc()
+    API_LATENCY.labels(verb=verb, resource=resource).observe(seconds)
+
+
+def failed_reason(status: Mapping[str, Any]) -> str:
+    condition = next((c for c in status.get("conditions") or [] if c.get("type") == FAILED), None)
+    return str((condition or {}).get("reason") or "Unknown")
 
 
 def count_transitions(namespace: str, previous: Mapping[str, Any], status: Mapping[str, Any]) -> None:
@@ -63,7 +142,14 @@ def count_transitions(namespace: str, previous: Mapping[str, Any], status: Mappi
         if phase == SUCCEEDED:
             SUCCEEDED_JOBS.labels(namespace=namespace).inc()
         elif phase == FAILED:
-            FAILED_JOBS.labels(namespace=namespace).inc()
+            FAILED_JOBS.labels(namespace=namespace, reason=failed_reason(status)).inc()
+
+
+def held_by_queue(phase: str, pods: Iterable[Any]) -> bool:
+    """A Pending job some of whose workers wait on a scheduling gate (Kueue's, until it admits the group)."""
+    return phase == PENDING and any(
+        p.phase == PENDING and not p.deleting and p.waiting.startswith("SchedulingGated") for p in pods
+    )
 
 
 class PhaseBook:
@@ -71,25 +157,31 @@ class PhaseBook:
 
     def __init__(self) -> None:
         self.phases: dict[str, tuple[str, str]] = {}  # uid -> (namespace, phase)
+        self.queued: set[str] = set()  # uids of Pending jobs a queue holds
         self.published: set[str] = set()  # namespaces with series
 
-    def set(self, uid: str, phase: str, namespace: str) -> None:
+    def set(self, uid: str, phase: str, namespace: str, *, queued: bool = False) -> None:
         self.phases[uid] = (namespace, phase)
+        (self.queued.add if queued else self.queued.discard)(uid)
         self.publish()
 
     def forget(self, uid: str) -> None:
+        self.queued.discard(uid)
         if self.phases.pop(uid, None) is not None:
             self.publish()
 
     def publish(self) -> None:
         counts = Tally(self.phases.values())
+        queued = Tally(self.phases[uid][0] for uid in self.queued if uid in self.phases)
         namespaces = {namespace for namespace, _ in self.phases.values()}
         for namespace in namespaces:
             for phase in PHASES:
                 JOBS.labels(namespace=namespace, phase=phase).set(counts.get((namespace, phase), 0))
+            QUEUED.labels(namespace=namespace).set(queued.get(namespace, 0))
         for namespace in self.published - namespaces:  # its last job is gone: no series of zeros forever
             for phase in PHASES:
                 JOBS.remove(namespace, phase)
+            QUEUED.remove(namespace)
         self.published = namespaces
 
 

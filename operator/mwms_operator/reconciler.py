@@ -174,8 +174,8 @@ class Reconciler:
             # operator: no traceback.
             tries, delay = self.state.refuse_creation(key, error.reason, str(error))
             log.info("%s/%s: creation refused (try %d, again in %.0f s): %s", *key[:2], tries, delay, error)
-            message = f"{error} (try {tries}; trying again in {delay:.0f}s)"
-            await asyncio.to_thread(self.kube.post_event, body, "Warning", error.reason, message)
+            # The same message on every try: the event recorder (k8s.py) counts repeats on one Event.
+            await asyncio.to_thread(self.kube.post_event, body, "Warning", error.reason, str(error))
             self.queue.add(key)
         for event in decision.events:
             await asyncio.to_thread(self.kube.post_event, body, event.type, event.reason, event.message)
@@ -183,11 +183,12 @@ class Reconciler:
         if creation_refused is not None and creation_refused.wait_seconds > 0:
             self.queue.add_after(key, creation_refused.wait_seconds + DUE_MARGIN_SECONDS)
         metrics.RECONCILE.observe(time.monotonic() - started)
-        self.phases.set(key.uid, decision.status["phase"], key.namespace)
+        phase = decision.status["phase"]
+        self.phases.set(key.uid, phase, key.namespace, queued=metrics.held_by_queue(phase, pods))
         if decision.all_pods_created:
             created = parse_time(body["metadata"].get("creationTimestamp"))
             if created is not None:
-                metrics.PODS_CREATED.observe((now - created).total_seconds())
+                metrics.POD_CREATION.observe((now - created).total_seconds())
 
     async def _with_startup_events(
         self, key: JobKey, pods: list[WorkerPod], previous: Mapping[str, Any]

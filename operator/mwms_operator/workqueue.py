@@ -4,6 +4,10 @@ handled by two workers at once, and a key added while it is being handled is han
 handling fails is retried after a backoff that doubles per failure (0.5 s up to a minute).
 
 Nothing per key runs while it waits: a key costs a dict entry, not a task or a timer.
+
+Measured as client-go's workqueue (metrics.py, label `name`): depth (keys waiting in the ready queue), adds
+(keys that joined it), queue duration (from a key's add, or its due time, until a worker took it), work
+duration (one handling) and retries (handlings that failed and were scheduled again).
 """
 
 from __future__ import annotations
@@ -12,8 +16,11 @@ import asyncio
 import contextlib
 import heapq
 import logging
+import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
+
+from mwms_operator import metrics
 
 K = TypeVar("K", bound=Hashable)
 log = logging.getLogger(__name__)
@@ -40,6 +47,11 @@ class WorkQueue(Generic[K]):
         self._order = 0
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._added: dict[K, float] = {}  # key -> when it joined the ready queue (monotonic)
+        self._depth, self._adds = metrics.QUEUE_DEPTH.labels(name=name), metrics.QUEUE_ADDS.labels(name=name)
+        self._latency = metrics.QUEUE_LATENCY.labels(name=name)
+        self._duration = metrics.WORK_DURATION.labels(name=name)
+        self._retries = metrics.QUEUE_RETRIES.labels(name=name)
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -56,8 +68,14 @@ class WorkQueue(Generic[K]):
         if key in self._dirty:
             return  # already waiting: the changes coalesce into one run
         self._dirty.add(key)
+        self._adds.inc()
+        self._added[key] = time.monotonic()
         if key not in self._busy:
-            self._ready.put_nowait(key)
+            self._put(key)
+
+    def _put(self, key: K) -> None:
+        self._ready.put_nowait(key)
+        self._depth.set(self._ready.qsize())
 
     def add_after(self, key: K, delay: float) -> None:
         """Handle `key` in `delay` seconds, or earlier if it was already due earlier."""
@@ -87,8 +105,11 @@ class WorkQueue(Generic[K]):
     async def _work(self) -> None:
         while True:
             key = await self._ready.get()
+            self._depth.set(self._ready.qsize())
+            self._latency.observe(time.monotonic() - self._added.pop(key, time.monotonic()))
             self._dirty.discard(key)
             self._busy.add(key)
+            started = time.monotonic()
             try:
                 await self._handle(key)
                 self._failures.pop(key, None)
@@ -101,11 +122,13 @@ class WorkQueue(Generic[K]):
                     log.warning("%s: %s failed (%s); again in %.1f s", self._name, key, error, delay)
                 else:
                     log.exception("%s: %s failed; again in %.1f s", self._name, key, delay)
+                self._retries.inc()
                 self.add_after(key, delay)
             finally:
+                self._duration.observe(time.monotonic() - started)
                 self._busy.discard(key)
                 if key in self._dirty:
-                    self._ready.put_nowait(key)
+                    self._put(key)
 
     async def _timer(self) -> None:
         loop = asyncio.get_running_loop()

@@ -127,29 +127,32 @@ def test_create_is_the_uid_when_created_none_when_the_jobs_object_exists_or_its_
         kube.create_service("ns", {"kind": "Service"})
 
 
-def test_every_request_is_counted_by_method_resource_and_answer(api):
-    def count(method: str, resource: str, code: str) -> float:
-        labels = {"method": method, "resource": resource, "code": code}
-        return REGISTRY.get_sample_value("mwms_operator_api_requests_total", labels) or 0.0
+def test_every_request_is_counted_and_timed_by_verb_resource_and_answer(api):
+    def count(verb: str, resource: str, code: str) -> float:
+        labels = {"verb": verb, "resource": resource, "code": code}
+        return REGISTRY.get_sample_value("mwms_api_requests_total", labels) or 0.0
+
+    def timed(verb: str, resource: str) -> float:
+        labels = {"verb": verb, "resource": resource}
+        return REGISTRY.get_sample_value("mwms_api_request_duration_seconds_count", labels) or 0.0
 
     kube = kube_for(api)
-    before = (
-        count("POST", "pods", "201"),
-        count("POST", "pods", "409"),
-        count("PATCH", "trainjobs/status", "200"),
-    )
+
+    def seen() -> tuple[float, ...]:
+        return (count("create", "pods", "201"), count("create", "pods", "409"), count("get", "pods", "200"),
+                count("patch", "trainjobs/status", "200"), count("list", "events", "200"),
+                timed("create", "pods"), timed("get", "pods"))  # fmt: skip
+
+    before = seen()
     api.reply(201, POD)
     kube.create_pod("ns", POD)
     api.answer = there_already([OWNER])
-    kube.create_pod("ns", POD)
+    kube.create_pod("ns", POD)  # a 409, then a get of the pod that is there
     api.reply(200, {"status": {}})
     kube.patch_status("ns", "mnist", {"phase": "Running"})
-    after = (
-        count("POST", "pods", "201"),
-        count("POST", "pods", "409"),
-        count("PATCH", "trainjobs/status", "200"),
-    )
-    assert [b - a for a, b in zip(before, after, strict=True)] == [1, 1, 1]
+    api.reply(200, {"items": []})
+    kube.pod_events("ns", "p", "u")
+    assert [b - a for a, b in zip(before, seen(), strict=True)] == [1, 1, 1, 1, 1, 2, 1]
 
 
 def test_a_create_is_sent_for_strict_validation_with_the_token(api):
