@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import http.server
 import logging
 import os
@@ -12,7 +13,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from mwms_operator.config import ConfigError, OperatorConfig
+from mwms_operator import logs
+from mwms_operator.config import LOG_FORMATS, ConfigError, OperatorConfig
 
 if TYPE_CHECKING:
     from mwms_operator.leader import Elector
@@ -139,12 +141,18 @@ def main() -> None:
 
     from mwms_operator import handlers, metrics
 
+    parser = argparse.ArgumentParser(
+        prog="python -m mwms_operator", description="Settings: MWMS_* variables."
+    )
+    parser.add_argument("--log-format", choices=LOG_FORMATS, help="text (default) or json; MWMS_LOG_FORMAT")
+    args = parser.parse_args()
+    environ = {**os.environ, **({"MWMS_LOG_FORMAT": args.log_format} if args.log_format else {})}
     try:
-        config = OperatorConfig.from_env(os.environ)
+        config = OperatorConfig.from_env(environ)
     except ConfigError as error:
         print(f"mwms-operator: invalid setting: {error}", file=sys.stderr)
         sys.exit(2)
-    logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(config.log_level, config.log_format)
     for handler in logging.getLogger().handlers:
         handler.addFilter(_QuietTimers())
     if config.log_level != "DEBUG":  # one access line per liveness probe (every 10 s) buries what matters

@@ -13,6 +13,7 @@ from mwms_operator.tracking import ANY, TrackingAccess, TrackingCredentials, ser
 DEFAULT_TRAINER_IMAGE = f"{names.TRAINER_IMAGE}:{__version__}"
 DEFAULT_TRACKING_URI = "http://mlflow:5000"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMATS = ("text", "json")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class OperatorConfig:
     # Events drive reconciles; this slow resync of every running or pending TrainJob is only a safety net.
     reconcile_interval_seconds: float = 60.0
     log_level: str = "INFO"
+    log_format: str = "text"  # or "json": one object a line, with the job's namespace and name (logs.py)
     # Tracking servers (base URIs) besides tracking_uri whose progress the operator may read; "*" allows any.
     allowed_tracking_uris: tuple[str, ...] = ()
     # For tracking_uri's server only; repr shows just the kind, never a value.
@@ -91,6 +93,9 @@ class OperatorConfig:
         log_level = text("MWMS_LOG_LEVEL", "INFO").upper()
         if log_level not in LOG_LEVELS:
             raise ConfigError(f"MWMS_LOG_LEVEL={log_level!r} must be one of {', '.join(LOG_LEVELS)}")
+        log_format = text("MWMS_LOG_FORMAT", "text").lower()
+        if log_format not in LOG_FORMATS:
+            raise ConfigError(f"MWMS_LOG_FORMAT={log_format!r} must be one of {', '.join(LOG_FORMATS)}")
         namespaces = tuple(
             ns.strip() for ns in environ.get("MWMS_WATCH_NAMESPACES", "").split(",") if ns.strip()
         )
@@ -146,6 +151,7 @@ class OperatorConfig:
                 "MWMS_RECONCILE_INTERVAL_SECONDS", 60.0, minimum=0.1, integer=False
             ),
             log_level=log_level,
+            log_format=log_format,
             allowed_tracking_uris=allowed,
             tracking_credentials=_credentials(environ),
             leader_election=election == "true",

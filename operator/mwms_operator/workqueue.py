@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
-from mwms_operator import metrics
+from mwms_operator import logs, metrics
 
 K = TypeVar("K", bound=Hashable)
 log = logging.getLogger(__name__)
@@ -109,26 +109,27 @@ class WorkQueue(Generic[K]):
             self._latency.observe(time.monotonic() - self._added.pop(key, time.monotonic()))
             self._dirty.discard(key)
             self._busy.add(key)
-            started = time.monotonic()
-            try:
-                await self._handle(key)
-                self._failures.pop(key, None)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # one job's trouble must not stop the others: log it, retry it
-                failures = self._failures[key] = self._failures.get(key, 0) + 1
-                delay = min(FIRST_RETRY_SECONDS * 2 ** (failures - 1), LAST_RETRY_SECONDS)
-                if isinstance(error, self._expected):
-                    log.warning("%s: %s failed (%s); again in %.1f s", self._name, key, error, delay)
-                else:
-                    log.exception("%s: %s failed; again in %.1f s", self._name, key, delay)
-                self._retries.inc()
-                self.add_after(key, delay)
-            finally:
-                self._duration.observe(time.monotonic() - started)
-                self._busy.discard(key)
-                if key in self._dirty:
-                    self._put(key)
+            with logs.about(key):  # its log lines name the job (logs.py), the retry's too
+                started = time.monotonic()
+                try:
+                    await self._handle(key)
+                    self._failures.pop(key, None)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:  # one job's trouble must not stop the others: log it, retry it
+                    failures = self._failures[key] = self._failures.get(key, 0) + 1
+                    delay = min(FIRST_RETRY_SECONDS * 2 ** (failures - 1), LAST_RETRY_SECONDS)
+                    if isinstance(error, self._expected):
+                        log.warning("%s: %s failed (%s); again in %.1f s", self._name, key, error, delay)
+                    else:
+                        log.exception("%s: %s failed; again in %.1f s", self._name, key, delay)
+                    self._retries.inc()
+                    self.add_after(key, delay)
+                finally:
+                    self._duration.observe(time.monotonic() - started)
+                    self._busy.discard(key)
+                    if key in self._dirty:
+                        self._put(key)
 
     async def _timer(self) -> None:
         loop = asyncio.get_running_loop()
