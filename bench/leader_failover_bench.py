@@ -101,12 +101,12 @@ def one_takeover(kubeconfig: Path, log: Path, how: signal.Signals) -> float:
     replicas = [Replica(kubeconfig, log), Replica(kubeconfig, log)]
     try:
         leader = wait(
-            lambda: next((r for r in replicas if r.metric("mwms_operator_leader") == 1), None),
+            lambda: next((r for r in replicas if r.metric("mwms_leader_election_master_status") == 1), None),
             120,
             "a leader",
         )
         (standby,) = [r for r in replicas if r is not leader]
-        wait(lambda: standby.metric("mwms_operator_leader") == 0, 60, "the standby's metrics")
+        wait(lambda: standby.metric("mwms_leader_election_master_status") == 0, 60, "the standby's metrics")
         wait(lambda: (leader.metric("mwms_reconcile_duration_seconds_count") or 0) > 0, 60, "a reconcile")
         started = time.monotonic()
         leader.process.send_signal(how)

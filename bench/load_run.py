@@ -246,7 +246,7 @@ def main() -> None:
             with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
                 metrics = response.read().decode()
             reconcile = histogram(metrics, "mwms_reconcile_duration_seconds")
-            pods_created = histogram(metrics, "mwms_trainjob_pods_created_seconds")
+            pods_created = histogram(metrics, "mwms_trainjobs_pod_creation_duration_seconds")
             kubectl(kubeconfig, "delete", "namespace", "burst", "--wait=true", "--timeout=900s")
 
             # 2. Many jobs present, RSS over time.

@@ -192,7 +192,7 @@ def test_the_standby_takes_over_a_running_job_when_the_leader_is_killed(
         leader = wait_for(lambda: leader_of(kubectl, processes), timeout=60, what="one operator to lead")
         (standby,) = [p for p in processes if p is not leader]
         wait_for(
-            lambda: [metric(p, "mwms_operator_leader") for p in (standby, leader)] == [0, 1],
+            lambda: [metric(p, "mwms_leader_election_master_status") for p in (standby, leader)] == [0, 1],
             timeout=60,
             what="the leader gauge: 1 on the leader, 0 on the standby",
         )
@@ -220,7 +220,7 @@ def test_the_standby_takes_over_a_running_job_when_the_leader_is_killed(
             what="the standby to lead and reconcile",
         )
         assert leader_of(kubectl, processes) is standby
-        assert metric(standby, "mwms_operator_leader") == 1
+        assert metric(standby, "mwms_leader_election_master_status") == 1
 
         def finished() -> str | None:
             return phase() if phase() in ("Succeeded", "Failed") else None
@@ -251,7 +251,7 @@ def test_a_stopped_leader_hands_over_at_once(
     (standby,) = [p for p in processes if p is not leader]
     wait_for(
         lambda: (
-            [metric(p, "mwms_operator_leader") for p in (standby, leader)] == [0, 1] and kopf_serves(leader)
+            [metric(p, "mwms_leader_election_master_status") for p in (standby, leader)] == [0, 1] and kopf_serves(leader)
         ),
         timeout=60,
         what="the standby to wait and the leader to run kopf",

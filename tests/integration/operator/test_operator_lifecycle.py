@@ -123,8 +123,8 @@ def creates_sent(operator) -> float:
         sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
-        if sample.name == "mwms_operator_api_requests_total"
-        and sample.labels["method"] == "POST"
+        if sample.name == "mwms_api_requests_total"
+        and sample.labels["verb"] == "create"
         and sample.labels["resource"] in ("pods", "services")
     )
 

@@ -163,7 +163,7 @@ def test_metrics_count_outcomes_by_namespace(operator, make_standin, kubectl, na
     text = urllib.request.urlopen(url, timeout=10).read().decode()
     expected = [
         f'mwms_trainjobs_succeeded_total{{namespace="{namespace}"}} 1.0',
-        f'mwms_trainjobs_failed_total{{namespace="{namespace}"}} 1.0',
+        f'mwms_trainjobs_failed_total{{namespace="{namespace}",reason="WorkerFailed"}} 1.0',
         f'mwms_trainjobs{{namespace="{namespace}",phase="Succeeded"}} 1.0',
         f'mwms_trainjobs{{namespace="{namespace}",phase="Failed"}} 1.0',
     ]
