@@ -1,0 +1,66 @@
+"""The monitoring checks need the API server, not pods that run: a local control plane of their own (etcd,
+kube-apiserver, controller-manager, scheduler; no kubelet node), on the session's spare subnet index, so they
+run beside the tier's real node without its images."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    cluster_platform: None, spare_subnet_index: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator:
+    from mwms_dev.cluster import LocalCluster
+
+    state = tmp_path_factory.mktemp("monitoring-cluster")
+    local = LocalCluster(name="monitoring", state_dir=state, subnet_index=spare_subnet_index)
+    local.start()
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="module")
+def kubectl(cluster: Any, make_kubectl: Any) -> Any:
+    return make_kubectl(cluster.kubeconfig)
+
+
+@pytest.fixture(scope="module")
+def crd(kubectl: Any, wait_for: Any) -> None:
+    kubectl("apply", "-f", str(REPO / "manifests" / "crd.yaml"))
+    wait_for(
+        lambda: kubectl("get", "trainjobs", "-A", check=False).returncode == 0,
+        timeout=60,
+        what="the TrainJob resource to be served",
+    )
+
+
+@pytest.fixture
+def namespace(kubectl: Any) -> Iterator[str]:
+    with kubectl.fresh_namespace("mon") as name:
+        yield name
+
+
+@pytest.fixture
+def quota_of_no_pods(kubectl: Any, namespace: str, wait_for: Any) -> str:
+    """A namespace whose ResourceQuota allows no pod: every worker create is refused (403, for now)."""
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "pods"},
+        "spec": {"hard": {"pods": "0"}},
+    }
+    kubectl.apply(quota, "-n", namespace)
+    wait_for(  # enforced once the quota controller has counted what is there
+        lambda: kubectl.json("get", "resourcequota", "pods", "-n", namespace).get("status", {}).get("hard"),
+        what="the quota's status",
+    )
+    return namespace
