@@ -251,7 +251,8 @@ def test_a_stopped_leader_hands_over_at_once(
     (standby,) = [p for p in processes if p is not leader]
     wait_for(
         lambda: (
-            [metric(p, "mwms_leader_election_master_status") for p in (standby, leader)] == [0, 1] and kopf_serves(leader)
+            [metric(p, "mwms_leader_election_master_status") for p in (standby, leader)] == [0, 1]
+            and kopf_serves(leader)
         ),
         timeout=60,
         what="the standby to wait and the leader to run kopf",
