@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml contract/pyproject.toml c
 export MWMS_CACHE ?= $(HOME)/.cache/mwms
 export PIP_CACHE_DIR := $(MWMS_CACHE)/pip
 
-.PHONY: deps-demo deps-test setup venv tools control-plane images lock kueue seaweedfs mlflow-s3 node demo test \
+.PHONY: deps-demo deps-test setup venv tools control-plane images lock kueue seaweedfs mlflow-s3 promtool node demo test \
 	test-unit test-integration test-node test-kueue lint clean
 
 # The host's prerequisites first (Debian packages, Go, root), so nothing long starts on a machine that lacks
@@ -53,6 +53,10 @@ kueue:
 seaweedfs:
 	bash hack/build-seaweedfs.sh
 
+# Prometheus's promtool, for the static test of the chart's alerting rules; cached by version.
+promtool:
+	bash hack/build-promtool.sh
+
 # MLflow's server with boto3, for the tests' S3 artifact store (hack/mlflow-s3-venv.sh says why not in .venv).
 mlflow-s3:
 	bash hack/mlflow-s3-venv.sh
@@ -65,8 +69,8 @@ node:
 demo: deps-demo setup images node
 	$(VENV)/bin/mwms demo
 
-# The tiers in two lanes side by side (the cluster tiers, and the CPU-bound ones), Kueue, SeaweedFS and the
-# MLflow-S3 environment built meanwhile; ends with each tier's counts and wall time (hack/run-tests.py).
+# The tiers in two lanes side by side (the cluster tiers, and the CPU-bound ones), Kueue, SeaweedFS, promtool
+# and the MLflow-S3 environment built meanwhile; ends with each tier's counts and wall time (hack/run-tests.py).
 # `.venv/bin/python -m pytest tests` runs the same tests one after another.
 test: deps-test setup images node
 	$(PY) hack/run-tests.py $(PYTEST_ARGS)

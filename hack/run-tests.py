@@ -4,8 +4,8 @@ Why two lanes: the tiers on a real cluster (integration, node, e2e) mostly wait 
 there is one real node per machine, so they run one after another in the `cluster` lane; the CPU-bound tiers
 (unit, static, images, tf) need no cluster and fill the idle cores in the `compute` lane, at a lower CPU
 priority so the cluster lane's timing stays as when it runs alone. The Go builds only a few tests need
-(Kueue, SeaweedFS) and the MLflow-with-boto3 environment are built meanwhile, at the lowest priority; those
-tests wait on the build's lock (hack/build-*.sh), not on a guess.
+(Kueue, SeaweedFS, promtool) and the MLflow-with-boto3 environment are built meanwhile, at the lowest
+priority; those tests wait on the build's lock (hack/build-*.sh), not on a guess.
 
 Each lane's output is streamed with its name in front and kept in build/test-results/<lane>.log; each writes
 its tiers' counts (tests/support/tiers.py) to build/test-results/<lane>.json. Exit status: 0 only if every
@@ -31,9 +31,11 @@ from support.tiers import table, under_ci  # noqa: E402  (tests/ is not a packag
 # lane -> (niceness, test folders in the order they run)
 LANES: dict[str, tuple[int, list[str]]] = {
     "cluster": (0, ["tests/integration", "tests/node", "tests/e2e"]),
-    "compute": (10, ["tests/unit", "tests/static", "tests/images", "tests/tf"]),
+    # static last: its promtool test waits for the last background build
+    "compute": (10, ["tests/unit", "tests/images", "tests/tf", "tests/static"]),
 }
-BACKGROUND_BUILDS = ["kueue", "seaweedfs", "mlflow-s3"]  # make targets; their tests wait on the build lock
+# make targets, built one after another in this order; their tests wait on the build lock
+BACKGROUND_BUILDS = ["kueue", "mlflow-s3", "seaweedfs", "promtool"]
 print_lock = threading.Lock()
 
 

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Build Prometheus's promtool from its official Go module (github.com/prometheus/prometheus has no `replace`
+# directives, so `go install module@version` works) into a cache keyed by version: the static tier checks the
+# chart's alerting rules with `promtool test rules` (tests/static/test_static_monitoring.py).
+# A second run with the binary present is a no-op. Prints the bin directory on stdout.
+set -euo pipefail
+
+# Prometheus's Go module versions are v0.<major*100+minor>.<patch>: v0.316.0 is Prometheus 3.16.0.
+PROMTOOL_VERSION=${PROMTOOL_VERSION:-v0.316.0}
+MODULE=github.com/prometheus/prometheus
+# shellcheck disable=SC1091  # cache.sh is checked on its own
+source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"  # CACHE_ROOT, Go and pip caches under MWMS_CACHE
+DIR="$CACHE_ROOT/promtool/$PROMTOOL_VERSION"
+
+log() { echo "build-promtool: $*" >&2; }
+
+if [ -x "$DIR/bin/promtool" ]; then
+  echo "$DIR/bin"
+  exit 0
+fi
+command -v go >/dev/null || { log "Go is required to build promtool"; exit 1; }
+mkdir -p "$DIR"
+exec 9>"$DIR/build.lock"
+flock 9
+if [ -x "$DIR/bin/promtool" ]; then
+  echo "$DIR/bin"
+  exit 0
+fi
+started=$(date +%s)
+log "go install $MODULE/cmd/promtool@$PROMTOOL_VERSION"
+rm -rf "$DIR/bin.tmp"
+CGO_ENABLED=0 GOFLAGS="-trimpath" GOBIN="$DIR/bin.tmp" go install -ldflags "-s -w" \
+  "$MODULE/cmd/promtool@$PROMTOOL_VERSION" >&2
+rm -rf "${DIR:?}/bin" && mv "$DIR/bin.tmp" "$DIR/bin"
+log "built in $(( $(date +%s) - started )) s"
+echo "$DIR/bin"
