@@ -1,11 +1,11 @@
-"""README's "On a real cluster" section, run as written: every shell command of its kubectl and Helm blocks, in
-order, against a local control plane of its own with a real kubelet node (containerd, CNI, CoreDNS, a default
-StorageClass) that runs the images `make images` built, loaded into the node's containerd as the section's
-`kind load` loads them into kind (that block is checked for its shape, not run). The kustomize path trains the
-seed sample to `Succeeded` on real trainer containers with the MLflow of `manifests/mlflow/` and waits as a
-user would, for the job's end and then its phase; the Helm path installs the chart and waits for its rollout.
-A README edit that breaks a command a user copies (a renamed Deployment, a missing manifest, a jsonpath that
-the shell would split) fails here.
+"""README's "On a real cluster" section, run as written: every shell command of its kubectl and Helm blocks,
+in order, against a local control plane of its own with a real kubelet node (containerd, CNI, CoreDNS, a
+default StorageClass) that runs the images `make images` built, loaded into the node's containerd as the
+section's `kind load` loads them into kind (that block is checked for its shape, not run). The kustomize path
+trains the seed sample to `Succeeded` on real trainer containers with the MLflow of `manifests/mlflow/` and
+waits as a user would, for the job's end and then its phase; the Helm path installs the chart and waits for
+its rollout. A README edit that breaks a command a user copies (a renamed Deployment, a missing manifest, a
+jsonpath that the shell would split) fails here.
 
 Its cluster is its own (the cluster-wide operator these commands install would act on other tests' jobs) and
 lives for this module only. The real node is one per machine: this node ends with this module and the node
@@ -51,7 +51,7 @@ def commands(block: str) -> list[str]:
 
 
 def readme_blocks() -> dict[str, list[list[str]]]:
-    """The commands of each ```sh block in the section, by subsection ("" before the first), in README order."""
+    """The commands of each ```sh block of the section by subsection ("" before the first), in order."""
     section = SECTION.search((REPO / "README.md").read_text())
     assert section, "README.md has no '## On a real cluster' section"
     parts = SUBSECTION.split(section.group(1))
@@ -65,7 +65,9 @@ def test_the_section_is_the_images_then_the_kustomize_then_the_helm_path():
     assert list(blocks) == ["", "With kubectl (kustomize)", "With Helm"]
     ((images,), (kustomize,), (helm,)) = blocks.values()
     # Not run here (the fixture loads the same archives into the node), but they must say how.
-    assert images[0] == "make images" and all(c.startswith("kind load image-archive build/images/") for c in images[1:])
+    assert images[0] == "make images" and all(
+        c.startswith("kind load image-archive build/images/") for c in images[1:]
+    )
     assert kustomize[0] == "kubectl apply -k manifests/"
     # Where Kubeflow Trainer v2 is installed too, a bare `trainjob(s)` may name its TrainJob, not ours.
     jobs = [c for c in kustomize if "trainjob" in c]
@@ -74,7 +76,7 @@ def test_the_section_is_the_images_then_the_kustomize_then_the_helm_path():
     # Succeeded alone would sit out its timeout on a failure.
     end, check = (c for c in kustomize if c.startswith("kubectl wait"))
     assert "{.status.completionTime}" in end and "--timeout=0s" in check
-    assert shlex.split(end)[2] == "--for=jsonpath={.status.completionTime}", "the shell must keep the jsonpath whole"
+    assert shlex.split(end)[2] == "--for=jsonpath={.status.completionTime}", "the quotes keep it one word"
     assert helm[0].startswith("helm install mwms charts/mwms-operator")
 
 
