@@ -117,14 +117,15 @@ def test_the_bare_resource_is_found():
 
 
 NOTES = CHART / "templates" / "NOTES.txt"
+SAMPLES = sorted((REPO / "manifests" / "samples").glob("*.yaml"))
 
 
-@pytest.mark.parametrize("page", [*PAGES, NOTES], ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("page", [*PAGES, NOTES, *SAMPLES], ids=lambda p: str(p.relative_to(REPO)))
 def test_commands_name_our_trainjob_not_one_kubeflow_may_also_define(page: Path):
     assert bare_trainjob_commands(page.read_text()) == []
 
 
-@pytest.mark.parametrize("page", [*PAGES, NOTES], ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("page", [*PAGES, NOTES, *SAMPLES], ids=lambda p: str(p.relative_to(REPO)))
 def test_no_wait_for_success_alone(page: Path):
     """`kubectl wait --for=condition=Succeeded` sits out its whole timeout when the job fails."""
     text = re.sub(r"^\| `kubectl wait --for=condition=Succeeded`.*$", "", page.read_text(), flags=re.M)
