@@ -1,9 +1,11 @@
-"""README's "On a real cluster" section, run as written: every shell command of its install blocks, in order,
-against a local control plane of its own with a real kubelet node (containerd, CNI, CoreDNS, a default
-StorageClass) that runs the images `make images` built, loaded into the node's containerd as README's
-`kind load` loads them into kind. The kustomize path trains the seed sample to `Succeeded` on real trainer
-containers with the MLflow of `manifests/mlflow/`; the Helm path installs the chart and waits for its rollout.
-A README edit that breaks a command a user copies (a renamed Deployment, a missing manifest) fails here.
+"""README's "On a real cluster" section, run as written: every shell command of its kubectl and Helm blocks,
+in order, against a local control plane of its own with a real kubelet node (containerd, CNI, CoreDNS, a
+default StorageClass) that runs the images `make images` built, loaded into the node's containerd as the
+section's `kind load` loads them into kind (that block is checked for its shape, not run). The kustomize path
+trains the seed sample to `Succeeded` on real trainer containers with the MLflow of `manifests/mlflow/` and
+waits as a user would, for the job's end and then its phase; the Helm path installs the chart and waits for
+its rollout. A README edit that breaks a command a user copies (a renamed Deployment, a missing manifest, a
+jsonpath that the shell would split) fails here.
 
 Its cluster is its own (the cluster-wide operator these commands install would act on other tests' jobs) and
 lives for this module only. The real node is one per machine: this node ends with this module and the node
@@ -37,25 +39,44 @@ pytestmark = [
 ]
 
 REPO = Path(__file__).resolve().parents[2]
-SECTION = re.compile(r"^## On a real cluster\n(.*?)^### ", re.S | re.M)
+SECTION = re.compile(r"^## On a real cluster\n(.*?)(?=^## |\Z)", re.S | re.M)
+SUBSECTION = re.compile(r"^### (.*)\n", re.M)
 SH_BLOCK = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
 
 
-def readme_blocks() -> list[list[str]]:
-    """The commands of each ```sh block in the section, comments dropped, in README order."""
+def commands(block: str) -> list[str]:
+    """A block's command lines, comments dropped (none of README's commands holds a '#')."""
+    lines = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    return [line for line in lines if line]
+
+
+def readme_blocks() -> dict[str, list[list[str]]]:
+    """The commands of each ```sh block of the section by subsection ("" before the first), in order."""
     section = SECTION.search((REPO / "README.md").read_text())
     assert section, "README.md has no '## On a real cluster' section"
-    blocks = []
-    for block in SH_BLOCK.findall(section.group(1)):
-        lines = [line.split("#", 1)[0].strip() for line in block.splitlines()]
-        blocks.append([line for line in lines if line])
-    return blocks
+    parts = SUBSECTION.split(section.group(1))
+    titled = {"": parts[0], **dict(zip(parts[1::2], parts[2::2], strict=True))}
+    return {title: [commands(block) for block in SH_BLOCK.findall(text)] for title, text in titled.items()}
 
 
-def test_the_section_is_the_kustomize_then_the_helm_path():
+def test_the_section_is_the_images_then_the_kustomize_then_the_helm_path():
     """What the test below runs, so a new block in the section is a decision, not a silent addition."""
-    (kustomize, helm) = readme_blocks()
-    assert kustomize[0] == "kubectl apply -k manifests/" and "kubectl wait" in kustomize[3]
+    blocks = readme_blocks()
+    assert list(blocks) == ["", "With kubectl (kustomize)", "With Helm"]
+    ((images,), (kustomize,), (helm,)) = blocks.values()
+    # Not run here (the fixture loads the same archives into the node), but they must say how.
+    assert images[0] == "make images" and all(
+        c.startswith("kind load image-archive build/images/") for c in images[1:]
+    )
+    assert kustomize[0] == "kubectl apply -k manifests/"
+    # Where Kubeflow Trainer v2 is installed too, a bare `trainjob(s)` may name its TrainJob, not ours.
+    jobs = [c for c in kustomize if "trainjob" in c]
+    assert jobs and all("trainjobs.mwms.dev" in c for c in jobs), jobs
+    # A wait for the job's end (Succeeded or Failed), then a check of the phase that does not wait: a wait for
+    # Succeeded alone would sit out its timeout on a failure.
+    end, check = (c for c in kustomize if c.startswith("kubectl wait"))
+    assert "{.status.completionTime}" in end and "--timeout=0s" in check
+    assert shlex.split(end)[2] == "--for=jsonpath={.status.completionTime}", "the quotes keep it one word"
     assert helm[0].startswith("helm install mwms charts/mwms-operator")
 
 
@@ -96,9 +117,10 @@ def test_every_command_of_the_real_cluster_section_works(own_cluster):
         assert done.returncode == 0, f"`{command}` exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
         return done.stdout
 
-    kustomize, helm = readme_blocks()
+    blocks = readme_blocks()
+    (kustomize,), (helm,) = blocks["With kubectl (kustomize)"], blocks["With Helm"]
     outputs = [sh(command) for command in kustomize]
-    listed = outputs[-1]  # kubectl get trainjobs
+    listed = outputs[-1]  # kubectl get trainjobs.mwms.dev
     assert re.search(r"^breast-cancer\s+4\s+Succeeded\s+0\s+[0-9a-f]{32}\s", listed, re.M), listed
 
     # The Helm path replaces the kustomize one (the chart would refuse to adopt the objects kubectl made).

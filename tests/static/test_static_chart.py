@@ -367,7 +367,8 @@ def test_no_lookup_in_templates():
 def test_notes_render(helm):
     for args in VALUE_SETS.values():
         notes = run([helm, "install", "mwms-operator", CHART, "--dry-run=client", "-n", "mwms-system", *args])
-        assert "kubectl wait --for=condition=Succeeded" in notes.stdout
+        # The job's end, Succeeded or Failed, of our TrainJob (not Kubeflow Trainer's, the same kind).
+        assert "kubectl wait --for=jsonpath='{.status.completionTime}' trainjobs.mwms.dev/" in notes.stdout
 
 
 def _gitops_values() -> dict[str, dict]:
