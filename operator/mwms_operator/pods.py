@@ -190,9 +190,10 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
 def _own_probe(pod: Mapping[str, Any]) -> bool:
     """The `trainer` container has a readiness probe that is not the rendezvous one (builders.py's)."""
     containers = (pod.get("spec") or {}).get("containers") or []
-    trainer = next((c for c in containers if c.get("name") == names.CONTAINER_NAME), {})
+    trainer: Mapping[str, Any] = next((c for c in containers if c.get("name") == names.CONTAINER_NAME), {})
     probe = trainer.get("readinessProbe") or {}
-    return bool(probe) and (probe.get("exec") or {}).get("command") != READINESS_PROBE["exec"]["command"]
+    rendezvous: Mapping[str, Any] = READINESS_PROBE["exec"]  # type: ignore[assignment]
+    return bool(probe) and (probe.get("exec") or {}).get("command") != rendezvous["command"]
 
 
 def _container_error(status: Mapping[str, Any]) -> tuple[str, str] | None:
