@@ -158,15 +158,18 @@ class Elector:
             return False
 
     def acquire(self, stop: threading.Event) -> bool:
-        """Try every retry period, or when the Lease we watch expires if that is sooner, until we lead (True)
-        or `stop` is set (False)."""
-        while not self.try_acquire_or_renew():
-            expires_in = self._expires_at - self._clock()  # past (or none seen): the next retry period
-            if stop.wait(
-                min(self.timing.retry_period, expires_in) if expires_in > 0 else self.timing.retry_period
-            ):
+        """Try every retry period (from the start of one try to the next), or when the Lease we watch
+        expires if that is sooner, until we lead (True) or `stop` is set (False)."""
+        while True:
+            began = self._clock()
+            if self.try_acquire_or_renew():
+                return True
+            now = self._clock()
+            wake = began + self.timing.retry_period
+            if self._expires_at > now:  # (none seen, or past: the next retry period)
+                wake = min(wake, self._expires_at)
+            if stop.wait(max(0.0, wake - now)):
                 return False
-        return True
 
     def keep_renewing(self, stop: threading.Event) -> None:
         """Renew every retry period until `stop` is set (return). Raises LeaseLost when no round succeeded
