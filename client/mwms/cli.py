@@ -1,9 +1,10 @@
 """The `mwms` command (also `kubectl mwms`): a thin layer over `mwms.Client`.
 
-Exit codes, as kubectl's: 0 done; 1 an error (not found, refused, unreachable), a job that failed
-(`submit --follow`, `wait`) or a wait that timed out; 2 a bad command line, or nothing was submitted;
-130 interrupted. Subcommands of other installed packages (the `mwms.commands` entry points: `dev-cluster`
-and `demo` from mwms-operator's dev package) are listed and run as their own.
+Exit codes (mwms_contract.names.CLI_EXIT_*), as kubectl's: 0 done; 1 an error (not found, refused,
+unreachable), a job that failed (`submit --follow`, `wait`) or a wait that timed out; 2 a bad command line,
+or nothing was submitted; 3 `wait` found the job Suspended; 130 interrupted. Subcommands of other installed
+packages (the `mwms.commands` entry points: `dev-cluster` and `demo` from mwms-operator's dev package) are
+listed and run as their own.
 """
 
 from __future__ import annotations
@@ -23,11 +24,15 @@ from typing import IO, Any
 import yaml
 
 from mwms import submit as packing
+from mwms.follow import POD_RUNNING_TIMEOUT
 from mwms.jobs import Job
 from mwms.kube import SubmitError
 from mwms.sdk import Client
+from mwms_contract import names
+from mwms_contract.conditions import PHASES, SUSPENDED
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = names.CLI_EXIT_OK, names.CLI_EXIT_ERROR, names.CLI_EXIT_USAGE
+EXIT_SUSPENDED, EXIT_INTERRUPTED = names.CLI_EXIT_SUSPENDED, names.CLI_EXIT_INTERRUPTED
 PLUGINS = "mwms.commands"
 TRAINER_MISSING = (
     "mwms local runs the trainer on this machine, which needs TensorFlow: "
@@ -198,18 +203,36 @@ def cmd_get(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
 
 def cmd_logs(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    for line in client_of(args).logs(args.name, follow=args.follow):
+    def say(line: str) -> None:  # what it waits for, and why the log ended: on stderr, apart from the log
+        out.flush()
+        err.write(f"mwms logs: {line}\n")
+        err.flush()
+
+    lines = client_of(args).logs(
+        args.name, follow=args.follow, pod_running_timeout=args.pod_running_timeout, say=say
+    )
+    for line in lines:
         out.write(line + "\n")
         out.flush()
     return EXIT_OK
 
 
 def cmd_wait(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    job = client_of(args).wait(args.name, timeout=args.timeout)
+    wanted = args.phases
+    job = client_of(args).wait(args.name, timeout=args.timeout, phases=wanted)
     if args.output:
         show_jobs([job], args.output, out, single=True)
     else:
         out.write(f"trainjob/{job.name} {job.phase}\n")
+    if wanted is not None and job.phase in wanted:
+        return EXIT_OK
+    if job.phase == SUSPENDED:
+        err.write(f"mwms wait: trainjob/{job.name} is Suspended (resume it: spec.suspend=false)\n")
+        return EXIT_SUSPENDED
+    if wanted is not None:
+        why = f": {job.message}" if job.message else ""
+        err.write(f"mwms wait: trainjob/{job.name} is {job.phase}, not {' or '.join(wanted)}{why}\n")
+        return EXIT_ERROR
     if not job.succeeded:
         err.write(f"mwms wait: trainjob/{job.name} failed: {job.message}\n")
         return EXIT_ERROR
@@ -262,12 +285,23 @@ def seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration (90, 90s, 15m, 2h)") from None
 
 
+def phase_set(text: str) -> list[str]:
+    """`--for Running,Succeeded`: phases, as status.phase spells them."""
+    chosen = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [part for part in chosen if part not in PHASES]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: not phases (one or more of {', '.join(PHASES)}, comma-separated)"
+        )
+    return chosen
+
+
 def parser(plugins: Mapping[str, importlib.metadata.EntryPoint]) -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="mwms",
         description="TensorFlow multi-worker training on Kubernetes: submit and follow TrainJobs.",
         epilog="exit codes: 0 ok; 1 error, failed job or timeout; 2 bad usage or nothing submitted; "
-        "130 interrupted",
+        "3 `wait` found the job Suspended; 130 interrupted",
     )
     top.add_argument("--version", action="version", version=f"mwms {importlib.metadata.version('mwms')}")
     verbs = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -308,12 +342,34 @@ def parser(plugins: Mapping[str, importlib.metadata.EntryPoint]) -> argparse.Arg
     verb("get", cmd_get, "show TrainJobs", ("json", "yaml", "wide", "name")).add_argument("names", nargs="+")
     logs = verb("logs", cmd_logs, "print the chief's (worker 0's) log")
     logs.add_argument("name")
-    logs.add_argument("--follow", "-f", action="store_true", help="stream it until the container ends")
+    logs.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="stream it until the container ends (or its pod is replaced, or the job deleted: it says so)",
+    )
+    logs.add_argument(
+        "--pod-running-timeout",
+        type=seconds,
+        default=POD_RUNNING_TIMEOUT,
+        help="with -f: how long to wait for the chief's container to start (default 5m; exit 1 after)",
+    )
     wait = verb(
-        "wait", cmd_wait, "wait until a TrainJob succeeds (exit 0) or fails (exit 1)", ("json", "yaml")
+        "wait",
+        cmd_wait,
+        "wait until a TrainJob succeeds (exit 0), fails (exit 1) or is suspended (exit 3)",
+        ("json", "yaml"),
     )
     wait.add_argument("name")
     wait.add_argument("--timeout", type=seconds, help="give up (exit 1) after this long: 90s, 15m, 2h")
+    wait.add_argument(
+        "--for",
+        dest="phases",
+        type=phase_set,
+        metavar="PHASES",
+        help=f"exit 0 once the phase is one of these (comma-separated: {', '.join(PHASES)}); it still "
+        "returns on Succeeded, Failed (exit 1) or Suspended (exit 3)",
+    )
     verb("delete", cmd_delete, "delete TrainJobs (their pods and code go with them)").add_argument(
         "names", nargs="+"
     )

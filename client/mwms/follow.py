@@ -3,13 +3,15 @@ chief's log, until it succeeds or fails."""
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
 from mwms.jobs import TERMINAL, Job, job_from
 from mwms.kube import JobClient, NotFound, SubmitError
+from mwms_contract.names import CONTAINER_NAME
 
 
 def progress_line(progress: Mapping[str, Any], tty: bool) -> str:
@@ -95,3 +97,127 @@ class Follower:
                 time.sleep(self.poll)
         finally:
             stop.set()
+
+
+# -- `mwms logs -f`: the chief's log, and why it ended ---------------------------------------------------
+
+# `logs -f`'s default wait for the chief's container to start (`--pod-running-timeout`, as kubectl's).
+POD_RUNNING_TIMEOUT = 300.0
+
+
+def _started(pod: Mapping[str, Any]) -> bool:
+    """The trainer container runs or has run: its log can be read (pod as the client's to_dict())."""
+    for status in (pod.get("status") or {}).get("container_statuses") or []:
+        state = status.get("state") or {}
+        if status.get("name") == CONTAINER_NAME and (state.get("running") or state.get("terminated")):
+            return True
+    return False
+
+
+def _why_waiting(job: Mapping[str, Any], pod: Mapping[str, Any] | None) -> str:
+    """What `logs -f` waits for, in words: the pod not created yet, or what keeps its container waiting."""
+    name = (job.get("metadata") or {}).get("name", "")
+    phase = (job.get("status") or {}).get("phase") or "Pending"
+    if pod is None:
+        return f"pod {chief_pod(name)} to be created (trainjob/{name} is {phase})"
+    reasons = []
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            reasons.append(f"{condition.get('reason')}: {condition.get('message') or ''}".rstrip(": "))
+    for container in (pod.get("status") or {}).get("container_statuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if container.get("name") == CONTAINER_NAME and waiting:
+            reasons.append(f"{waiting.get('reason')}: {waiting.get('message') or ''}".rstrip(": "))
+    pod_phase = (pod.get("status") or {}).get("phase") or "Pending"
+    said = "".join(f"; {r}" for r in reasons)
+    return f"the {CONTAINER_NAME} container of pod {chief_pod(name)} to start (pod {pod_phase}{said})"
+
+
+def _ended(client: JobClient, name: str, uid: str, restarts: int) -> str | None:
+    """Why the chief pod that `logs -f` follows is over although its log may not have ended: its job was
+    deleted (NotFound), the pod is gone or replaced (a new group); None while it is still the job's chief."""
+    try:
+        job = client.get_trainjob(name)
+    except NotFound:
+        raise NotFound(f"trainjob/{name} was deleted while its chief's log was followed") from None
+    status = job.get("status") or {}
+    phase, now = status.get("phase") or "Pending", int(status.get("restarts") or 0)
+    pod = client.get_pod(chief_pod(name))
+    new_uid = ((pod or {}).get("metadata") or {}).get("uid")
+    if new_uid == uid and now == restarts:
+        return None
+    what = f"pod {chief_pod(name)} " + ("was replaced" if new_uid else "is gone")
+    if phase in TERMINAL and now == restarts:
+        return f"{what}: trainjob/{name} is {phase}"
+    group = f"restarted its group (restart {now})" if now != restarts else f"is {phase}"
+    return f"{what}: trainjob/{name} {group}; `mwms logs -f {name}` follows the new chief"
+
+
+def chief_log(
+    client: JobClient,
+    name: str,
+    say: Callable[[str], None],
+    wait_timeout: float = POD_RUNNING_TIMEOUT,
+    poll: float = 1.0,
+) -> Iterator[str]:
+    """The chief's log lines as it writes them, until its container ends. Waits at most `wait_timeout`
+    seconds for the container to start (TimeoutError), saying what it waits for through `say`; ends with
+    a line through `say` when the pod is gone or replaced, and NotFound when the job is deleted."""
+    chief = chief_pod(name)
+    deadline, told = time.monotonic() + wait_timeout, ""
+    while True:
+        try:
+            job = client.get_trainjob(name)
+        except NotFound:
+            raise NotFound(f"trainjob/{name} was deleted before its chief's log began") from None
+        pod = client.get_pod(chief)
+        if pod is not None and _started(pod):
+            break
+        phase = (job.get("status") or {}).get("phase")
+        if pod is None and phase in TERMINAL:
+            say(f"trainjob/{name} is {phase} and its chief pod {chief} is gone: no log to follow")
+            return
+        why = _why_waiting(job, pod)
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"the chief pod {chief} did not start within {wait_timeout:g}s: {why} "
+                "(--pod-running-timeout waits longer)"
+            )
+        if why != told:
+            say(f"waiting for {why}")
+            told = why
+        time.sleep(poll)
+    uid = (pod.get("metadata") or {}).get("uid") or ""
+    restarts = int((job.get("status") or {}).get("restarts") or 0)
+    lines: queue.Queue[str | None] = queue.Queue()
+    stop = threading.Event()
+
+    def stream() -> None:
+        try:
+            client.stream_log(chief, lines.put, stop)
+        finally:
+            lines.put(None)
+
+    threading.Thread(target=stream, name=f"log-{chief}", daemon=True).start()
+    checked = time.monotonic()
+    try:
+        while True:
+            try:
+                line = lines.get(timeout=poll)
+            except queue.Empty:
+                pass  # a quiet log: look at the pod below
+            else:
+                if line is None:
+                    break
+                yield line
+            if time.monotonic() - checked >= poll:
+                checked = time.monotonic()
+                ended = _ended(client, name, uid, restarts)
+                if ended:
+                    say(ended)
+                    return
+        ended = _ended(client, name, uid, restarts)
+        if ended:
+            say(ended)
+    finally:
+        stop.set()

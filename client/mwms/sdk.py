@@ -10,17 +10,24 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from mwms import submit as packing
-from mwms.follow import Follower, chief_pod
+from mwms.follow import POD_RUNNING_TIMEOUT, Follower, chief_log, chief_pod
 from mwms.jobs import Job, NoResult, Run, chief_summary, chief_tracking_uri, chiefs_value, job_from
 from mwms.kube import Cluster, JobClient, SubmitError
 from mwms_contract import names
+from mwms_contract.conditions import FAILED, PHASES, SUCCEEDED, SUSPENDED
+
+# What `wait` returns on whatever it waits for: a job that ended, or one that waits for someone to resume it.
+WAIT_PHASES = (SUCCEEDED, FAILED, SUSPENDED)
+
+
+def _on_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 class Client:
@@ -97,12 +104,25 @@ class Client:
         self.api.delete_trainjob(name, missing_ok=False)
         return job
 
-    def wait(self, name: str, timeout: float | None = None, poll: float = 1.0) -> Job:
-        """The job once it has succeeded or failed (see `.phase`); TimeoutError after `timeout` seconds."""
+    def wait(
+        self,
+        name: str,
+        timeout: float | None = None,
+        poll: float = 1.0,
+        phases: Collection[str] | None = None,
+    ) -> Job:
+        """The job once its phase is one of `phases` (default: Succeeded, Failed or Suspended), as Kubeflow's
+        wait_for_job_status. It also returns on a phase that cannot turn into one of them (Succeeded or
+        Failed), and on Suspended (no phase follows until someone resumes it): see `.phase`. TimeoutError
+        after `timeout` seconds; ValueError for a phase that does not exist."""
+        wanted = set(WAIT_PHASES if phases is None else phases)
+        unknown = wanted - set(PHASES)
+        if unknown or not wanted:
+            raise ValueError(f"no such phase: {', '.join(sorted(unknown))} (phases: {', '.join(PHASES)})")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             job = self.get(name)
-            if job.done:
+            if job.phase in wanted or job.phase in WAIT_PHASES:
                 return job
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(
@@ -110,48 +130,22 @@ class Client:
                 )
             time.sleep(poll)
 
-    def logs(self, name: str, follow: bool = False) -> Iterator[str]:
+    def logs(
+        self,
+        name: str,
+        follow: bool = False,
+        pod_running_timeout: float = POD_RUNNING_TIMEOUT,
+        say: Callable[[str], None] | None = None,
+    ) -> Iterator[str]:
         """The chief's (worker 0's) log lines: what it has written so far, or, with `follow`, as it writes
-        them until its container ends."""
+        them until its container ends. Following waits at most `pod_running_timeout` seconds for the chief's
+        container to start (TimeoutError) and says what it waits for, and why the log ended when its pod is
+        gone or replaced, through `say` (default: a line on stderr); NotFound when the job is deleted."""
         pod = chief_pod(self.get(name).name)
         if not follow:
             yield from self.api.read_log(pod).splitlines()
             return
-        lines: list[str] = []
-        ready = threading.Condition()
-        stop = threading.Event()
-
-        def take(line: str) -> None:
-            with ready:
-                lines.append(line)
-                ready.notify()
-
-        failed: list[Exception] = []
-
-        def stream() -> None:
-            try:
-                self.api.stream_log(pod, take, stop)
-            except Exception as e:  # raised by the generator below, in the caller's thread
-                failed.append(e)
-            finally:
-                with ready:
-                    stop.set()
-                    ready.notify()
-
-        threading.Thread(target=stream, daemon=True).start()
-        try:
-            while True:
-                with ready:
-                    ready.wait_for(lambda: lines or stop.is_set())
-                    taken, lines[:] = list(lines), []
-                    ended = stop.is_set()
-                yield from taken
-                if ended and not taken:
-                    if failed:
-                        raise SubmitError(f"following the log of pod {pod}: {failed[0]}") from failed[0]
-                    return
-        finally:
-            stop.set()
+        yield from chief_log(self.api, name, say or _on_stderr, pod_running_timeout)
 
     def runs(self, name: str) -> Run:
         """The job's MLflow run and model."""

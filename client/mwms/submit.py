@@ -272,8 +272,14 @@ def submit(client: JobClient, name: str, code: Code, **job: Any) -> dict[str, An
         client.own_configmap(configmap, {**owner, "uid": created["metadata"]["uid"]})
     except BaseException as error:
         left = take_back(client, configmap, name if created is not None else None)
-        if left and isinstance(error, SubmitError):
-            raise SubmitError(f"{error}; {left}") from error
+        if not left:
+            raise
+        # What could not be taken back is said whatever went wrong: an error as SubmitError carrying it, an
+        # interrupt (Ctrl-C, exit) on stderr as it goes on.
+        if isinstance(error, Exception):
+            said = str(error) if isinstance(error, SubmitError) else f"{type(error).__name__}: {error}"
+            raise SubmitError(f"{said}; {left}") from error
+        print(f"mwms submit: interrupted; {left}", file=sys.stderr, flush=True)
         raise
     return created
 

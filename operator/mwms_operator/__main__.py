@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from mwms_operator.leader import Elector
 
 log = logging.getLogger("mwms_operator")
-# The leader could not renew its Lease in time: it exits at once (client-go's OnStoppedLeading), so that no
-# two replicas reconcile, and its pod restarts as a standby.
+# The leader could not renew its Lease in time, saw another holder, or its renewing failed: it exits at once
+# (client-go's OnStoppedLeading), so that no two replicas reconcile, and its pod restarts as a standby.
 EXIT_LOST_LEADERSHIP = 1
 
 # Never used by the operator, but kopf imports the `kubernetes` client whenever it is installed (for
@@ -115,20 +115,31 @@ def wait_to_lead(config: OperatorConfig) -> Elector:
 
 
 def renew_in_background(elector: Elector, stop: threading.Event) -> threading.Thread:
-    """Renew the Lease until `stop`; if it cannot be renewed before the deadline, exit at once."""
+    """Renew the Lease until `stop`; whatever else ends the renewing (the deadline, another holder, any
+    error at all) exits the process at once."""
+    from mwms_operator.leader import LeaseLost
 
     def renew() -> None:
-        if elector.keep_renewing(stop):
+        try:
+            elector.keep_renewing(stop)
             return
-        log.error(
-            "leader election: the Lease %s/%s was not renewed within %g s (API server unreachable?); "
-            "exiting so that a standby takes over and this pod restarts as one",
-            elector.namespace,
-            elector.name,
-            elector.timing.renew_deadline,
-        )
-        logging.shutdown()
-        os._exit(EXIT_LOST_LEADERSHIP)  # the handlers run in the main thread: only this stops them at once
+        except LeaseLost as lost:
+            why, trace = str(lost), False
+        except BaseException as error:  # noqa: BLE001 (a thread that ended silently would leave two leaders)
+            why, trace = f"could not be renewed: {error!r}", True
+        try:
+            log.error(
+                "leader election: the Lease %s/%s %s; exiting so that a standby takes over and this pod "
+                "restarts as one",
+                elector.namespace,
+                elector.name,
+                why,
+                exc_info=trace,
+            )
+            logging.shutdown()
+        finally:
+            # The handlers run in the main thread: only this stops them at once.
+            os._exit(EXIT_LOST_LEADERSHIP)
 
     thread = threading.Thread(target=renew, name="leader-renew", daemon=True)
     thread.start()

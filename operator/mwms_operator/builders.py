@@ -14,7 +14,8 @@ CODE_VOLUME = "mwms-code"
 RENDEZVOUS_VOLUME = "mwms-rendezvous"
 # Ready once the worker has joined its group: the probe prints the trainer's rendezvous state (the kubelet
 # puts it in the `Unhealthy` event, where the operator's startup timeout reads the last reason) and fails
-# until it says joined. Shell builtins only: no process starts per probe but the shell.
+# until it says joined. Only where our trainer writes that state (runs_trainer_entrypoint). Shell builtins
+# only: no process starts per probe but the shell.
 READINESS_PROBE = {
     "exec": {
         "command": [
@@ -35,6 +36,15 @@ RESTRICTED_SECURITY_CONTEXT = {
     "runAsNonRoot": True,
     "seccompProfile": {"type": "RuntimeDefault"},
 }
+
+
+def runs_trainer_entrypoint(container: dict[str, Any], image: str) -> bool:
+    """The container runs `python -m mwms_trainer` (which writes the rendezvous state the probe reads)."""
+    # Ours: the job's image with no command (its ENTRYPOINT is python -m mwms_trainer), or that command.
+    command = [str(part) for part in container.get("command") or []]
+    if not command:
+        return container.get("image", image) == image
+    return command[0].rsplit("/", 1)[-1].startswith("python") and command[1:3] == ["-m", "mwms_trainer"]
 
 
 def pod_name(job_name: str, index: int) -> str:
@@ -194,7 +204,8 @@ def build_worker_pod(
     mounts = list(container.get("volumeMounts") or [])
     mounts.append({"name": RENDEZVOUS_VOLUME, "mountPath": names.RENDEZVOUS_MOUNT_PATH})
     container["volumeMounts"] = mounts
-    container.setdefault("readinessProbe", copy.deepcopy(READINESS_PROBE))
+    if runs_trainer_entrypoint(container, spec.image):  # else its own probe, or none: Ready once it runs
+        container.setdefault("readinessProbe", copy.deepcopy(READINESS_PROBE))
 
     pod_spec = {
         **pod_spec,

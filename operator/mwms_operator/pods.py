@@ -19,6 +19,7 @@ from mwms_contract.conditions import (
     TERMINAL,
     WORKER_FAILED,
 )
+from mwms_operator.builders import READINESS_PROBE
 from mwms_operator.status import parse_time, truncate
 
 # Container waiting reasons that mean "this will not start by itself". InvalidImageName never heals; a failing
@@ -94,6 +95,9 @@ class WorkerPod:
     sidecars_running: bool = False
     # The trainer container runs and its readiness probe has not passed: its worker has not joined the group.
     trainer_unready: bool = False
+    # The trainer container's readiness probe is the template's own (it runs something other than our
+    # trainer): its Ready, not the rendezvous state, is what the startup clock waits for.
+    own_probe: bool = False
     events: PodEvents | None = None  # None: not looked up
 
     @property
@@ -179,7 +183,17 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
             for c in status.get("containerStatuses") or []
         ),
         trainer_unready="running" in state and not trainer.get("ready"),
+        own_probe=_own_probe(pod),
     )
+
+
+def _own_probe(pod: Mapping[str, Any]) -> bool:
+    """The `trainer` container has a readiness probe that is not the rendezvous one (builders.py's)."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    trainer: Mapping[str, Any] = next((c for c in containers if c.get("name") == names.CONTAINER_NAME), {})
+    probe = trainer.get("readinessProbe") or {}
+    rendezvous: Mapping[str, Any] = READINESS_PROBE["exec"]  # type: ignore[assignment]
+    return bool(probe) and (probe.get("exec") or {}).get("command") != rendezvous["command"]
 
 
 def _container_error(status: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -233,7 +247,11 @@ def failure_reason(failure: Failure) -> str:
 
 def why_not_joined(pod: WorkerPod) -> str:
     """The last reason a running worker gave for not having joined (its readiness probe's output)."""
-    return (pod.events.note if pod.events else "") or "no reason given yet"
+    note = pod.events.note if pod.events else ""
+    if pod.own_probe:
+        waits = "waiting for the trainer container's own readinessProbe (it does not run mwms_trainer)"
+        return f"{waits}: {note}" if note else waits
+    return note or "no reason given yet"
 
 
 def why_pending(pod: WorkerPod) -> str:

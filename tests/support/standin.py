@@ -3,11 +3,14 @@ as `python -c`, so no host path is mounted and pods stay within Pod Security `re
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from mwms_operator.builders import READINESS_PROBE
 
 SOURCE = (Path(__file__).with_name("standin_worker.py")).read_text()
 
@@ -22,5 +25,10 @@ def trainer_image(loaded: Iterable[str]) -> str:
 
 def standin_container(image: str) -> dict[str, Any]:
     """The `trainer` container fields that run the stand-in: the trainer image has python, mwms_contract and
-    mwms_trainer, which is all the stand-in imports."""
-    return {"image": image, "command": ["python", "-c", SOURCE]}
+    mwms_trainer, which is all the stand-in imports. It keeps the rendezvous state as the trainer does, so it
+    asks for the trainer's readiness probe itself (the operator adds it only to `python -m mwms_trainer`)."""
+    return {
+        "image": image,
+        "command": ["python", "-c", SOURCE],
+        "readinessProbe": copy.deepcopy(READINESS_PROBE),
+    }

@@ -10,7 +10,7 @@ import yaml
 from mwms_contract import names
 from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError
-from mwms_operator.builders import build_service, build_worker_pod, trainer_env
+from mwms_operator.builders import READINESS_PROBE, build_service, build_worker_pod, trainer_env
 from mwms_operator.spec import parse_trainjob
 
 GOLDEN = Path(__file__).resolve().parents[2] / "data" / "operator"
@@ -185,3 +185,42 @@ def test_a_queue_label_that_is_not_a_string_names_the_field(make_trainjob, confi
     body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": ""}
     with pytest.raises(SpecError, match="metadata.labels.kueue.x-k8s.io/queue-name"):
         parse_trainjob(body, config)
+
+
+OWN_PROBE = {"httpGet": {"path": "/ready", "port": 8080}}
+
+
+@pytest.mark.parametrize(
+    ("container", "probe"),
+    [
+        ({}, READINESS_PROBE),  # the trainer image's ENTRYPOINT: python -m mwms_trainer
+        ({"command": ["python", "-m", "mwms_trainer"]}, READINESS_PROBE),
+        ({"command": ["/usr/local/bin/python3", "-m", "mwms_trainer"], "args": ["--x"]}, READINESS_PROBE),
+        ({"image": "me/trainer:2"}, READINESS_PROBE),  # spec.image's own: an image built FROM the trainer's
+        ({"command": ["python", "-c", "print(1)"]}, None),  # our image, another program
+        ({"command": ["sleep", "60"]}, None),
+        ({"image": "busybox"}, None),  # another image's own command
+        ({"command": ["sleep", "60"], "readinessProbe": OWN_PROBE}, OWN_PROBE),
+        ({"readinessProbe": OWN_PROBE}, OWN_PROBE),
+    ],
+    ids=[
+        "default",
+        "module",
+        "module-path",
+        "job-image",
+        "python-c",
+        "other",
+        "other-image",
+        "own",
+        "own-default",
+    ],
+)
+def test_the_rendezvous_probe_goes_only_on_a_container_that_runs_the_trainer(
+    make_trainjob, config, container, probe
+):
+    """A template whose `trainer` runs something else would never become Ready with it (StartupTimeout):
+    it keeps its own probe, or none (Ready once it runs)."""
+    template = {"spec": {"containers": [{"name": "trainer", **container}]}}
+    _, pod = build(make_trainjob, config, 0, image="me/trainer:2", template=template)
+    (trainer,) = pod["spec"]["containers"]
+    assert trainer.get("readinessProbe") == probe

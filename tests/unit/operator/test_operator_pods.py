@@ -1,10 +1,19 @@
 """Observing pods: each API pod as a WorkerPod, its events, and which pods the startup clock asks about."""
 
+import dataclasses
 from datetime import timedelta
 
 from support.decisions import EVICTED, T0, pod, unjoined
 
-from mwms_operator.pods import PodEvents, WorkerPod, pod_events, startup_unexplained, worker_pod
+from mwms_operator.builders import READINESS_PROBE
+from mwms_operator.pods import (
+    PodEvents,
+    WorkerPod,
+    pod_events,
+    startup_unexplained,
+    why_not_joined,
+    worker_pod,
+)
 from mwms_operator.status import format_time
 
 
@@ -43,6 +52,30 @@ def test_a_running_trainer_whose_readiness_probe_has_not_passed_has_not_joined()
     assert not worker_pod(body).joined
     body["status"]["containerStatuses"][0]["ready"] = True
     assert worker_pod(body).joined
+
+
+def test_a_worker_with_its_own_probe_is_said_to_wait_for_that_probe():
+    """The startup clock's message for a `trainer` that does not run mwms_trainer names what it waits for."""
+    body = {
+        "metadata": {"name": "mnist-worker-1", "labels": {"mwms.dev/replica-index": "1"}},
+        "spec": {"containers": [{"name": "trainer", "readinessProbe": {"httpGet": {"path": "/ready"}}}]},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [{"name": "trainer", "ready": False, "state": {"running": {}}}],
+        },
+    }
+    own = worker_pod(body)
+    assert own.own_probe and not own.joined
+    assert why_not_joined(own) == (
+        "waiting for the trainer container's own readinessProbe (it does not run mwms_trainer)"
+    )
+    told = dataclasses.replace(own, events=PodEvents(note="Unhealthy: Readiness probe failed: HTTP 503"))
+    assert why_not_joined(told).endswith("mwms_trainer): Unhealthy: Readiness probe failed: HTTP 503")
+    # The rendezvous probe (as the API server returns it, with its defaults filled in) is not "its own".
+    probe = {**READINESS_PROBE, "successThreshold": 1, "failureThreshold": 3}
+    body["spec"]["containers"][0]["readinessProbe"] = probe
+    ours = worker_pod(body)
+    assert not ours.own_probe and why_not_joined(ours) == "no reason given yet"
 
 
 def test_worker_pod_reads_the_api_objects():
