@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import yaml
 
-from mwms import submit as packing
+import mwms.submit as packing
 from mwms.jobs import Job
 from mwms.kube import SubmitError
 from mwms.sdk import Client
