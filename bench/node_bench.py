@@ -31,7 +31,7 @@ from mwms_dev.chain import Chain  # noqa: E402
 from mwms_dev.cluster import LocalCluster  # noqa: E402
 from mwms_dev.demo import tools_bin  # noqa: E402
 from mwms_dev.devcluster import project_images  # noqa: E402
-from mwms_dev.kubelet_node import real_node_chart_values  # noqa: E402
+from mwms_dev.node_addons import real_node_chart_values  # noqa: E402
 
 BASE_VALUES = ["mlflow.enabled=true", "mlflow.extraAllowedHosts={10.*}"]
 

@@ -188,7 +188,7 @@ def real_node_cluster(
     the pods' files: several GB) goes too unless `keep_nodes`."""
     from mwms_dev.cluster import LocalCluster
     from mwms_dev.devcluster import project_images
-    from mwms_dev.kubelet_node import host_tools_problem
+    from mwms_dev.node_parts import host_tools_problem
 
     problem = host_tools_problem()
     if problem:

@@ -23,7 +23,7 @@ from typing import IO, Any
 
 import yaml
 
-from mwms import submit as packing
+import mwms.submit as packing
 from mwms.follow import POD_RUNNING_TIMEOUT
 from mwms.jobs import Job
 from mwms.kube import SubmitError

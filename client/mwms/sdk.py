@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from mwms import submit as packing
+import mwms.submit as packing
 from mwms.follow import POD_RUNNING_TIMEOUT, Follower, chief_log, chief_pod
 from mwms.jobs import Job, NoResult, Run, chief_summary, chief_tracking_uri, chiefs_value, job_from
 from mwms.kube import Cluster, JobClient, SubmitError

@@ -1,6 +1,7 @@
 """The termination message: what a trainer worker leaves at its terminationMessagePath, which the kubelet puts
 into the pod's status, where the operator (status.mlflow, the Failed condition) and the client (the job's
-result) read it back. Writer and parser are both here, so the two sides cannot disagree.
+result) read it back. Writer and parser are both here, so the two sides cannot disagree; `write` is the one
+place a worker writes the file.
 
 - Success: one JSON object. The chief's holds its MLflow run (RUN_KEYS), its final METRICS and the job's
   result (RESULT, or RESULT_ARTIFACT and RESULT_BYTES when the value is too big for the message); the other
@@ -12,6 +13,7 @@ result) read it back. Writer and parser are both here, so the two sides cannot d
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,6 +58,16 @@ def encode(message: str | Mapping[str, Any]) -> str:
     """What the worker writes: a failure line as it is, a summary as compact JSON; at most MAX_BYTES."""
     text = message if isinstance(message, str) else json.dumps(message, separators=(",", ":"))
     return text.encode()[:MAX_BYTES].decode(errors="ignore")  # a character cut in two is dropped
+
+
+def write(path: str, message: str | Mapping[str, Any]) -> None:
+    """Write `message` (encoded) to the worker's terminationMessagePath `path`. Never fatal: a worker that
+    cannot write the file still ends with its exit code, which is what the operator decides by."""
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(encode(message))
+    except OSError as e:
+        logging.getLogger(__name__).debug("cannot write the termination message to %s: %s", path, e)
 
 
 def summary(message: str) -> dict[str, Any] | None:

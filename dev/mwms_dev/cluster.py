@@ -27,7 +27,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from mwms_dev import kubelet_node, network, pki
+from mwms_dev import kubelet_node, network, node_host, node_parts, pki
 from mwms_dev.node_context import READY_TIMEOUT, NodeContext
 
 # Callers import these from here; they live in node_context because nodes use them too.
@@ -172,12 +172,12 @@ class LocalCluster:
             raise ClusterError("start() the cluster before its nodes")
         first = not any(node.cluster_services for node in self.kubelet_nodes.values())
         node = kubelet_node.KubeletNode(
-            self.node_context, kubelet_node.find_node_parts(), node_name, cluster_services=first
+            self.node_context, node_parts.find_node_parts(), node_name, cluster_services=first
         )
         self.kubelet_nodes[node_name] = node
         try:
             node.start(images=images, wait_dns=wait_dns)
-        except kubelet_node.NodeError as exc:
+        except node_parts.NodeError as exc:
             raise ClusterError(str(exc)) from exc
         return node
 
@@ -211,7 +211,7 @@ class LocalCluster:
         nodes_dir = self.node_context.nodes_dir
         if nodes_dir.is_dir():
             for node_dir in nodes_dir.iterdir():
-                kubelet_node.clean_dead_node(self.net, node_dir)
+                node_host.clean_dead_node(self.net, node_dir)
         network.delete_bridge(self.net)
 
     def __enter__(self) -> LocalCluster:

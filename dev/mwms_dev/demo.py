@@ -23,7 +23,8 @@ from mwms_dev.chain import REPO, SEED_SAMPLE, Chain, ChainError, check_mlflow, s
 from mwms_dev.cluster import ClusterError, LocalCluster
 from mwms_dev.devcluster import project_images
 from mwms_dev.devmode import NOTE, dev_mode_values, privileged_namespaces, tools_bin, with_dev_template
-from mwms_dev.kubelet_node import NodeError, real_node_chart_values
+from mwms_dev.node_addons import real_node_chart_values
+from mwms_dev.node_parts import NodeError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 from mwms_dev.chain import ChainError
 from mwms_dev.cluster import REPO_ROOT, ClusterError, LocalCluster
 from mwms_dev.devmode import install_dev_chart
-from mwms_dev.kubelet_node import NodeError
+from mwms_dev.node_parts import NodeError
 
 PROJECT_IMAGES = REPO_ROOT / "build" / "images"
 

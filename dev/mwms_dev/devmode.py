@@ -20,7 +20,7 @@ import yaml
 
 from mwms_contract import names
 from mwms_dev.chain import REPO, Chain
-from mwms_dev.kubelet_node import real_node_chart_values
+from mwms_dev.node_addons import real_node_chart_values
 
 DEV_MOUNT = "/src/mwms"
 VOLUME = "mwms-dev-src"

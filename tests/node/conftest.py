@@ -96,7 +96,8 @@ def node_trainer_image(real_node) -> str:
 def node_chain(real_cluster, real_node, node_kubectl):
     from mwms_dev.chain import Chain
     from mwms_dev.devmode import tools_bin
-    from mwms_dev.kubelet_node import NodeError, real_node_chart_values
+    from mwms_dev.node_addons import real_node_chart_values
+    from mwms_dev.node_parts import NodeError
 
     loaded = real_node.images()
     if not any("/mwms-operator:" in name for name in loaded):

@@ -23,7 +23,9 @@ def lone_containerd(cluster_platform: None, spare_subnet_index: int) -> Iterator
     """A KubeletNode whose containerd alone is started by the test, on a fresh store of its own (in a short
     directory: containerd's socket paths must stay under 104 characters)."""
     from mwms_dev.cluster import LocalCluster
-    from mwms_dev.kubelet_node import KubeletNode, find_node_parts, host_tools_problem, unmount_below
+    from mwms_dev.kubelet_node import KubeletNode
+    from mwms_dev.node_host import unmount_below
+    from mwms_dev.node_parts import find_node_parts, host_tools_problem
 
     if problem := host_tools_problem():
         pytest.skip(problem)

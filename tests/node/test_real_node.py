@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from mwms_dev.kubelet_node import pod_range
+from mwms_dev.node_configs import pod_range
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 

@@ -89,19 +89,19 @@ def test_a_restart_that_only_uploads_the_kept_model_loads_no_data(mlflow_server,
     it without reading the data (here gone since the fit) and without meeting its peers."""
     import numpy as np
 
-    from mwms_trainer import model, train
+    from mwms_trainer import kept, model
 
     name, uid = f"upload-only-{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
     trainer = {"dataset": "csv", "dataPath": str(tmp_path / "moved-away.csv"), "epochs": 2}
     g = group(trainjob_spec(name, 2, trainer, checkpoint=True), mlflow_server.url, tmp_path / "job", uid=uid)
     fitted = model.plain_copy(model.build_model(2, np.zeros(2), np.ones(2)))  # what the chief keeps
-    upload = train.Upload(
+    upload = kept.Upload(
         params={"epochs": 2},
         columns=["a", "b"],
         training={"loss": 0.25, "accuracy": 0.875},
         held_out={"val_loss": 0.5, "val_accuracy": 0.75},
     )
-    train.keep_fitted(os.path.join(g.envs[0][names.ENV_CHECKPOINT_DIR], uid, "fitted"), fitted, upload)
+    kept.keep_fitted(os.path.join(g.envs[0][names.ENV_CHECKPOINT_DIR], uid, "fitted"), fitted, upload)
     assert g.start().wait(timeout=600) == {0: 0, 1: 0}, g.log(0)[-3000:]
     assert "not training again" in g.log(0)
     assert "the fit is done" in g.log(1)

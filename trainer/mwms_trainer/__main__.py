@@ -21,15 +21,6 @@ if TYPE_CHECKING:
     from mwms_trainer.errors import TrainerError
 
 
-def write_termination(path: str, message: str | Mapping[str, Any]) -> None:
-    """What the operator reads back into the TrainJob's status; never fatal if the file cannot be written."""
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(termination.encode(message))
-    except OSError as e:
-        logging.getLogger("mwms_trainer").debug("cannot write the termination message to %s: %s", path, e)
-
-
 def main(environ: Mapping[str, str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(message)s")
     log = logging.getLogger("mwms_trainer")
@@ -40,7 +31,7 @@ def main(environ: Mapping[str, str] | None = None) -> int:
 
     # First, before TensorFlow: as PID 1 this process becomes a small init and the trainer its child.
     code = pid1.fork_unless_pid1_is_taken(
-        lambda code: write_termination(
+        lambda code: termination.write(
             path, termination.failure(termination.RETRYABLE, f"stopped by {signal.Signals(code - 128).name}")
         )
     )
@@ -70,12 +61,12 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         )
         from mwms_trainer import train
 
-        summary = train.run(settings, note=lambda message: write_termination(path, message))
+        summary = train.run(settings, note=lambda message: termination.write(path, message))
     except TrainerError as e:
         return trainer_error(e, path)
     except Exception as e:
         traceback.print_exc()
-        write_termination(path, termination.failure(termination.FAILED, f"{type(e).__name__}: {e}"))
+        termination.write(path, termination.failure(termination.FAILED, f"{type(e).__name__}: {e}"))
         return names.EXIT_FAILURE
     return success(summary, path)
 
@@ -84,12 +75,12 @@ def trainer_error(error: TrainerError, path: str) -> int:
     """A TrainerError's exit code, its kind and message on one line as the termination message."""
     message = termination.failure(termination.failure_kind(error.exit_code), str(error))
     logging.getLogger("mwms_trainer").error("%s", message)
-    write_termination(path, message)
+    termination.write(path, message)
     return error.exit_code
 
 
 def success(summary: Mapping[str, Any], path: str) -> int:
-    write_termination(path, summary)
+    termination.write(path, summary)
     print(json.dumps(summary), flush=True)
     return names.EXIT_SUCCESS
 
@@ -109,15 +100,15 @@ def run_user_code(environ: Mapping[str, str], path: str) -> int:
         return trainer_error(e, path)
     except SystemExit as e:  # a script's sys.exit(n): n is its verdict (0 or None: success)
         if e.code in (None, 0):
-            write_termination(path, {})
+            termination.write(path, {})
             return names.EXIT_SUCCESS
         code = e.code if isinstance(e.code, int) and 0 < e.code < 128 else names.EXIT_FAILURE
         exited = f"the entrypoint exited with {e.code!r}"
-        write_termination(path, termination.failure(termination.FAILED, exited))
+        termination.write(path, termination.failure(termination.FAILED, exited))
         return code
     except Exception as e:  # the user's code: syntax errors and exceptions alike
         traceback.print_exc()
-        write_termination(
+        termination.write(
             path, termination.failure(termination.FAILED, usercode.last_traceback_line(e, code_dir))
         )
         return names.EXIT_FAILURE

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mwms_contract import names
+from mwms_contract import names, termination
 from mwms_contract.tf_config import tf_config
 from mwms_trainer import cluster as cluster_mod
 from mwms_trainer.errors import TrainerError
@@ -124,10 +124,9 @@ def run_here(
     deadline = started + float(os.environ.get(names.ENV_STARTUP_TIMEOUT) or 300)
     peers_by = startup.peer_deadline(started, peer_wait_seconds(os.environ))
     path = os.environ.get(names.ENV_TERMINATION_LOG, "").strip() or names.TERMINATION_MESSAGE_PATH
-    from mwms_trainer.__main__ import write_termination
 
     def note(message: str) -> None:
-        write_termination(path, message)
+        termination.write(path, message)
 
     tracker = _open_tracker(os.environ, cluster)
     _state["tracker"] = tracker

@@ -6,8 +6,6 @@ so nothing here branches on the role except the final hand-off.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import math
 import os
@@ -15,12 +13,11 @@ import platform
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
 from mwms_contract import termination
-from mwms_trainer import data, startup, streaming, tracking
+from mwms_trainer import data, kept, startup, streaming, tracking
 from mwms_trainer import model as model_mod
 from mwms_trainer.config import Settings
 from mwms_trainer.errors import DivergedError, RetryableError
@@ -200,53 +197,6 @@ def resumed_epoch(backup_dir: str) -> int:
     return 0
 
 
-KEPT_MODEL = "model.keras"
-KEPT_UPLOAD = "upload.json"  # written last: its presence means the kept model is complete
-
-
-@dataclass(frozen=True)
-class Upload:
-    """What logging a fitted model needs besides the model: kept beside it, so that a restart that only
-    uploads it loads no data."""
-
-    params: dict[str, Any]  # for a run that has to be opened anew
-    columns: list[str]  # the training columns, in the order the model takes them
-    training: dict[str, float]  # the last epoch's training metrics
-    held_out: dict[str, float]
-
-
-def kept_model_dir(settings: Settings) -> str | None:
-    """Where the chief keeps the fitted model until MLflow has it: the checkpoint volume, beside (not inside)
-    BackupAndRestore's directory, which fit deletes when it ends. None without a volume."""
-    if not settings.checkpoint_dir:
-        return None
-    return os.path.join(settings.checkpoint_dir, settings.job_uid, "fitted")
-
-
-def keep_fitted(directory: str, plain: Any, upload: Upload) -> None:
-    """Save the fitted model before uploading it, so a failed upload costs a restart, not the fit."""
-    os.makedirs(directory, exist_ok=True)
-    partial = os.path.join(directory, "partial-" + KEPT_MODEL)
-    plain.save(partial)
-    os.replace(partial, os.path.join(directory, KEPT_MODEL))
-    partial = os.path.join(directory, "partial-" + KEPT_UPLOAD)
-    with open(partial, "w", encoding="utf-8") as f:
-        json.dump(dataclasses.asdict(upload), f)
-    os.replace(partial, os.path.join(directory, KEPT_UPLOAD))
-
-
-def fit_is_kept(directory: str) -> bool:
-    """Whether a chief of this job finished its fit and kept the model in `directory` (see keep_fitted)."""
-    return os.path.exists(os.path.join(directory, KEPT_UPLOAD))
-
-
-def load_kept(directory: str) -> tuple[Any, Upload]:
-    """The model a previous chief fitted and kept (see keep_fitted), with what its upload needs."""
-    with open(os.path.join(directory, KEPT_UPLOAD), encoding="utf-8") as f:
-        upload = Upload(**json.load(f))
-    return keras().models.load_model(os.path.join(directory, KEPT_MODEL), compile=False), upload
-
-
 def fit(
     settings: Settings,
     split: data.Split | streaming.FileShards,
@@ -330,8 +280,8 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
     deadline = started + settings.startup_timeout_seconds
     peers_by = startup.peer_deadline(started, settings.peer_wait_seconds)
     cluster = settings.cluster
-    kept_dir = kept_model_dir(settings)
-    if kept_dir is not None and fit_is_kept(kept_dir):
+    kept_dir = kept.kept_model_dir(settings)
+    if kept_dir is not None and kept.fit_is_kept(kept_dir):
         return upload_kept(settings, kept_dir)
     # Bad data fails here, before MLflow or peers.
     split: data.Split | streaming.FileShards
@@ -352,9 +302,9 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
             held_out = model_mod.held_out_metrics(plain, streaming.held_out_rows(split))
         else:
             held_out = model_mod.held_out_metrics(plain, [(split.x_test, split.y_test)])
-        upload = Upload(params, list(split.feature_names), trained, held_out)
+        upload = kept.Upload(params, list(split.feature_names), trained, held_out)
         if kept_dir:
-            keep_fitted(kept_dir, plain, upload)
+            kept.keep_fitted(kept_dir, plain, upload)
         summary = log_fitted(opening.wait(), plain, upload, kept_dir)
         ok = True
         return summary
@@ -372,7 +322,7 @@ def upload_kept(settings: Settings, kept_dir: str) -> dict[str, Any]:
     log.info("uploading the model fitted before the restart (%s), not training again", kept_dir)
     startup.mark_joined()  # no group to join: the peers ended (the fit is kept)
     size_thread_pools(settings.threads)
-    plain, upload = load_kept(kept_dir)
+    plain, upload = kept.load_kept(kept_dir)
     tracker = open_tracker(settings, upload.params)
     ok = False
     try:
@@ -383,7 +333,7 @@ def upload_kept(settings: Settings, kept_dir: str) -> dict[str, Any]:
         tracker.close(ok)
 
 
-def log_fitted(tracker: Any, plain: Any, upload: Upload, kept_dir: str | None) -> dict[str, Any]:
+def log_fitted(tracker: Any, plain: Any, upload: kept.Upload, kept_dir: str | None) -> dict[str, Any]:
     """Log the model into the chief's run; the termination summary."""
     try:
         model_uri = tracker.log_model(plain, upload.columns, upload.held_out)

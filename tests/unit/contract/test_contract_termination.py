@@ -99,3 +99,13 @@ def test_a_long_message_keeps_its_start_within_what_the_kubelet_keeps():
     assert len(reported.encode()) <= termination.MAX_BYTES
     assert reported.startswith("failed: éé") and "\ufffd" not in reported
     assert termination.parse_failure(reported) is not None
+
+
+def test_write_leaves_the_encoded_message_and_is_never_fatal(tmp_path):
+    path = tmp_path / "termination-log"
+    termination.write(str(path), CHIEF)
+    assert termination.summary(termination_message(path.read_bytes())) == CHIEF
+    termination.write(str(path), termination.failure(termination.FAILED, "é" * 5000))
+    assert len(path.read_bytes()) <= termination.MAX_BYTES  # replaced, and cut as encode cuts it
+    termination.write(str(tmp_path / "no-such-dir" / "log"), {})  # a worker still ends with its exit code
+    assert not (tmp_path / "no-such-dir").exists()
