@@ -20,7 +20,6 @@ and the "Load" section of docs/benchmarks.md. Needs root.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -41,19 +40,8 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "load.json"
 DOC = REPO / "docs" / "benchmarks.md"
 SECTION_START, SECTION_END = "<!-- load_run.py: begin -->", "<!-- load_run.py: end -->"
-
-
-def load_harness() -> Any:
-    """The operator as the integration tests run it (its ServiceAccount's token): one harness. It imports
-    tests/support, as it does under pytest."""
-    sys.path.insert(0, str(REPO / "tests"))
-    path = REPO / "tests" / "integration" / "operator" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("mwms_operator_harness", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+# tests/support: the operator harness, as the integration tests run the operator (its ServiceAccount's token).
+sys.path.insert(0, str(REPO / "tests"))
 
 
 class Kubectl:
@@ -160,10 +148,11 @@ def main() -> None:
     parser.add_argument("--no-doc", action="store_true")
     args = parser.parse_args()
 
+    from support import operator_harness as harness
+
     from mwms_dev.cluster import LocalCluster, free_port
     from mwms_dev.devcluster import project_images
 
-    harness = load_harness()
     loadavg_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="mwms-load-") as tmp:
         workdir = Path(tmp)

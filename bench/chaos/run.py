@@ -48,10 +48,9 @@ def load(name: str, path: Path) -> Any:
 
 
 experiments = load("mwms_chaos_experiments", HERE / "experiments.py")
-# The operator as the integration tests run it: its ServiceAccount's token, RBAC enforced (one harness). It
-# imports tests/support, as it does under pytest.
+# tests/support: the operator as the integration tests run it (its ServiceAccount's token, RBAC enforced).
 sys.path.insert(0, str(REPO / "tests"))
-harness = load("mwms_operator_harness", REPO / "tests" / "integration" / "operator" / "conftest.py")
+from support import operator_harness as harness  # noqa: E402
 
 
 class Kubectl:

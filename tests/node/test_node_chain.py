@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.trainjobs import trainjob
 
 from mwms_dev.chain import check_mlflow, runs_of_job, score_model
 from mwms_trainer.tracking import TAG_RESUMED_FROM_EPOCH
@@ -116,18 +117,14 @@ EPOCH_DONE = re.compile(rf"^worker \d+ epoch \d+/{EPOCHS} ", re.MULTILINE)
 
 def training_job(name: str, checkpoint_dir: Path) -> dict:
     # 10000 synthetic rows: epochs of a few seconds each, so a kill seen after one epoch lands mid-fit.
-    return {
-        "apiVersion": "mwms.dev/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 2,
-            "trainer": {"dataset": "synthetic", "syntheticSamples": 10000, "seed": 42, "epochs": EPOCHS},
-            "mlflow": {"experiment": name},
-            "checkpoint": {"hostPath": {"path": str(checkpoint_dir), "type": "Directory"}},
-            "runPolicy": {"backoffLimit": 3},
-        },
-    }
+    return trainjob(
+        name,
+        2,
+        trainer={"dataset": "synthetic", "syntheticSamples": 10000, "seed": 42, "epochs": EPOCHS},
+        mlflow={"experiment": name},
+        checkpoint={"hostPath": {"path": str(checkpoint_dir), "type": "Directory"}},
+        runPolicy={"backoffLimit": 3},
+    )
 
 
 def test_killed_worker_then_killed_chief_restart_the_group_which_resumes_into_one_run(

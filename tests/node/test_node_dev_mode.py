@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.trainjobs import trainjob
 
 from mwms_dev.devmode import DEV_MOUNT, PRIVILEGED, dev_mode_template, dev_mode_values
 
@@ -76,16 +77,13 @@ def test_operator_and_workers_run_the_mounted_checkout(node_kubectl, node_chain,
 
             name = "dev-mode"
             node_kubectl.apply(
-                {
-                    "apiVersion": "mwms.dev/v1alpha1",
-                    "kind": "TrainJob",
-                    "metadata": {"name": name, "namespace": job_ns},
-                    "spec": {
-                        "replicas": 1,
-                        "trainer": {"dataset": "synthetic", "syntheticSamples": 256, "epochs": 2},
-                        "template": dev_mode_template(root),
-                    },
-                }
+                trainjob(
+                    name,
+                    1,
+                    namespace=job_ns,
+                    trainer={"dataset": "synthetic", "syntheticSamples": 256, "epochs": 2},
+                    template=dev_mode_template(root),
+                )
             )
             chain.wait_succeeded(name)  # the chief's container has ended: its log is complete
             worker_log = node_kubectl("logs", "-n", job_ns, f"{name}-worker-0").stdout

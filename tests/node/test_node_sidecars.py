@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.trainjobs import trainjob
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 
@@ -32,7 +33,7 @@ def shell(name: str, image: str, script: str) -> dict:
     }
 
 
-def trainjob(name: str, image: str, *, sidecars=(), native_sidecars=()) -> dict:
+def sidecar_job(name: str, image: str, *, sidecars=(), native_sidecars=()) -> dict:
     """Worker 0 (the chief) writes its run and exits 0 after 8 s; worker 1 exits 0 at once."""
     run = json.dumps(RUN)
     trainer = shell(
@@ -41,15 +42,10 @@ def trainjob(name: str, image: str, *, sidecars=(), native_sidecars=()) -> dict:
         f"case \"$TF_CONFIG\" in *'\"index\":0'*) sleep 8; echo '{run}' > /dev/termination-log;; esac; "
         "exit 0",
     )
-    spec: dict = {"terminationGracePeriodSeconds": 2, "containers": [trainer, *sidecars]}
+    pod: dict = {"terminationGracePeriodSeconds": 2, "containers": list(sidecars)}
     if native_sidecars:
-        spec["initContainers"] = [dict(c, restartPolicy="Always") for c in native_sidecars]
-    return {
-        "apiVersion": "mwms.dev/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": name},
-        "spec": {"replicas": 2, "image": image, "template": {"spec": spec}},
-    }
+        pod["initContainers"] = [dict(c, restartPolicy="Always") for c in native_sidecars]
+    return trainjob(name, 2, image=image, container=trainer, template={"spec": pod})
 
 
 def wait_succeeded(kubectl, namespace: str, name: str) -> dict:
@@ -65,7 +61,7 @@ def wait_succeeded(kubectl, namespace: str, name: str) -> dict:
 def test_a_sleep_infinity_sidecar_does_not_keep_the_job_running(
     node_operator, node_kubectl, node_namespace, busybox, wait_for
 ):
-    job = trainjob("forever", busybox, sidecars=[shell("shipper", busybox, "exec sleep infinity")])
+    job = sidecar_job("forever", busybox, sidecars=[shell("shipper", busybox, "exec sleep infinity")])
     node_kubectl.apply(job, "-n", node_namespace)
     done = wait_succeeded(node_kubectl, node_namespace, "forever")
     assert done["status"]["mlflow"]["runId"] == "sidecar-run"
@@ -81,14 +77,14 @@ def test_a_sidecar_failing_after_the_trainer_succeeded_does_not_fail_the_job(
     node_operator, node_kubectl, node_namespace, busybox
 ):
     # Every worker's log shipper exits 1 two seconds in: worker 1's pod is Failed while the chief still runs.
-    job = trainjob("flaky", busybox, sidecars=[shell("shipper", busybox, "sleep 2; exit 1")])
+    job = sidecar_job("flaky", busybox, sidecars=[shell("shipper", busybox, "sleep 2; exit 1")])
     node_kubectl.apply(job, "-n", node_namespace)
     done = wait_succeeded(node_kubectl, node_namespace, "flaky")
     assert done["status"]["restarts"] == 0
 
 
 def test_a_native_sidecar_is_allowed(node_operator, node_kubectl, node_namespace, busybox):
-    job = trainjob("native", busybox, native_sidecars=[shell("proxy", busybox, "exec sleep infinity")])
+    job = sidecar_job("native", busybox, native_sidecars=[shell("proxy", busybox, "exec sleep infinity")])
     node_kubectl.apply(job, "-n", node_namespace)
     done = wait_succeeded(node_kubectl, node_namespace, "native")
     assert done["status"]["mlflow"]["runId"] == "sidecar-run"
@@ -112,7 +108,7 @@ def test_the_kubelets_image_errors_fail_the_job_with_its_message(
     containerErrorGraceSeconds (10 s here; 120 by default)."""
     images = {"unparsable": "ghcr.io/MWMS/Trainer:1", "unpullable": "registry.invalid/mwms/x:1"}
     for name, image in images.items():
-        job = trainjob(name, busybox)
+        job = sidecar_job(name, busybox)
         job["spec"]["template"]["spec"]["containers"][0]["image"] = image
         job["spec"]["runPolicy"] = {"startupTimeoutSeconds": 3600, "containerErrorGraceSeconds": 10}
         node_kubectl.apply(job, "-n", node_namespace)

@@ -10,6 +10,7 @@ import json
 
 import pytest
 from support.mlflow_server import MlflowServer
+from support.trainjobs import trainjob
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 STARTUP_TIMEOUT = 60  # the chief imports TensorFlow and opens its MLflow run before it waits for its peer
@@ -29,27 +30,23 @@ def pod_mlflow(real_cluster, tmp_path_factory):
 def test_workers_that_run_but_cannot_resolve_each_other_fail_with_startup_timeout_naming_them_and_why(
     node_operator, node_kubectl, node_namespace, node_trainer_image, pod_mlflow
 ):
-    job = {
-        "apiVersion": "mwms.dev/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": "nodns"},
-        "spec": {
-            "replicas": 2,
-            "image": node_trainer_image,
-            "mlflow": {"trackingUri": pod_mlflow.url},
-            "runPolicy": {"startupTimeoutSeconds": STARTUP_TIMEOUT, "backoffLimit": 0},
-            "template": {
-                "spec": {
-                    "dnsPolicy": "None",
-                    "dnsConfig": {
-                        "nameservers": ["127.0.0.1"],
-                        "options": [{"name": "attempts", "value": "1"}, {"name": "timeout", "value": "1"}],
-                    },
-                    "containers": [{"name": "trainer", "imagePullPolicy": "IfNotPresent"}],
-                }
-            },
+    job = trainjob(
+        "nodns",
+        2,
+        image=node_trainer_image,
+        mlflow={"trackingUri": pod_mlflow.url},
+        runPolicy={"startupTimeoutSeconds": STARTUP_TIMEOUT, "backoffLimit": 0},
+        container={"imagePullPolicy": "IfNotPresent"},
+        template={
+            "spec": {
+                "dnsPolicy": "None",
+                "dnsConfig": {
+                    "nameservers": ["127.0.0.1"],
+                    "options": [{"name": "attempts", "value": "1"}, {"name": "timeout", "value": "1"}],
+                },
+            }
         },
-    }
+    )
     node_kubectl.apply(job, "-n", node_namespace)
     # A wait deadline, not a timing assert: the clock starts once a worker runs.
     done = node_kubectl(

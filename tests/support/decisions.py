@@ -9,6 +9,7 @@ from mwms_operator.pods import PodEvents, WorkerPod
 from mwms_operator.policy import decide
 from mwms_operator.spec import parse_trainjob
 from mwms_operator.status import JobMeta
+from support.trainjobs import trainjob
 
 META = JobMeta(name="mnist", namespace="team-a", uid="uid-1", generation=1)
 T0 = datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC)
@@ -16,9 +17,7 @@ RUN = '{"runId": "r123", "experimentId": "7", "modelUri": "models:/m/1", "metric
 
 
 def spec(replicas=3, **fields):
-    return parse_trainjob(
-        {"metadata": {"name": "mnist"}, "spec": {"replicas": replicas, **fields}}, OperatorConfig()
-    )
+    return parse_trainjob(trainjob("mnist", replicas, **fields), OperatorConfig())
 
 
 def pod(i, phase="Running", restart=0, **kw):

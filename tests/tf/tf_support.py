@@ -18,6 +18,7 @@ from typing import Any
 
 from support.pid_namespace import start_as_pid1
 from support.tables import write_parts  # noqa: F401  (the tf tests' tables; tests/support for other tiers too)
+from support.trainjobs import trainjob
 
 from mwms_contract.trainjob import TrainJobSpec
 from mwms_operator.config import OperatorConfig
@@ -38,15 +39,17 @@ def trainjob_spec(
     code: Mapping[str, Any] | None = None,
 ) -> TrainJobSpec:
     """`code` (spec.code) instead of `trainer`: give the group MWMS_CODE_DIR, where the files are."""
-    spec: dict[str, Any] = {
-        "replicas": replicas,
-        "mlflow": {"experiment": name},
-        "runPolicy": {"startupTimeoutSeconds": startup_timeout},
-    }
-    spec.update({"code": dict(code)} if code is not None else {"trainer": dict(trainer or {})})
+    spec: dict[str, Any] = {"code": dict(code)} if code is not None else {"trainer": dict(trainer or {})}
     if checkpoint:
         spec["checkpoint"] = {"hostPath": {"path": "/unused-locally"}}
-    return parse_trainjob({"metadata": {"name": name}, "spec": spec}, OperatorConfig())
+    body = trainjob(
+        name,
+        replicas,
+        mlflow={"experiment": name},
+        runPolicy={"startupTimeoutSeconds": startup_timeout},
+        **spec,
+    )
+    return parse_trainjob(body, OperatorConfig())
 
 
 @dataclass

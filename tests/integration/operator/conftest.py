@@ -1,113 +1,22 @@
-"""The operator as users run it: `python -m mwms_operator` with the CRD and RBAC from manifests/, logged in
-as its ServiceAccount through a TokenRequest (so RBAC is enforced), against the tier's cluster (a real node);
-the workers are stand-ins (tests/support/standin_worker.py) in pods of the project's trainer image."""
+"""The operator as users run it (support.operator_harness: `python -m mwms_operator` with the CRD and RBAC
+from manifests/, logged in as its ServiceAccount through a TokenRequest, so RBAC is enforced), against the
+tier's cluster (a real node); the workers are stand-ins (tests/support/standin_worker.py) in pods of the
+project's trainer image. Only fixtures here: what they call lives in tests/support/."""
 
 from __future__ import annotations
 
-import functools
-import os
-import signal
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from support.mlflow_server import MlflowServer
+from support.operator_harness import REPO, OperatorProcess, apply_operator_rbac, service_account_kubeconfig
 from support.standin import standin_container
+from support.trainjobs import trainjob
 
-REPO = Path(__file__).resolve().parents[3]
-OPERATOR_NAMESPACE = "mwms-system"
-SERVICE_ACCOUNT = "mwms-operator"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class OperatorProcess:
-    """One `python -m mwms_operator` subprocess at a time; its log accumulates across restarts."""
-
-    def __init__(self, kubeconfig: Path, log_path: Path, extra_env: dict[str, str] | None = None) -> None:
-        self.kubeconfig, self.log_path, self.extra_env = kubeconfig, log_path, dict(extra_env or {})
-        self.metrics_port, self.health_port = free_port(), free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(self.kubeconfig),
-            "MWMS_METRICS_PORT": str(self.metrics_port),
-            "MWMS_HEALTH_PORT": str(self.health_port),
-            "MWMS_RECONCILE_INTERVAL_SECONDS": "1",
-            "MWMS_PROGRESS_INTERVAL_SECONDS": "2",
-            "MWMS_LOG_LEVEL": "INFO",
-            **self.extra_env,
-        }
-        env.pop("KUBERNETES_SERVICE_HOST", None)
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "mwms_operator"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
-        )
-
-    def kill(self) -> None:
-        """SIGKILL: no graceful shutdown, like a node dying under the operator."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=30)
-        self.process = None
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=30)
-        self.process = None
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
-def service_account_kubeconfig(
-    kubectl: Any,
-    cluster: Any,
-    path: Path,
-    account: str = SERVICE_ACCOUNT,
-    account_namespace: str = OPERATOR_NAMESPACE,
-) -> Path:
-    token = kubectl("create", "token", account, "-n", account_namespace, "--duration=2h").stdout.strip()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {"server": cluster.server, "certificate-authority": str(cluster.ca_file)},
-            }
-        ],
-        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
-        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": SERVICE_ACCOUNT}}],
-        "current-context": "operator",
-    }
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
-
-
-def apply_operator_rbac(kubectl: Any) -> None:
-    """The operator's namespace, ServiceAccount and RBAC from manifests/."""
-    if kubectl("get", "namespace", OPERATOR_NAMESPACE, check=False).returncode != 0:
-        kubectl("create", "namespace", OPERATOR_NAMESPACE)
-    kubectl("apply", "-f", str(REPO / "manifests" / "rbac.yaml"))
+from mwms_dev.cluster import free_port
 
 
 @pytest.fixture(scope="module")
@@ -183,30 +92,22 @@ def standin(trainer_image: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="package")
-def make_standin(standin: dict[str, Any]) -> Callable[..., dict]:
-    """`make_standin(name, replicas, env={...}, **spec)`: see standin_trainjob."""
-    return functools.partial(standin_trainjob, standin)
+def make_standin(standin: dict[str, Any]) -> Callable[..., dict[str, Any]]:
+    """`make_standin(name, replicas=3, env={...}, container={...}, **spec)`: a TrainJob (support.trainjobs)
+    whose `trainer` container runs the stand-in worker instead of TensorFlow; `container` adds to or
+    overrides its fields, `template` is the rest of the pod template."""
 
+    def make(
+        name: str,
+        replicas: int = 3,
+        *,
+        env: dict[str, str] | None = None,
+        container: dict[str, Any] | None = None,
+        **spec: Any,
+    ) -> dict[str, Any]:
+        return trainjob(name, replicas, container={**standin, **(container or {})}, env=env or {}, **spec)
 
-def standin_trainjob(
-    standin: dict[str, Any], name: str, replicas: int = 3, *, env: dict[str, str] | None = None, **spec: Any
-) -> dict:
-    """A TrainJob whose `trainer` container runs the stand-in worker (`standin`: image and command) instead
-    of TensorFlow; `template={"container": {...}, "spec": {...}}` adds to the container and the pod spec."""
-    template = spec.pop("template", {})
-    container = {
-        "name": "trainer",
-        **standin,
-        "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
-    }
-    container.update(template.pop("container", {}))
-    template.setdefault("spec", {})["containers"] = [container]
-    return {
-        "apiVersion": "mwms.dev/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": name},
-        "spec": {"replicas": replicas, "template": template, **spec},
-    }
+    return make
 
 
 @pytest.fixture(scope="module")

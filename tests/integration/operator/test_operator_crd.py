@@ -6,12 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.trainjobs import trainjob
 
 pytestmark = pytest.mark.integration
-
-
-def trainjob(name="bad", **spec):
-    return {"apiVersion": "mwms.dev/v1alpha1", "kind": "TrainJob", "metadata": {"name": name}, "spec": spec}
 
 
 # The trainer container may not set what the operator sets (TF_CONFIG, MWMS_*, MLFLOW_...).
@@ -20,32 +17,32 @@ RESERVED_ENV_TEMPLATE = {
 }
 
 MALFORMED = [
-    (trainjob(), "spec.replicas: Required value"),
-    (trainjob(replicas=0), "spec.replicas"),
-    (trainjob(replicas=257), "spec.replicas"),
-    (trainjob(replicas="two"), "spec.replicas"),
-    (trainjob(replicas=2, port=70000), "spec.port"),
-    (trainjob(replicas=4, trainer={"globalBatchSize": 6}), "spec.trainer.globalBatchSize"),
-    (trainjob(replicas=2, trainer={"dataset": "mnist"}), "spec.trainer.dataset"),
-    (trainjob(replicas=2, trainer={"dataset": "csv"}), "spec.trainer.dataPath"),
-    (trainjob(replicas=2, trainer={"testSize": 1.5}), "spec.trainer.testSize"),
-    (trainjob(replicas=2, trainer={"learningRate": 0}), "spec.trainer.learningRate"),
-    (trainjob(replicas=2, trainer={"hiddenUnits": [0]}), "spec.trainer.hiddenUnits[0]"),
-    (trainjob(replicas=2, trainer={"sharding": "rows"}), "spec.trainer.sharding"),
-    (trainjob(replicas=2, trainer={"sharding": "files"}), "spec.trainer.sharding files needs"),
-    (trainjob(replicas=2, trainer={"epochz": 3}), 'unknown field "spec.trainer.epochz"'),
-    (trainjob(replicas=2, runPolicy={"cleanPodPolicy": "Sometimes"}), "spec.runPolicy.cleanPodPolicy"),
-    (trainjob(replicas=2, runPolicy={"backoffLimit": -1}), "spec.runPolicy.backoffLimit"),
-    (trainjob(replicas=2, runPolicy={"activeDeadlineSeconds": 0}), "spec.runPolicy.activeDeadlineSeconds"),
-    (trainjob(replicas=2, checkpoint={}), "spec.checkpoint"),
+    (trainjob("bad", None), "spec.replicas: Required value"),
+    (trainjob("bad", 0), "spec.replicas"),
+    (trainjob("bad", 257), "spec.replicas"),
+    (trainjob("bad", "two"), "spec.replicas"),
+    (trainjob("bad", 2, port=70000), "spec.port"),
+    (trainjob("bad", 4, trainer={"globalBatchSize": 6}), "spec.trainer.globalBatchSize"),
+    (trainjob("bad", 2, trainer={"dataset": "mnist"}), "spec.trainer.dataset"),
+    (trainjob("bad", 2, trainer={"dataset": "csv"}), "spec.trainer.dataPath"),
+    (trainjob("bad", 2, trainer={"testSize": 1.5}), "spec.trainer.testSize"),
+    (trainjob("bad", 2, trainer={"learningRate": 0}), "spec.trainer.learningRate"),
+    (trainjob("bad", 2, trainer={"hiddenUnits": [0]}), "spec.trainer.hiddenUnits[0]"),
+    (trainjob("bad", 2, trainer={"sharding": "rows"}), "spec.trainer.sharding"),
+    (trainjob("bad", 2, trainer={"sharding": "files"}), "spec.trainer.sharding files needs"),
+    (trainjob("bad", 2, trainer={"epochz": 3}), 'unknown field "spec.trainer.epochz"'),
+    (trainjob("bad", 2, runPolicy={"cleanPodPolicy": "Sometimes"}), "spec.runPolicy.cleanPodPolicy"),
+    (trainjob("bad", 2, runPolicy={"backoffLimit": -1}), "spec.runPolicy.backoffLimit"),
+    (trainjob("bad", 2, runPolicy={"activeDeadlineSeconds": 0}), "spec.runPolicy.activeDeadlineSeconds"),
+    (trainjob("bad", 2, checkpoint={}), "spec.checkpoint"),
     (
-        trainjob(replicas=2, checkpoint={"persistentVolumeClaim": {}}),
+        trainjob("bad", 2, checkpoint={"persistentVolumeClaim": {}}),
         "spec.checkpoint.persistentVolumeClaim.claimName",
     ),
-    (trainjob(replicas=2, mlflow={"experiment": ""}), "spec.mlflow.experiment"),
-    (trainjob(name="x" * 53, replicas=2), "metadata.name"),
-    (trainjob(name="9lives", replicas=2), "metadata.name"),
-    (trainjob(replicas=2, template=RESERVED_ENV_TEMPLATE), "spec.template.spec.containers[0].env"),
+    (trainjob("bad", 2, mlflow={"experiment": ""}), "spec.mlflow.experiment"),
+    (trainjob("x" * 53, 2), "metadata.name"),
+    (trainjob("9lives", 2), "metadata.name"),
+    (trainjob("bad", 2, template=RESERVED_ENV_TEMPLATE), "spec.template.spec.containers[0].env"),
 ]
 
 
@@ -68,7 +65,7 @@ IMMUTABLE = [
 
 def test_training_settings_are_immutable_and_suspend_is_not(crd, kubectl, namespace):
     kubectl.apply(
-        trainjob(name="fixed", replicas=2, trainer={"epochs": 2}, runPolicy={"suspend": True}),
+        trainjob("fixed", 2, trainer={"epochs": 2}, runPolicy={"suspend": True}),
         "-n",
         namespace,
     )
@@ -99,7 +96,7 @@ def test_training_settings_are_immutable_and_suspend_is_not(crd, kubectl, namesp
 
 
 def test_a_template_edit_that_sets_reserved_env_is_refused_naming_the_field(crd, kubectl, namespace):
-    kubectl.apply(trainjob(name="edited", replicas=2, runPolicy={"suspend": True}), "-n", namespace)
+    kubectl.apply(trainjob("edited", 2, runPolicy={"suspend": True}), "-n", namespace)
     patch = json.dumps({"spec": {"template": RESERVED_ENV_TEMPLATE}})
     result = kubectl("patch", "trainjob", "edited", "-n", namespace, "--type=merge", "-p", patch, check=False)
     assert result.returncode != 0, "accepted"
@@ -108,7 +105,7 @@ def test_a_template_edit_that_sets_reserved_env_is_refused_naming_the_field(crd,
 
 
 def test_defaults_are_applied_by_the_api_server(crd, kubectl, namespace):
-    kubectl.apply(trainjob(name="defaults", replicas=2, runPolicy={"suspend": True}), "-n", namespace)
+    kubectl.apply(trainjob("defaults", 2, runPolicy={"suspend": True}), "-n", namespace)
     spec = kubectl.json("get", "trainjob", "defaults", "-n", namespace)["spec"]
     assert spec["port"] == 2222
     assert spec["runPolicy"] == {

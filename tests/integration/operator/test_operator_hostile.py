@@ -10,7 +10,6 @@ no shell between a TrainJob and exec). Examples are derandomized and bounded, so
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import time
 import uuid
@@ -23,12 +22,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
+from support.trainjobs import trainjob
 
-from mwms_contract.names import RESERVED_ENV
+from mwms_contract.names import GROUP, PLURAL, RESERVED_ENV, VERSION
 
 pytestmark = pytest.mark.integration
 
-GROUP, VERSION, PLURAL = "mwms.dev", "v1alpha1", "trainjobs"
 PHASES = {"Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"}
 HANDLED_TIMEOUT = 45  # seconds for the operator to write a status for an accepted body
 SETTINGS = settings(
@@ -172,15 +171,7 @@ NAMES = st.tuples(st.integers(0, 9), st.sampled_from(BAD_NAMES)).map(lambda t: t
 
 def standin_job(name: str, standin: dict[str, Any]) -> dict[str, Any]:
     """A 1-worker TrainJob running the stand-in worker (no TensorFlow): accepted bodies finish in seconds."""
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TrainJob",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "template": {"spec": {"containers": [{"name": "trainer", **copy.deepcopy(standin)}]}},
-        },
-    }
+    return trainjob(name, 1, container=standin)
 
 
 def mutate(body: dict[str, Any], mutation: Mutation) -> None:

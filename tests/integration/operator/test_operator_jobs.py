@@ -39,8 +39,8 @@ def fail_once_trainjob(make_standin, name: str, replicas: int, marker_dir) -> di
             "STANDIN_FAIL_ONCE_FILE": "/marker/failed",
         },
         runPolicy={"cleanPodPolicy": "None"},
+        container={"volumeMounts": [{"name": "marker", "mountPath": "/marker"}]},
         template={
-            "container": {"volumeMounts": [{"name": "marker", "mountPath": "/marker"}]},
             "spec": {
                 "volumes": [{"name": "marker", "hostPath": {"path": str(marker_dir), "type": "Directory"}}]
             },
@@ -321,7 +321,7 @@ def test_progress_and_the_run_come_from_mlflow(
 def test_a_template_the_api_server_refuses_fails_the_job_with_its_message(
     operator, make_standin, kubectl, namespace
 ):
-    job = make_standin("odd", 2, template={"container": {"imagePullPolicy": "Sometimes"}})
+    job = make_standin("odd", 2, container={"imagePullPolicy": "Sometimes"})
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "odd", "Failed")
     failed = condition(done, "Failed")

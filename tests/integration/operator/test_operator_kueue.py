@@ -102,14 +102,13 @@ def queued_namespace(kubectl: Any, namespace: str, kueue: Any, wait_for: Any) ->
 
 
 def queued_job(make_standin: Any, name: str) -> dict[str, Any]:
-    job = make_standin(
+    return make_standin(
         name,
         2,
+        labels={"kueue.x-k8s.io/queue-name": QUEUE},
         env={"STANDIN_SLEEP_SECONDS": "6", "STANDIN_LINGER_SECONDS": "300"},
-        template={"container": {"resources": {"requests": {"cpu": "100m"}}}},
+        container={"resources": {"requests": {"cpu": "100m"}}},
     )
-    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": QUEUE}
-    return job
 
 
 def test_two_jobs_with_quota_for_one_run_one_after_the_other(

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from support.s3_server import BUCKET, S3Server, env_from_secret, make_secret
 from support.tables import write_parts
+from support.trainjobs import trainjob
 
 # SeaweedFS may still be building in `make test`'s background (hack/run-tests.py): the module's fixtures
 # wait on its build lock, so the timeout counts the tests themselves only.
@@ -43,26 +44,20 @@ def table(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def s3_trainjob(name: str, data_path: str, s3: S3Server, secret: str) -> dict[str, Any]:
     """A 2-worker TrainJob reading `data_path`, its S3 credentials from Secret `secret`."""
-    return {
-        "apiVersion": "mwms.dev/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 2,
-            "trainer": {
-                "dataset": "parquet",
-                "dataPath": data_path,
-                "sharding": "files",
-                "epochs": 2,
-                "globalBatchSize": 32,
-                "testSize": 0.25,
-            },
-            "mlflow": {"experiment": f"{name}-{uuid.uuid4().hex[:6]}"},
-            "template": {
-                "spec": {"containers": [{"name": "trainer", "env": env_from_secret(secret, s3.endpoint)}]}
-            },
+    return trainjob(
+        name,
+        2,
+        trainer={
+            "dataset": "parquet",
+            "dataPath": data_path,
+            "sharding": "files",
+            "epochs": 2,
+            "globalBatchSize": 32,
+            "testSize": 0.25,
         },
-    }
+        mlflow={"experiment": f"{name}-{uuid.uuid4().hex[:6]}"},
+        env=env_from_secret(secret, s3.endpoint),
+    )
 
 
 def seen_by_users(kubectl: Any, operator: Any, namespace: str, name: str) -> str:

@@ -76,7 +76,7 @@ def test_a_whole_group_waiting_for_the_scheduler_does_not_time_out(
         "greedy",
         2,
         runPolicy={"startupTimeoutSeconds": 3},
-        template={"container": {"resources": {"requests": {"cpu": "64"}}}},
+        container={"resources": {"requests": {"cpu": "64"}}},
     )
     kubectl.apply(job, "-n", namespace)
     pending = wait_condition(kubectl, namespace, "greedy", "Created")
@@ -120,7 +120,7 @@ def test_a_partly_started_group_that_cannot_schedule_its_other_workers_times_out
         "partial",
         2,
         runPolicy={"startupTimeoutSeconds": 5},
-        template={"container": {"resources": {"requests": {"cpu": f"{millicores * 3 // 5}m"}}}},
+        container={"resources": {"requests": {"cpu": f"{millicores * 3 // 5}m"}}},
     )
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "partial", "Failed")
@@ -137,7 +137,7 @@ def test_an_invalid_image_name_fails_at_once_with_the_containers_message(
         "badimage",
         2,
         runPolicy={"startupTimeoutSeconds": 3600},
-        template={"container": {"image": "ghcr.io/MWMS/Trainer:1"}},
+        container={"image": "ghcr.io/MWMS/Trainer:1"},
     )
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "badimage", "Failed")

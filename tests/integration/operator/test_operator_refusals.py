@@ -89,7 +89,7 @@ def test_a_pod_field_the_api_server_does_not_know_fails_the_job_naming_it(
     """`resourcez` passes the CRD (spec.template.spec is a PodSpec the API server checks) but not the strict
     field validation the operator creates pods with: the job fails at once naming it, instead of running
     without the resources its author meant to ask for (the API server's default drops an unknown field)."""
-    kubectl.apply(make_standin("typo", 2, template={"container": {"resourcez": {"limits": {"cpu": "1"}}}}),
+    kubectl.apply(make_standin("typo", 2, container={"resourcez": {"limits": {"cpu": "1"}}}),
                   "-n", namespace)  # fmt: skip
     kubectl("wait", "--for=condition=Failed", "trainjob/typo", "-n", namespace, "--timeout=60s", timeout=70)
     failed = condition(get_job(kubectl, namespace, "typo"), "Failed")
@@ -131,7 +131,7 @@ def test_a_limit_range_refusal_is_shown_and_retried(operator, make_standin, kube
     }
     kubectl.apply(limits, "-n", namespace)
     big = {"resources": {"requests": {"cpu": "600m"}, "limits": {"cpu": "600m"}}}  # both fit on 2 CPUs
-    kubectl.apply(make_standin("big", 2, template={"container": big}), "-n", namespace)
+    kubectl.apply(make_standin("big", 2, container=big), "-n", namespace)
     wait_refused(kubectl, wait_for, namespace, "big", "maximum cpu usage per Container is 500m")
 
     kubectl("delete", "limitrange", "small", "-n", namespace)

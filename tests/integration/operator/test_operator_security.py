@@ -233,14 +233,14 @@ def test_secret_values_never_reach_the_log_status_or_events(
         {"name": "API_TOKEN_SHA256", "value": digest},
     ]
     command = secret_checking_command(standin["command"])
-    ok = make_standin("secretive", 2, template={"container": {"command": command, "env": env}})
+    ok = make_standin("secretive", 2, container={"command": command, "env": env})
     # The failure path writes conditions and warning events with termination messages: no token there either.
     failing_env = [
         *env,
         {"name": "STANDIN_FAIL_INDEX", "value": "1"},
         {"name": "STANDIN_EXIT_CODE", "value": "2"},
     ]
-    failing = make_standin("leaky", 2, template={"container": {"command": command, "env": failing_env}})
+    failing = make_standin("leaky", 2, container={"command": command, "env": failing_env})
     kubectl.apply([ok, failing], "-n", namespace)
     for name, type_ in (("secretive", "Succeeded"), ("leaky", "Failed")):
         kubectl(
@@ -277,7 +277,7 @@ def test_worker_pods_are_refused_clearly_under_restricted_pod_security(
         "label", "namespace", namespace, "--overwrite",
         "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/enforce-version=latest",
     )  # fmt: skip
-    job = make_standin("privileged", 1, template={"container": {"securityContext": {"privileged": True}}})
+    job = make_standin("privileged", 1, container={"securityContext": {"privileged": True}})
     kubectl.apply(job, "-n", namespace)
 
     def settled():

@@ -21,6 +21,7 @@ from support.submit import (
     run_seed_function,
     user_module,
 )
+from support.trainjobs import trainjob
 
 pytestmark = pytest.mark.integration
 
@@ -147,16 +148,8 @@ def test_a_syntax_error_names_file_and_line(operator, cluster, kubectl, namespac
 
 
 def test_a_missing_configmap_fails_naming_the_field(operator, kubectl, namespace):
-    kubectl.apply(
-        {
-            "apiVersion": "mwms.dev/v1alpha1",
-            "kind": "TrainJob",
-            "metadata": {"name": "nocode"},
-            "spec": {"replicas": 1, "code": {"configMap": "not-there", "entrypoint": "train:main"}},
-        },
-        "-n",
-        namespace,
-    )
+    job = trainjob("nocode", 1, code={"configMap": "not-there", "entrypoint": "train:main"})
+    kubectl.apply(job, "-n", namespace)
     kubectl(
         "wait", "--for=condition=Failed", "trainjob/nocode", "-n", namespace, "--timeout=300s", timeout=310
     )
@@ -192,24 +185,14 @@ def test_a_missing_configmap_fails_naming_the_field(operator, kubectl, namespace
     ],
 )
 def test_the_api_server_refuses_bad_code_naming_the_field(crd, kubectl, namespace, code, field, words):
-    body = {
-        "apiVersion": "mwms.dev/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": "bad"},
-        "spec": {"replicas": 1, "code": code},
-    }
+    body = trainjob("bad", 1, code=code)
     refused = kubectl.apply(body, "-n", namespace, "--dry-run=server", check=False)
     assert refused.returncode != 0
     assert field in refused.stderr and words in refused.stderr, refused.stderr
 
 
 def test_code_and_trainer_together_are_refused(crd, kubectl, namespace):
-    body = {
-        "apiVersion": "mwms.dev/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": "both"},
-        "spec": {"replicas": 1, "trainer": {"epochs": 1}, "code": {"configMap": "c", "entrypoint": "m:f"}},
-    }
+    body = trainjob("both", 1, trainer={"epochs": 1}, code={"configMap": "c", "entrypoint": "m:f"})
     refused = kubectl.apply(body, "-n", namespace, "--dry-run=server", check=False)
     assert refused.returncode != 0 and "spec.code and spec.trainer are exclusive" in refused.stderr
 
@@ -261,18 +244,11 @@ def test_code_from_a_volume_runs_like_a_configmap(operator, kubectl, namespace, 
         "def main():\n"
         "    return {'words': len((Path(__file__).parent / 'vocabulary.txt').read_text().split())}\n"
     )
-    job = {
-        "apiVersion": "mwms.dev/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": "fromvolume"},
-        "spec": {
-            "replicas": 1,
-            "code": {
-                "volume": {"hostPath": {"path": str(code), "type": "Directory"}},
-                "entrypoint": "pkg.job:main",
-            },
-        },
-    }
+    job = trainjob(
+        "fromvolume",
+        1,
+        code={"volume": {"hostPath": {"path": str(code), "type": "Directory"}}, "entrypoint": "pkg.job:main"},
+    )
     kubectl.apply(job, "-n", namespace)
     kubectl(
         "wait", "--for=condition=Succeeded", "trainjob/fromvolume", "-n", namespace, "--timeout=300s",

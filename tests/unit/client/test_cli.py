@@ -8,23 +8,20 @@ import sys
 
 import pytest
 import yaml
+from support.trainjobs import trainjob
 
 from mwms import cli, jobs
 
 NOW = datetime.datetime(2026, 1, 2, 12, 0, 0, tzinfo=datetime.UTC)
 
 
-def trainjob(name, phase="Running", **status):
-    return {
-        "apiVersion": "mwms.dev/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": "team-a", "creationTimestamp": "2026-01-02T11:48:00Z"},
-        "spec": {"replicas": 2},
-        "status": {"phase": phase, **status},
-    }
+def listed(name, phase="Running", **status):
+    """A 2-worker TrainJob as `kubectl get` lists it: stored 12 minutes before NOW, with a status."""
+    created = {"creationTimestamp": "2026-01-02T11:48:00Z"}
+    return trainjob(name, 2, namespace="team-a", metadata=created, status={"phase": phase, **status})
 
 
-FAILED = trainjob(
+FAILED = listed(
     "b",
     "Failed",
     restarts=1,
@@ -32,7 +29,7 @@ FAILED = trainjob(
         {"type": "Failed", "status": "True", "reason": "WorkerFailed", "message": "worker 1 exited 1\nat"}
     ],
 )
-RUNNING = trainjob(
+RUNNING = listed(
     "a", mlflow={"runId": "r1"}, progress={"epoch": 3, "epochs": 6, "metrics": {"loss": 0.5}, "runId": "r1"}
 )
 

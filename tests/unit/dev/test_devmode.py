@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.trainjobs import trainjob
 
 from mwms_dev.devmode import DEV_MOUNT, dev_mode_template, dev_pythonpath, with_dev_template
 
@@ -27,6 +28,6 @@ def test_template_mounts_the_checkout_into_the_trainer_container_read_only():
 
 
 def test_a_job_with_its_own_template_is_refused_rather_than_merged_by_guess():
-    job = {"kind": "TrainJob", "spec": {"replicas": 1, "template": {"spec": {"nodeSelector": {"a": "b"}}}}}
+    job = trainjob("own-template", 1, template={"spec": {"nodeSelector": {"a": "b"}}})
     with pytest.raises(ValueError, match="without its own spec.template"):
         with_dev_template(job)

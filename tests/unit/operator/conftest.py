@@ -1,35 +1,31 @@
-"""Factories that keep the operator's unit tests short."""
+"""Fixtures that keep the operator's unit tests short."""
 
 from __future__ import annotations
 
-import copy
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support.trainjobs import trainjob
 
 from mwms_operator.config import OperatorConfig
 
-
-def trainjob(
-    name: str = "mnist", namespace: str = "team-a", replicas: int = 3, **spec: Any
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "mwms.dev/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "uid": "0b7e9a57-1c4b-4f7e-9d43-6c1f2b9c0e11",
-            "generation": 1,
-            "creationTimestamp": "2026-12-02T10:00:00Z",
-        },
-        "spec": {"replicas": replicas, **copy.deepcopy(spec)},
-    }
+# What the API server adds to a stored TrainJob, as the operator's handlers see it.
+STORED = {
+    "uid": "0b7e9a57-1c4b-4f7e-9d43-6c1f2b9c0e11",
+    "generation": 1,
+    "creationTimestamp": "2026-12-02T10:00:00Z",
+}
 
 
 @pytest.fixture
-def make_trainjob():
-    return trainjob
+def make_trainjob() -> Callable[..., dict[str, Any]]:
+    """`make_trainjob(name="mnist", replicas=3, **spec)`: a stored TrainJob in namespace team-a."""
+
+    def make(name: str = "mnist", replicas: int = 3, **spec: Any) -> dict[str, Any]:
+        return trainjob(name, replicas, namespace="team-a", metadata=STORED, **spec)
+
+    return make
 
 
 @pytest.fixture

@@ -156,8 +156,7 @@ def test_builders_do_not_change_the_spec(make_trainjob, config):
 
 
 def test_a_queue_label_makes_the_workers_one_kueue_pod_group_per_restart(make_trainjob, config):
-    body = make_trainjob(replicas=4)
-    body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-queue"}
+    body = make_trainjob(replicas=4, labels={"kueue.x-k8s.io/queue-name": "team-queue"})
     parsed = parse_trainjob(body, config)
     hosts = worker_hosts("mnist", "team-a", 4, parsed.port, "")
     pods = [
@@ -181,8 +180,7 @@ def test_a_queue_label_makes_the_workers_one_kueue_pod_group_per_restart(make_tr
 
 
 def test_a_queue_label_that_is_not_a_string_names_the_field(make_trainjob, config):
-    body = make_trainjob()
-    body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": ""}
+    body = make_trainjob(labels={"kueue.x-k8s.io/queue-name": ""})
     with pytest.raises(SpecError, match="metadata.labels.kueue.x-k8s.io/queue-name"):
         parse_trainjob(body, config)
 

@@ -2,6 +2,7 @@
 entrypoint passed in the environment; a job without it keeps the built-in fit."""
 
 import pytest
+from support.trainjobs import trainjob
 
 from mwms_contract import names
 from mwms_contract.trainjob import CodeSpec, SpecError
@@ -148,9 +149,7 @@ def test_a_worker_that_finds_no_code_fails_the_job_as_invalid_spec():
     from mwms_operator.policy import decide
     from mwms_operator.status import JobMeta
 
-    spec = parse_trainjob(
-        {"metadata": {"name": "j"}, "spec": {"replicas": 1, "code": CODE}}, OperatorConfig()
-    )
+    spec = parse_trainjob(trainjob("j", 1, code=CODE), OperatorConfig())
     now = datetime(2026, 1, 1, tzinfo=UTC)
     first = decide(JobMeta("j", "ns", "u"), spec, [], service_exists=False, now=now)
 

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
+from support.trainjobs import trainjob
 
 from mwms_contract.names import RESERVED_ENV
 from mwms_operator.config import OperatorConfig
@@ -45,7 +46,7 @@ def test_every_field_has_a_description():
 def test_every_status_field_the_operator_writes_is_declared():
     status = schema()["properties"]["status"]
     config = OperatorConfig()
-    spec = parse_trainjob({"metadata": {"name": "j"}, "spec": {"replicas": 1}}, config)
+    spec = parse_trainjob(trainjob("j", 1), config)
     message = '{"runId": "r", "experimentId": "1", "modelUri": "m"}'
     pods = [WorkerPod("j-worker-0", 0, 0, "Succeeded", exit_code=0, message=message)]
     now = datetime(2026, 1, 1, tzinfo=UTC)

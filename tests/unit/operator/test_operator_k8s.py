@@ -19,6 +19,7 @@ from prometheus_client import REGISTRY
 from mwms_dev import pki
 from mwms_operator import k8s, refusals
 
+# Only the metadata, not a whole TrainJob: an event's apiVersion and kind must come from the operator itself.
 JOB = {"metadata": {"name": "mnist", "namespace": "ns", "uid": "u-1"}}
 
 

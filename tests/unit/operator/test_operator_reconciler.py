@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from support.trainjobs import trainjob
 
 from mwms_operator.config import OperatorConfig
 from mwms_operator.pods import worker_pod
@@ -81,17 +82,10 @@ class RecordingKube:
 
 
 def job_body(replicas: int = 2, key: JobKey = KEY, **spec: Any) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": key.name,
-            "namespace": key.namespace,
-            "uid": key.uid,
-            "generation": 1,
-            "resourceVersion": "50",
-            "creationTimestamp": "2026-12-02T10:00:00Z",
-        },
-        "spec": {"replicas": replicas, **spec},
-    }
+    """The TrainJob as a watch event carries it: stored, so with a uid, generation and resourceVersion."""
+    stored = {"uid": key.uid, "generation": 1, "resourceVersion": "50"}
+    stored["creationTimestamp"] = "2026-12-02T10:00:00Z"
+    return trainjob(key.name, replicas, namespace=key.namespace, metadata=stored, **spec)
 
 
 def pod_body(index: int, restart: int = 0, phase: str = "Pending", deleting: bool = False) -> dict[str, Any]:
@@ -326,7 +320,7 @@ def test_refusals_back_off_with_decorrelated_jitter_up_to_five_minutes(reconcile
 def test_a_pod_whose_delete_was_missed_is_looked_up_after_the_grace_and_forgotten(reconciler, indexes, now):
     clock = [0.0]
     reconciler.state.clock = lambda: clock[0]
-    reconciler.job_event("ADDED", dict(job_body(), status={"phase": "Restarting", "restarts": 1}))
+    reconciler.job_event("ADDED", job_body(status={"phase": "Restarting", "restarts": 1}))
     indexes.pod(pod_body(0, restart=0, deleting=True))  # its DELETE never comes
     if now:
         reconciler.kube.existing_pods = {"mnist-worker-0": now}
@@ -343,7 +337,7 @@ def test_a_worker_evicted_and_gone_before_its_job_was_looked_at_restarts_for_fre
     """The DELETED event of an evicted pod says it was disrupted; the reconcile may only run once the pod
     has left the index."""
     running = {"phase": "Running", "restarts": 0, "disruptions": 0, "startTime": "2026-12-02T10:00:01Z"}
-    reconciler.job_event("ADDED", dict(job_body(runPolicy={"backoffLimit": 0}), status=running))
+    reconciler.job_event("ADDED", job_body(runPolicy={"backoffLimit": 0}, status=running))
     indexes.pod(pod_body(0, phase="Running"))
     evicted = pod_body(1, phase="Failed")
     evicted["status"]["conditions"] = [
@@ -366,7 +360,7 @@ def test_a_worker_evicted_and_gone_before_its_job_was_looked_at_restarts_for_fre
 def test_a_pod_stuck_terminating_is_named_in_the_status(reconciler, indexes):
     clock = [0.0]
     reconciler.state.clock = lambda: clock[0]
-    reconciler.job_event("ADDED", dict(job_body(), status={"phase": "Restarting", "restarts": 1}))
+    reconciler.job_event("ADDED", job_body(status={"phase": "Restarting", "restarts": 1}))
     indexes.pod(pod_body(1, restart=0, deleting=True))
     reconciler.kube.existing_pods = {"mnist-worker-1": "pod-1-0"}
     clock[0] = LEAVING_GRACE_SECONDS + 1

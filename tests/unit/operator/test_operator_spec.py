@@ -207,6 +207,7 @@ def test_spec_is_frozen_and_does_not_share_the_body(make_trainjob, config):
     ],
 )
 def test_bad_specs_name_the_field(spec, field, text, config):
+    # The malformed spec is the subject: written out whole (replicas included), not from the factory.
     with pytest.raises(SpecError) as raised:
         parse_trainjob({"metadata": {"name": "j"}, "spec": spec}, config)
     assert raised.value.field == field

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.trainjobs import trainjob
 
 from mwms_contract import names
 from mwms_operator.config import OperatorConfig
@@ -14,12 +15,7 @@ from mwms_operator.spec import parse_trainjob
 from mwms_trainer import local
 
 REPO = Path(__file__).resolve().parents[3]
-GOOD = {
-    "apiVersion": names.API_VERSION,
-    "kind": "TrainJob",
-    "metadata": {"name": "j"},
-    "spec": {"replicas": 2},
-}
+GOOD = trainjob("j", 2)
 
 
 def _write(tmp_path, body):
