@@ -2,24 +2,24 @@
 chart's alerts and dashboard read only names it exports; its JSON log lines name the job they are about; and
 refusals retried 50 times against the real API server leave one Event with a count, not 50. The operator is
 the same `python -m mwms_operator`, with the CRD and RBAC of manifests/, as tests/integration/operator runs it
-(its harness is loaded from there)."""
+(tests/support/operator_harness.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
+from support import operator_harness as harness
 from support.promnames import LIBRARY_PREFIXES, names_read, naming_problems, series_names
+from support.trainjobs import trainjob
 
 pytestmark = pytest.mark.integration
 
@@ -29,28 +29,9 @@ CHART = REPO / "charts" / "mwms-operator"
 MONITORING_VALUES = CHART / "ci" / "monitoring-values.yaml"
 
 
-def _harness() -> ModuleType:
-    path = REPO / "tests" / "integration" / "operator" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("mwms_operator_harness", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _harness()
-
-
-def trainjob(name: str, replicas: int = 2) -> dict[str, Any]:
+def unrunnable_trainjob(name: str) -> dict[str, Any]:
     """A TrainJob whose workers never need to run here (there is no node): only their creation matters."""
-    container = {"name": "trainer", "image": "registry.invalid/never-pulled:1"}
-    return {
-        "apiVersion": "mwms.dev/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": name},
-        "spec": {"replicas": replicas, "template": {"spec": {"containers": [container]}}},
-    }
+    return trainjob(name, replicas=2, container={"image": "registry.invalid/never-pulled:1"})
 
 
 def scrape(port: int) -> list[tuple[str, str]]:
@@ -103,7 +84,7 @@ def test_a_live_operator_exports_names_by_the_guide_that_the_alerts_and_dashboar
     operator = harness.OperatorProcess(kubeconfig, tmp_path / "operator.log", {"MWMS_LOG_FORMAT": "json"})
     operator.start()
     try:
-        kubectl.apply(trainjob("scraped"), "-n", namespace)
+        kubectl.apply(unrunnable_trainjob("scraped"), "-n", namespace)
         # A reconcile ran, the API server answered (a refused create among them), an event was posted.
         wait_for(
             lambda: (
@@ -147,7 +128,7 @@ def test_fifty_refusals_leave_one_event_with_their_count(
     namespace = quota_of_no_pods
     monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    kubectl.apply(trainjob("refused"), "-n", namespace)
+    kubectl.apply(unrunnable_trainjob("refused"), "-n", namespace)
     body = kubectl.json("get", "trainjob", "refused", "-n", namespace)
     reconciler = Reconciler(k8s.Kube.connect(kopf.OperatorSettings()), OperatorConfig())
     reconciler.bind({}, {})
