@@ -206,11 +206,15 @@ def _mark_template(f: Facts) -> None:
 
 
 def _stall_clocks(f: Facts) -> None:
-    """Starts or stops the clocks of the startup timeout and of container errors."""
+    """Starts or stops the clocks of the startup timeout and of container errors (with the scheduled pods that
+    do not start: a volume that does not mount, a sandbox that cannot be made)."""
     waiting = [p for p in f.current if not p.started and not p.deleting]
     running, pulled = startup_clock(f.current)
-    erring = any(p.container_error for p in waiting)
-    status, now = f.b.status, format_time(f.now)
+    erring = any(p.container_error or p.not_starting for p in waiting)
+    status = f.b.status
     since = max(filter(None, (parse_time(status["stalledSince"]) or f.now, pulled)))
     status["stalledSince"] = format_time(since) if running else None
-    status["containerErrorSince"] = (status["containerErrorSince"] or now) if erring else None
+    # A pod that has just pulled its image has its container still to make: it counts from the pull's end.
+    ended = [p.events.pulled_at for p in waiting if p.not_starting and p.events and p.events.pulled_at]
+    erring_since = max([parse_time(status["containerErrorSince"]) or f.now, *ended])
+    status["containerErrorSince"] = format_time(erring_since) if erring else None

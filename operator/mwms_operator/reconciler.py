@@ -17,10 +17,11 @@ from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator import builders, k8s, metrics, refusals
 from mwms_operator.config import OperatorConfig
-from mwms_operator.pods import WorkerPod, pod_events, startup_unexplained, worker_pod
+from mwms_operator.pods import UNREADABLE, WorkerPod, pod_events, worker_pod
 from mwms_operator.policy import decide
 from mwms_operator.progress import ProgressReader, Skipped, status_patch
 from mwms_operator.spec import parse_for_group
+from mwms_operator.startup import events_wanted
 from mwms_operator.state import JobKey, State, owner_key
 from mwms_operator.status import (
     CreatePods,
@@ -146,7 +147,7 @@ class Reconciler:
         now = datetime.now(UTC)
         if await self._confirm_leaving(key):
             self.queue.add_after(key, LEAVING_GRACE_SECONDS)
-        pods = await self._with_startup_events(key, self.state.pods_of(key), previous)
+        pods = await self._with_startup_events(key, spec, self.state.pods_of(key), previous, now)
         decision = decide(
             meta,
             spec,
@@ -190,20 +191,28 @@ class Reconciler:
                 metrics.PODS_CREATED.observe((now - created).total_seconds())
 
     async def _with_startup_events(
-        self, key: JobKey, pods: list[WorkerPod], previous: Mapping[str, Any]
+        self,
+        key: JobKey,
+        spec: TrainJobSpec | SpecError,
+        pods: list[WorkerPod],
+        previous: Mapping[str, Any],
+        now: datetime,
     ) -> list[WorkerPod]:
-        """While the startup clock may run, the not-joined pods with their events (pulls, last reasons)."""
-        unexplained = startup_unexplained(pods, previous)
+        """The pods the start's rules ask about, with their events (pulls, last reasons; startup.py)."""
         found: dict[str, WorkerPod] = {}
-        for pod in unexplained:
+        forbidden = False  # once refused, the others are not asked: judged without events (UNREADABLE)
+        for pod in events_wanted(spec, pods, previous, now):
+            events = UNREADABLE
             try:
-                events = await asyncio.to_thread(self.kube.pod_events, key.namespace, pod.name, pod.uid)
+                if not forbidden:
+                    listed = await asyncio.to_thread(self.kube.pod_events, key.namespace, pod.name, pod.uid)
+                    events = pod_events(listed)
             except refusals.ApiError as error:
                 if error.status != 403:
                     raise
+                forbidden = True
                 await self._say_events_forbidden(key, error)
-                break  # judged without events: a peer whose pull cannot be seen is taken as pulling
-            found[pod.uid] = dataclasses.replace(pod, events=pod_events(events))
+            found[pod.uid] = dataclasses.replace(pod, events=events)
         return [found.get(p.uid, p) for p in pods]
 
     async def _say_events_forbidden(self, key: JobKey, error: refusals.ApiError) -> None:
@@ -214,7 +223,8 @@ class Reconciler:
             return
         message = (
             f"the operator may not list events in namespace {key.namespace} ({error.message}): the startup "
-            "timeout cannot name why a worker has not joined (an image pull, a failing probe); grant the "
+            "timeout cannot name why a worker has not joined (an image pull, a failing probe), nor the "
+            "container-error grace why one has not started (FailedMount); grant the "
             "operator's ServiceAccount `list` on events there, as the chart and manifests/rbac.yaml do"
         )
         log.warning("%s/%s: %s", key.namespace, key.name, message)

@@ -20,6 +20,7 @@ from mwms_operator.builders import pod_name
 
 MAX_MESSAGE = 1024
 
+
 def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
