@@ -18,6 +18,7 @@ from mwms_contract.conditions import (
     NAME_CONFLICT,
     PENDING,
     PODS_CREATED,
+    PROGRESS_UNAVAILABLE,
     RESTARTING,
     RUNNING,
     SUSPENDED,
@@ -34,6 +35,7 @@ from mwms_operator.status import (
     DeletePods,
     Event,
     JobMeta,
+    Said,
     format_time,
     parse_time,
     truncate,
@@ -96,6 +98,7 @@ class Facts:
     creation_refused: CreationRefused | None = None
     template_error: SpecError | None = None  # spec.template is invalid (`spec` was parsed without it)
     disrupted: Mapping[tuple[int, int], str] = dataclasses.field(default_factory=dict)
+    said: tuple[Said, ...] = ()  # conditions a look at the job's tracking server decided (runwatch.py)
 
     @property
     def restarts(self) -> int:
@@ -177,6 +180,20 @@ def prepare(f: Facts) -> None:
     _mark_created(f)
     _mark_template(f)
     _stall_clocks(f)
+    mark_said(f)
+
+
+def mark_said(f: Facts) -> None:
+    """The conditions a look at the tracking server decided, each with one event when its status or reason
+    changes. A ProgressUnavailable that was never True is not added just to say progress flows."""
+    for said in f.said:
+        previous = next((c for c in f.b.conditions if c["type"] == said.type), None)
+        if previous is None and said.type == PROGRESS_UNAVAILABLE and not said.status:
+            continue
+        value = "True" if said.status else "False"
+        if previous is None or (previous["status"], previous["reason"]) != (value, said.reason):
+            f.b.events.append(Event("Warning" if said.warning else "Normal", said.reason, said.message))
+        f.b.condition(said.type, said.status, said.reason, truncate(said.message))
 
 
 def _mark_created(f: Facts) -> None:

@@ -36,6 +36,7 @@ from mwms_operator.facts import (
     CreationRefused,
     Facts,
     cleanup,
+    mark_said,
     prepare,
     restart_backoff,
 )
@@ -50,6 +51,7 @@ from mwms_operator.status import (
     DeletePods,
     Event,
     JobMeta,
+    Said,
     chief_mlflow,
     format_time,
     parse_time,
@@ -64,6 +66,7 @@ def _rule_finished(f: Facts) -> Decision | None:
     names = cleanup(f.parsed, f.pods, remove_active=False)
     if names:
         f.b.actions.append(DeletePods(names))
+    mark_said(f)  # the run's end
     done = parse_time(f.b.status["completionTime"])
     ttl = f.parsed.ttl_seconds_after_finished if f.parsed is not None else None
     if ttl is not None and done is not None and f.now >= done + timedelta(seconds=ttl):
@@ -327,12 +330,13 @@ def decide(
     creation_refused: CreationRefused | None = None,
     template_error: SpecError | None = None,
     disrupted: Mapping[tuple[int, int], str] | None = None,
+    said: Iterable[Said] = (),
 ) -> Decision:
     """The new status and what to do, by the first of RULES that decides. `refused`: the API server's message
     when it refused to create this job's Service or a pod as invalid; `creation_refused`: when it refused
     them for now (quota, LimitRange, webhook); `template_error`: spec.template is invalid and `spec` was
     parsed without it; `disrupted`: (restart, index) -> disruption of pods that were gone before this
-    decision saw them disrupted."""
+    decision saw them disrupted; `said`: conditions a look at the job's tracking server decided."""
     b = Builder(meta, previous or {}, now)
     ordered = sorted(pods, key=lambda p: (p.restart, p.index))
     restarts = b.status["restarts"]
@@ -349,6 +353,7 @@ def decide(
         creation_refused,
         template_error,
         disrupted or {},
+        tuple(said),
     )
     decision = _first(SETTLED_RULES, facts)
     if decision is None:
