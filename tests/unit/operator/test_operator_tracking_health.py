@@ -4,6 +4,7 @@ of reason, and the MlflowRunEnded condition once the job has ended (a run left R
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import threading
@@ -156,3 +157,54 @@ def test_a_finished_job_says_whether_its_run_has_ended():
     d = _decide(d.status, ended, pods=[])
     assert conditions(d)["MlflowRunEnded"] == ("True", "RunEndedByOperator")
     assert [e.reason for e in d.events] == ["RunEndedByOperator"]
+
+
+def _reconciler(server: Mlflow):
+    from test_operator_reconciler import KEY, Indexes, RecordingKube
+
+    from mwms_operator.reconciler import Reconciler
+
+    config = OperatorConfig.from_env({"MWMS_TRACKING_URI": server.uri})
+    reconciler = Reconciler(RecordingKube(), config)  # type: ignore[arg-type]
+    indexes = Indexes()
+    reconciler.bind(indexes.pods, indexes.services)
+    return reconciler, KEY
+
+
+def _job(uri: str, status: dict) -> dict:
+    from test_operator_reconciler import job_body
+
+    return {**job_body(mlflow={"trackingUri": uri}), "status": status}
+
+
+def test_a_poll_that_fails_is_said_by_the_next_decision_and_the_same_failure_again_says_nothing(servers):
+    server = servers(status=401, body=b"")
+    reconciler, key = _reconciler(server)
+    running = dict(running_status(), phase="Running")
+    reconciler.job_event("ADDED", _job(server.uri, running))
+    asyncio.run(reconciler.runs.poll(key))
+    assert reconciler.queue._dirty == {key}, "a new reason: the job is decided again"
+    asyncio.run(reconciler.reconcile(key))
+    status = reconciler.state.status(key)
+    unavailable = next(c for c in status["conditions"] if c["type"] == "ProgressUnavailable")
+    assert (unavailable["status"], unavailable["reason"]) == ("True", "TrackingUnauthorized")
+    assert reconciler.kube.named("event").count("TrackingUnauthorized") == 1
+    reconciler.queue._dirty.clear()
+    asyncio.run(reconciler.runs.poll(key))
+    assert reconciler.queue._dirty == set(), "the same reason: nothing new to decide"
+
+
+def test_an_ended_job_whose_run_is_left_running_gets_it_ended_once(servers):
+    server = servers(run=RUN)
+    reconciler, key = _reconciler(server)
+    done = dict(running_status(), phase="Succeeded", completionTime="2026-12-02T10:00:05Z")
+    reconciler.job_event("ADDED", _job(server.uri, done))
+    reconciler.runs.schedule(key, spec(mlflow={"trackingUri": server.uri}), done)
+    asyncio.run(reconciler.runs.poll(key))
+    assert [(u["run_id"], u["status"]) for u in server.updates] == [("r-1", "FINISHED")]
+    asyncio.run(reconciler.reconcile(key))
+    ended = next(c for c in reconciler.state.status(key)["conditions"] if c["type"] == "MlflowRunEnded")
+    assert (ended["status"], ended["reason"]) == ("True", "RunEndedByOperator")
+    reconciler.runs.queue._dirty.clear()
+    reconciler.runs.schedule(key, spec(mlflow={"trackingUri": server.uri}), reconciler.state.status(key))
+    assert reconciler.runs.queue._dirty == set(), "ended: not looked at again"
