@@ -9,10 +9,19 @@ import dataclasses
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from support.decisions import META, T0, conditions, group, running_status, spec
 
+from mwms_contract.conditions import (
+    MLFLOW_RUN_ENDED,
+    PROGRESS_FLOWING,
+    PROGRESS_UNAVAILABLE,
+    RUN_ENDED_BY_CHIEF,
+    RUN_ENDED_BY_OPERATOR,
+    TRACKING_REASONS,
+)
 from mwms_operator.config import OperatorConfig
 from mwms_operator.policy import decide
 from mwms_operator.progress import ProgressReader, Unreadable
@@ -208,3 +217,16 @@ def test_an_ended_job_whose_run_is_left_running_gets_it_ended_once(servers):
     reconciler.runs.queue._dirty.clear()
     reconciler.runs.schedule(key, spec(mlflow={"trackingUri": server.uri}), reconciler.state.status(key))
     assert reconciler.runs.queue._dirty == set(), "ended: not looked at again"
+
+
+def test_each_reason_of_issue_30_is_in_the_failure_modes_doc():
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "reliability.md").read_text()
+    table = doc.split("# Failure modes and what you see", 1)[1]
+    said = (
+        *TRACKING_REASONS,
+        PROGRESS_FLOWING,
+        RUN_ENDED_BY_CHIEF,
+        RUN_ENDED_BY_OPERATOR,
+        PROGRESS_UNAVAILABLE,
+    )
+    assert [r for r in (*said, MLFLOW_RUN_ENDED) if f"`{r}" not in table] == []
