@@ -158,12 +158,11 @@ class ProgressReader:
     ) -> Said | None:
         """Once the job has ended: its run must have ended too. A run still RUNNING (the chief died, or its
         end_run failed) is set FINISHED or FAILED, as the job ended; what could not be done names the run.
-        None: nothing to say (no allowed server: no request; no run)."""
+        None: nothing to say (no allowed server: no request; no run, or none known and the server failed)."""
         server = self.access.server(tracking_uri)
         if server is None:
             return None
         headers, timeout = self.access.headers(server), self.timeout
-        named = f"MLflow run {run_id}" if run_id else f"the MLflow run tagged mwms.dev/job-uid={job_uid}"
         try:
             run = mlflow_api.find_run(server, experiment, job_uid, timeout=timeout, headers=headers)
             if run is None:
@@ -174,13 +173,13 @@ class ProgressReader:
                 return Said(MLFLOW_RUN_ENDED, True, RUN_ENDED_BY_CHIEF, f"MLflow run {run_id} is {status}")
             final = "FAILED" if phase == FAILED else "FINISHED"
             mlflow_api.end_run(server, run_id, final, timeout=timeout, headers=headers)
-        except mlflow_api.TrackingError as error:
-            message = f"{named} may still be RUNNING though the job is {phase}: {error.message}"
+        except (mlflow_api.TrackingError, KeyError, TypeError, AttributeError) as error:
+            if not run_id:  # no run is known (status.mlflow): nothing to name, perhaps nothing to end
+                return None
+            if not isinstance(error, mlflow_api.TrackingError):
+                error = mlflow_api.bad_reply(server, "runs/search", error)
+            message = f"MLflow run {run_id} may still be RUNNING though the job is {phase}: {error.message}"
             return Said(MLFLOW_RUN_ENDED, False, error.reason, message, warning=True)
-        except (KeyError, TypeError, AttributeError) as error:
-            bad = mlflow_api.bad_reply(server, "runs/search", error)
-            message = f"{named} may still be RUNNING though the job is {phase}: {bad.message}"
-            return Said(MLFLOW_RUN_ENDED, False, bad.reason, message, warning=True)
         message = f"MLflow run {run_id} was RUNNING when the job was {phase}: the operator set it {final}"
         return Said(MLFLOW_RUN_ENDED, True, RUN_ENDED_BY_OPERATOR, message, warning=True)
 

@@ -28,7 +28,7 @@ from mwms_operator.workqueue import WorkQueue
 
 # A run the operator could not end is tried again this many times, one progress interval apart (and once more
 # after an operator restart): a server that is down for minutes is not tried for ever.
-RUN_END_TRIES = 20
+RUN_END_TRIES = 10
 
 
 class RunWatch:

@@ -148,6 +148,8 @@ def test_a_run_the_operator_cannot_end_is_named_in_the_condition(servers):
     said = server.reader().end_run("uid-1", server.uri, "e", "Succeeded", "r-1")
     assert (said.type, said.status, said.reason) == ("MlflowRunEnded", False, "TrackingForbidden")
     assert said.message.startswith("MLflow run r-1 may still be RUNNING though the job is Succeeded: ")
+    unknown = server.reader().end_run("uid-1", server.uri, "e", "Succeeded", None)
+    assert unknown is None, "no run known and none found: nothing to name"
     outsider = servers(run=RUN)
     not_allowed = ProgressReader(OperatorConfig.from_env({}).tracking_access())
     assert not_allowed.end_run("uid-1", outsider.uri, "e", "Failed", None) is None
