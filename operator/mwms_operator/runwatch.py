@@ -114,7 +114,9 @@ class RunWatch:
             message = f"status.progress is not read from MLflow: {found.message}"
             self._tell(key, Said(PROGRESS_UNAVAILABLE, True, found.reason, message, warning=True))
             return
-        if found is not None or PROGRESS_UNAVAILABLE in self._said.get(key, {}):
+        # Cleared once something was said (here, or before an operator restart: in the status).
+        said = PROGRESS_UNAVAILABLE in self._said.get(key, {}) or _condition(status, PROGRESS_UNAVAILABLE)
+        if found is not None or said:
             self._tell(key, Said(PROGRESS_UNAVAILABLE, False, PROGRESS_FLOWING, "status.progress is read"))
         patch = status_patch(found, status, format_time(datetime.now(UTC))) if found else {}
         if patch:  # status.progress, and status.mlflow's run as soon as the chief opened it
@@ -135,8 +137,9 @@ class RunWatch:
             self.queue.add_after(key, self.config.progress_interval_seconds)
 
 
+def _condition(status: Mapping[str, Any], type_: str) -> bool:
+    return any(c.get("type") == type_ and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
 def _run_ended(status: Mapping[str, Any]) -> bool:
-    return any(
-        c.get("type") == MLFLOW_RUN_ENDED and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
+    return _condition(status, MLFLOW_RUN_ENDED)

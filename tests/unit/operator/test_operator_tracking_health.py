@@ -232,3 +232,16 @@ def test_each_reason_of_issue_30_is_in_the_failure_modes_doc():
         PROGRESS_UNAVAILABLE,
     )
     assert [r for r in (*said, MLFLOW_RUN_ENDED) if f"`{r}" not in table] == []
+
+
+def test_a_condition_said_before_an_operator_restart_is_cleared_when_a_read_works(servers):
+    server = servers(status=404, body=b"{}")  # healthy: the chief has not created the experiment yet
+    reconciler, key = _reconciler(server)
+    said = _decide(running_status(), UNAUTHORIZED).status  # what the operator before the restart wrote
+    reconciler.job_event("ADDED", _job(server.uri, said))
+    asyncio.run(reconciler.runs.poll(key))
+    asyncio.run(reconciler.reconcile(key))
+    cleared = next(
+        c for c in reconciler.state.status(key)["conditions"] if c["type"] == "ProgressUnavailable"
+    )
+    assert (cleared["status"], cleared["reason"]) == ("False", "ProgressFlowing")
