@@ -58,7 +58,7 @@ TTL_EXPIRED = "TTLExpired"
 TRACKING_SERVER_NOT_ALLOWED = "TrackingServerNotAllowed"
 # Why the operator could not read from (or write to) the job's tracking server: ProgressUnavailable's and
 # MlflowRunEnded's reasons and their events.
-TRACKING_UNAUTHORIZED = "TrackingUnauthorized"  # 401: the operator's tracking credentials are missing or wrong
+TRACKING_UNAUTHORIZED = "TrackingUnauthorized"  # 401: the operator's tracking credentials: missing, wrong
 TRACKING_FORBIDDEN = "TrackingForbidden"  # 403: they may not read (or update) the job's experiment
 TRACKING_UNREACHABLE = "TrackingUnreachable"  # no answer: DNS, connection refused, a timeout, TLS
 TRACKING_SERVER_ERROR = "TrackingServerError"  # 5xx
