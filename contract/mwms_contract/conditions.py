@@ -12,6 +12,12 @@ CREATED = "Created"  # the Service and every worker of the first group were crea
 # False while spec.template is invalid: the running group is left alone; the next one needs a valid template.
 TEMPLATE_ACCEPTED = "TemplateAccepted"
 PHASE_CONDITIONS = (RUNNING, RESTARTING, SUSPENDED, SUCCEEDED, FAILED)
+# True while the operator cannot read the job's progress from its tracking server (reason: why; one event
+# each time the reason changes); False again, reason ProgressFlowing, once a read works.
+PROGRESS_UNAVAILABLE = "ProgressUnavailable"
+# Once the job has ended: True when its MLflow run has ended too (by the chief or the operator); False, naming
+# the run, while the operator could not end a run left RUNNING (reason: why, as for ProgressUnavailable).
+MLFLOW_RUN_ENDED = "MlflowRunEnded"
 
 # Reasons while the group is made or waited for (Pending, Running).
 CREATING = "Creating"
@@ -50,6 +56,23 @@ TTL_EXPIRED = "TTLExpired"
 # The reason of the Suspended phase is the phase's name.
 # The one event that says why a job's progress is not read.
 TRACKING_SERVER_NOT_ALLOWED = "TrackingServerNotAllowed"
+# Why the operator could not read from (or write to) the job's tracking server: ProgressUnavailable's and
+# MlflowRunEnded's reasons and their events.
+TRACKING_UNAUTHORIZED = "TrackingUnauthorized"  # 401: the operator's tracking credentials: missing, wrong
+TRACKING_FORBIDDEN = "TrackingForbidden"  # 403: they may not read (or update) the job's experiment
+TRACKING_UNREACHABLE = "TrackingUnreachable"  # no answer: DNS, connection refused, a timeout, TLS
+TRACKING_SERVER_ERROR = "TrackingServerError"  # 5xx
+TRACKING_BAD_REPLY = "TrackingBadReply"  # an answer that is not MLflow's (not JSON, a redirect, another 4xx)
+TRACKING_REASONS = (
+    TRACKING_UNAUTHORIZED,
+    TRACKING_FORBIDDEN,
+    TRACKING_UNREACHABLE,
+    TRACKING_SERVER_ERROR,
+    TRACKING_BAD_REPLY,
+)
+PROGRESS_FLOWING = "ProgressFlowing"  # ProgressUnavailable is False again: a read worked
+RUN_ENDED_BY_CHIEF = "RunEndedByChief"  # MlflowRunEnded: the chief ended the run, as it should
+RUN_ENDED_BY_OPERATOR = "RunEndedByOperator"  # the run was left RUNNING: the operator ended it (an event too)
 # The one event that says the operator may not read a starting pod's events (RBAC: `list` on events).
 POD_EVENTS_FORBIDDEN = "PodEventsForbidden"
 
@@ -76,4 +99,8 @@ REASONS = (
     TTL_EXPIRED,
     TRACKING_SERVER_NOT_ALLOWED,
     POD_EVENTS_FORBIDDEN,
+    *TRACKING_REASONS,
+    PROGRESS_FLOWING,
+    RUN_ENDED_BY_CHIEF,
+    RUN_ENDED_BY_OPERATOR,
 )

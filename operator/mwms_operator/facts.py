@@ -18,6 +18,7 @@ from mwms_contract.conditions import (
     NAME_CONFLICT,
     PENDING,
     PODS_CREATED,
+    PROGRESS_UNAVAILABLE,
     RESTARTING,
     RUNNING,
     SUSPENDED,
@@ -34,6 +35,7 @@ from mwms_operator.status import (
     DeletePods,
     Event,
     JobMeta,
+    Said,
     format_time,
     parse_time,
     truncate,
@@ -96,6 +98,7 @@ class Facts:
     creation_refused: CreationRefused | None = None
     template_error: SpecError | None = None  # spec.template is invalid (`spec` was parsed without it)
     disrupted: Mapping[tuple[int, int], str] = dataclasses.field(default_factory=dict)
+    said: tuple[Said, ...] = ()  # conditions a look at the job's tracking server decided (runwatch.py)
 
     @property
     def restarts(self) -> int:
@@ -177,6 +180,20 @@ def prepare(f: Facts) -> None:
     _mark_created(f)
     _mark_template(f)
     _stall_clocks(f)
+    mark_said(f)
+
+
+def mark_said(f: Facts) -> None:
+    """The conditions a look at the tracking server decided, each with one event when its status or reason
+    changes. A ProgressUnavailable that was never True is not added just to say progress flows."""
+    for said in f.said:
+        previous = next((c for c in f.b.conditions if c["type"] == said.type), None)
+        if previous is None and said.type == PROGRESS_UNAVAILABLE and not said.status:
+            continue
+        value = "True" if said.status else "False"
+        if previous is None or (previous["status"], previous["reason"]) != (value, said.reason):
+            f.b.events.append(Event("Warning" if said.warning else "Normal", said.reason, said.message))
+        f.b.condition(said.type, said.status, said.reason, truncate(said.message))
 
 
 def _mark_created(f: Facts) -> None:
@@ -206,11 +223,15 @@ def _mark_template(f: Facts) -> None:
 
 
 def _stall_clocks(f: Facts) -> None:
-    """Starts or stops the clocks of the startup timeout and of container errors."""
+    """Starts or stops the clocks of the startup timeout and of container errors (with the scheduled pods that
+    do not start: a volume that does not mount, a sandbox that cannot be made)."""
     waiting = [p for p in f.current if not p.started and not p.deleting]
     running, pulled = startup_clock(f.current)
-    erring = any(p.container_error for p in waiting)
-    status, now = f.b.status, format_time(f.now)
+    erring = any(p.container_error or p.not_starting for p in waiting)
+    status = f.b.status
     since = max(filter(None, (parse_time(status["stalledSince"]) or f.now, pulled)))
     status["stalledSince"] = format_time(since) if running else None
-    status["containerErrorSince"] = (status["containerErrorSince"] or now) if erring else None
+    # A pod that has just pulled its image has its container still to make: it counts from the pull's end.
+    ended = [p.events.pulled_at for p in waiting if p.not_starting and p.events and p.events.pulled_at]
+    erring_since = max([parse_time(status["containerErrorSince"]) or f.now, *ended])
+    status["containerErrorSince"] = format_time(erring_since) if erring else None

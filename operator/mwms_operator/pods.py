@@ -25,7 +25,7 @@ from mwms_operator.status import parse_time, truncate
 # Container waiting reasons that mean "this will not start by itself". InvalidImageName never heals; a failing
 # pull or a missing Secret/ConfigMap might (a registry hiccup, a Secret another controller creates a moment
 # later), so those fail the job only once they have lasted the job's
-# runPolicy.containerErrorGraceSeconds (policy.py).
+# runPolicy.containerErrorGraceSeconds (startup.py), as does a scheduled pod none of whose containers starts.
 FATAL_WAITING_REASONS = ("InvalidImageName",)
 LASTING_WAITING_REASONS = ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError")
 # Pod conditions that say "this pod is being stopped from outside": Kubernetes' DisruptionTarget (eviction,
@@ -42,6 +42,10 @@ class PodEvents:
     pulling: bool = False  # its latest image event is `Pulling`: the pull has not ended
     pulled_at: datetime | None = None  # when its latest pull ended (`Pulled`)
     note: str = ""  # "reason: message" of its latest Warning (Unhealthy, FailedMount, FailedScheduling…)
+    readable: bool = True  # False: the operator may not list events in the pod's namespace (RBAC)
+
+
+UNREADABLE = PodEvents(readable=False)  # what a refused lookup (403) gives each pod it was for
 
 
 PULL_EVENTS = ("Pulling", "Pulled", "Failed", "BackOff", "ErrImageNeverPull")
@@ -98,7 +102,23 @@ class WorkerPod:
     # The trainer container's readiness probe is the template's own (it runs something other than our
     # trainer): its Ready, not the rendezvous state, is what the startup clock waits for.
     own_probe: bool = False
+    # Bound to a node and not one of its containers has run yet: the kubelet mounts its volumes, makes its
+    # sandbox or pulls its images (or cannot: FailedMount, FailedCreatePodSandBox).
+    creating: bool = False
     events: PodEvents | None = None  # None: not looked up
+
+    @property
+    def may_be_pulling(self) -> bool:
+        """Its events say an image pull has not ended, or were not (or could not be) read."""
+        return self.events is None or not self.events.readable or self.events.pulling
+
+    @property
+    def not_starting(self) -> bool:
+        """Scheduled, and nothing of it runs though it is not pulling an image nor waiting for one of the
+        container errors above: counted against runPolicy.containerErrorGraceSeconds. Unknown events count:
+        they are looked up once the grace is over (startup.events_wanted)."""
+        known_pull = self.events is not None and self.events.readable and self.events.pulling
+        return self.creating and not self.deleting and self.container_error is None and not known_pull
 
     @property
     def joined(self) -> bool:
@@ -184,6 +204,7 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
         ),
         trainer_unready="running" in state and not trainer.get("ready"),
         own_probe=_own_probe(pod),
+        creating=_creating(status),
     )
 
 
@@ -194,6 +215,16 @@ def _own_probe(pod: Mapping[str, Any]) -> bool:
     probe = trainer.get("readinessProbe") or {}
     rendezvous: Mapping[str, Any] = READINESS_PROBE["exec"]  # type: ignore[assignment]
     return bool(probe) and (probe.get("exec") or {}).get("command") != rendezvous["command"]
+
+
+def _creating(status: Mapping[str, Any]) -> bool:
+    """Bound to a node, still Pending, and no container (init, sidecar or main) has run or ended."""
+    scheduled = any(
+        c.get("type") == "PodScheduled" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    containers = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    begun = any({"running", "terminated"} & set(c.get("state") or {}) for c in containers)
+    return scheduled and (status.get("phase") or PENDING) == PENDING and not begun
 
 
 def _container_error(status: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -294,10 +325,6 @@ def startup_clock(current: Sequence[WorkerPod]) -> tuple[bool, datetime | None]:
     waiting = [p for p in live if not p.joined]
     if not any(p.started for p in live) or not waiting:
         return False, None
-    pulling = [
-        p
-        for p in waiting
-        if not p.started and not p.unschedulable and (p.events or PodEvents(pulling=True)).pulling
-    ]
+    pulling = [p for p in waiting if not p.started and not p.unschedulable and p.may_be_pulling]
     pulled = [p.events.pulled_at for p in waiting if p.events is not None and p.events.pulled_at is not None]
     return not pulling, max(pulled, default=None)

@@ -12,7 +12,6 @@ from mwms_contract.conditions import (
     ALL_WORKERS_RUNNING,
     BACKOFF_LIMIT_EXCEEDED,
     CHIEF_SUCCEEDED,
-    CONTAINER_ERROR,
     CREATING,
     DEADLINE_EXCEEDED,
     DISRUPTED,
@@ -23,7 +22,6 @@ from mwms_contract.conditions import (
     RESTART_BACKOFF,
     RESUMED,
     RUNNING,
-    STARTUP_TIMEOUT,
     SUCCEEDED,
     SUSPENDED,
     TERMINAL,
@@ -38,10 +36,12 @@ from mwms_operator.facts import (
     CreationRefused,
     Facts,
     cleanup,
+    mark_said,
     prepare,
     restart_backoff,
 )
-from mwms_operator.pods import FATAL_WAITING_REASONS, WorkerPod, failure_reason, why_not_joined, why_pending
+from mwms_operator.pods import WorkerPod, failure_reason
+from mwms_operator.startup import rule_container_error, rule_startup_timeout
 from mwms_operator.status import (
     Builder,
     CreatePods,
@@ -51,6 +51,7 @@ from mwms_operator.status import (
     DeletePods,
     Event,
     JobMeta,
+    Said,
     chief_mlflow,
     format_time,
     parse_time,
@@ -65,6 +66,7 @@ def _rule_finished(f: Facts) -> Decision | None:
     names = cleanup(f.parsed, f.pods, remove_active=False)
     if names:
         f.b.actions.append(DeletePods(names))
+    mark_said(f)  # the run's end
     done = parse_time(f.b.status["completionTime"])
     ttl = f.parsed.ttl_seconds_after_finished if f.parsed is not None else None
     if ttl is not None and done is not None and f.now >= done + timedelta(seconds=ttl):
@@ -266,45 +268,6 @@ def _rule_all_running(f: Facts) -> Decision | None:
     return f.finish()
 
 
-def _rule_container_error(f: Facts) -> Decision | None:
-    """A container that cannot start by itself (a bad image name; a pull or a missing Secret that has been
-    failing for runPolicy.containerErrorGraceSeconds) fails the job at once, with the container's message."""
-    assert f.parsed is not None
-    since = parse_time(f.b.status["containerErrorSince"])
-    grace = timedelta(seconds=f.parsed.container_error_grace_seconds)
-    lasting = since is not None and f.now >= since + grace
-    for pod in f.current:
-        if pod.container_error and not pod.started and not pod.deleting:
-            reason, text = pod.container_error
-            if reason in FATAL_WAITING_REASONS or lasting:
-                return f.terminal(
-                    FAILED, CONTAINER_ERROR, truncate(f"worker {pod.name} cannot start: {text}")
-                )
-    return None
-
-
-def _rule_startup_timeout(f: Facts) -> Decision | None:
-    assert f.parsed is not None
-    stalled = parse_time(f.b.status["stalledSince"])
-    timeout = f.parsed.startup_timeout_seconds
-    if stalled is None or f.now < stalled + timedelta(seconds=timeout):
-        return None
-    live = [p for p in f.current if not p.deleting]
-    pending = [p for p in live if not p.started]
-    if any(p.unschedulable for p in pending):
-        headline = f"some workers ran while others could not be scheduled for {timeout}s"
-    else:
-        headline = f"not every worker joined the group within {timeout}s of one running"
-    parts = [f"{headline} (spec.runPolicy.startupTimeoutSeconds)"]
-    if pending:
-        parts.append("still pending: " + ", ".join(f"{p.name} ({why_pending(p)})" for p in pending))
-    unjoined = [p for p in live if p.started and not p.joined]
-    if unjoined:
-        joined = "; ".join(f"worker {p.index} ({p.name}): {why_not_joined(p)}" for p in unjoined)
-        parts.append("not joined: " + joined)
-    return f.terminal(FAILED, STARTUP_TIMEOUT, truncate("; ".join(parts)))
-
-
 def _rule_workers_pending(f: Facts) -> Decision | None:
     """The last rule, always decides: say why while waiting (e.g. the scheduler's "Insufficient cpu"), not
     only when the timeout strikes."""
@@ -339,8 +302,8 @@ LIVE_RULES: tuple[tuple[str, Rule], ...] = (
     ("template-invalid", _rule_template_invalid),
     ("restart-backoff", _rule_restart_backoff),
     ("create-missing", _rule_create_missing),
-    ("container-error", _rule_container_error),
-    ("startup-timeout", _rule_startup_timeout),  # also once all run: a worker may not join its peers
+    ("container-error", rule_container_error),
+    ("startup-timeout", rule_startup_timeout),  # also once all run: a worker may not join its peers
     ("all-running", _rule_all_running),
     ("workers-pending", _rule_workers_pending),
 )
@@ -367,12 +330,13 @@ def decide(
     creation_refused: CreationRefused | None = None,
     template_error: SpecError | None = None,
     disrupted: Mapping[tuple[int, int], str] | None = None,
+    said: Iterable[Said] = (),
 ) -> Decision:
     """The new status and what to do, by the first of RULES that decides. `refused`: the API server's message
     when it refused to create this job's Service or a pod as invalid; `creation_refused`: when it refused
     them for now (quota, LimitRange, webhook); `template_error`: spec.template is invalid and `spec` was
     parsed without it; `disrupted`: (restart, index) -> disruption of pods that were gone before this
-    decision saw them disrupted."""
+    decision saw them disrupted; `said`: conditions a look at the job's tracking server decided."""
     b = Builder(meta, previous or {}, now)
     ordered = sorted(pods, key=lambda p: (p.restart, p.index))
     restarts = b.status["restarts"]
@@ -389,6 +353,7 @@ def decide(
         creation_refused,
         template_error,
         disrupted or {},
+        tuple(said),
     )
     decision = _first(SETTLED_RULES, facts)
     if decision is None:

@@ -1,45 +1,38 @@
-"""status.progress from the job's MLflow run, through MLflow's REST API (no MLflow client, no TensorFlow).
-
-Short timeouts and no exceptions: an unreachable tracking server only leaves progress stale. Only servers the
-administrator allows are called (see tracking.py), only at the two MLflow REST paths built here under the
-allowed base, and never a server they redirect to.
+"""status.progress from the job's MLflow run, and the run's end once the job has ended, through MLflow's REST
+API (mlflow_api.py). Short timeouts and no exceptions: a failed read says why (Unreadable), and the
+decision shows it in the ProgressUnavailable condition. Only servers the administrator allows are called (see
+tracking.py).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mwms_contract import names
-from mwms_contract.conditions import TRACKING_SERVER_NOT_ALLOWED
+from mwms_contract.conditions import (
+    FAILED,
+    MLFLOW_RUN_ENDED,
+    RUN_ENDED_BY_CHIEF,
+    RUN_ENDED_BY_OPERATOR,
+    TRACKING_SERVER_NOT_ALLOWED,
+)
+from mwms_operator import mlflow_api
+from mwms_operator.status import Said
 from mwms_operator.tracking import TrackingAccess, without_userinfo
 
 log = logging.getLogger(__name__)
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """An allowed server must not send us on to one that is not (nor receive our credentials there)."""
+@dataclass(frozen=True)
+class Unreadable:
+    """The tracking server could not be read (or written): a reason of TRACKING_REASONS, and what to check."""
 
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None  # urllib then raises HTTPError for the 3xx answer
-
-
-_OPENER = urllib.request.build_opener(_NoRedirects)
-
-
-def _call(
-    url: str, payload: Mapping[str, Any] | None, timeout: float, headers: Mapping[str, str]
-) -> dict[str, Any]:
-    data = None if payload is None else json.dumps(payload).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json", **headers})
-    with _OPENER.open(request, timeout=timeout) as response:
-        return json.loads(response.read() or b"{}")
+    reason: str
+    message: str
 
 
 def find_run(
@@ -50,22 +43,7 @@ def find_run(
     timeout: float = 3.0,
     headers: Mapping[str, str] | None = None,
 ) -> dict[str, Any] | None:
-    base = without_userinfo(tracking_uri).rstrip("/") + "/api/2.0/mlflow"
-    query = urllib.parse.urlencode({"experiment_name": experiment})
-    found = _call(f"{base}/experiments/get-by-name?{query}", None, timeout, headers or {})
-    experiment_id = found["experiment"]["experiment_id"]
-    runs = _call(
-        f"{base}/runs/search",
-        {
-            "experiment_ids": [experiment_id],
-            "filter": f"tags.`{names.MLFLOW_TAG_JOB_UID}` = '{job_uid}'",
-            "max_results": 1,
-            "order_by": ["attributes.start_time DESC"],
-        },
-        timeout,
-        headers or {},
-    ).get("runs")
-    return runs[0] if runs else None
+    return mlflow_api.find_run(tracking_uri, experiment, job_uid, timeout=timeout, headers=headers or {})
 
 
 def progress_from_run(run: Mapping[str, Any], epochs: int | None) -> dict[str, Any]:
@@ -116,20 +94,25 @@ def fetch_progress(
     *,
     timeout: float = 3.0,
     headers: Mapping[str, str] | None = None,
-) -> dict[str, Any] | None:
+) -> dict[str, Any] | Unreadable | None:
+    """The job's progress; None before its run exists; Unreadable when the server cannot be read."""
     # Only HTTP(S) tracking servers have the REST API; urllib would also open file: and ftp: URLs.
     if urllib.parse.urlsplit(tracking_uri).scheme not in ("http", "https"):
         return None
     try:
         run = find_run(tracking_uri, experiment, job_uid, timeout=timeout, headers=headers)
         return progress_from_run(run, epochs) if run else None
-    # A server answering unexpected JSON (wrong types, missing keys) is as unreadable as a down one;
-    # urllib's URLError is an OSError. Logged without the URI's userinfo, and never the headers.
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as error:
-        log.debug(
-            "MLflow at %s not readable (%s): progress stays as it is", without_userinfo(tracking_uri), error
-        )
-        return None
+    except mlflow_api.TrackingError as error:
+        return _unreadable(tracking_uri, error)
+    # JSON of the wrong shape (wrong types, missing keys) is as unreadable as a down server.
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as error:
+        return _unreadable(tracking_uri, mlflow_api.bad_reply(tracking_uri, "runs/search", error))
+
+
+def _unreadable(tracking_uri: str, error: mlflow_api.TrackingError) -> Unreadable:
+    # Logged without the URI's userinfo, and never the headers.
+    log.debug("MLflow at %s not readable: %s", without_userinfo(tracking_uri), error.message)
+    return Unreadable(error.reason, error.message)
 
 
 @dataclass(frozen=True)
@@ -151,7 +134,7 @@ class ProgressReader:
 
     def read(
         self, job_uid: str, tracking_uri: str, experiment: str, epochs: int | None
-    ) -> dict[str, Any] | Skipped | None:
+    ) -> dict[str, Any] | Skipped | Unreadable | None:
         # The allowed base, not the job's string: nothing the job added to it reaches a request.
         server = self.access.server(tracking_uri)
         if server is None:
@@ -169,6 +152,36 @@ class ProgressReader:
         return fetch_progress(
             server, experiment, job_uid, epochs, timeout=self.timeout, headers=self.access.headers(server)
         )
+
+    def end_run(
+        self, job_uid: str, tracking_uri: str, experiment: str, phase: str, run_id: str | None
+    ) -> Said | None:
+        """Once the job has ended: its run must have ended too. A run still RUNNING (the chief died, or its
+        end_run failed) is set FINISHED or FAILED, as the job ended; what could not be done names the run.
+        None: nothing to say (no allowed server: no request; no run, or none known and the server failed)."""
+        server = self.access.server(tracking_uri)
+        if server is None:
+            return None
+        headers, timeout = self.access.headers(server), self.timeout
+        try:
+            run = mlflow_api.find_run(server, experiment, job_uid, timeout=timeout, headers=headers)
+            if run is None:
+                return None
+            run_id = str(run["info"]["run_id"])
+            status = mlflow_api.run_status(run)
+            if status != mlflow_api.RUNNING_STATUS:
+                return Said(MLFLOW_RUN_ENDED, True, RUN_ENDED_BY_CHIEF, f"MLflow run {run_id} is {status}")
+            final = "FAILED" if phase == FAILED else "FINISHED"
+            mlflow_api.end_run(server, run_id, final, timeout=timeout, headers=headers)
+        except (mlflow_api.TrackingError, KeyError, TypeError, AttributeError) as error:
+            if not run_id:  # no run is known (status.mlflow): nothing to name, perhaps nothing to end
+                return None
+            if not isinstance(error, mlflow_api.TrackingError):
+                error = mlflow_api.bad_reply(server, "runs/search", error)
+            message = f"MLflow run {run_id} may still be RUNNING though the job is {phase}: {error.message}"
+            return Said(MLFLOW_RUN_ENDED, False, error.reason, message, warning=True)
+        message = f"MLflow run {run_id} was RUNNING when the job was {phase}: the operator set it {final}"
+        return Said(MLFLOW_RUN_ENDED, True, RUN_ENDED_BY_OPERATOR, message, warning=True)
 
     def forget(self, job_uid: str) -> None:
         """A deleted job needs no more telling."""

@@ -12,15 +12,16 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from mwms_contract.conditions import POD_EVENTS_FORBIDDEN, PODS_CREATED, RUNNING, SUSPENDED, TERMINAL
+from mwms_contract.conditions import POD_EVENTS_FORBIDDEN, PODS_CREATED, SUSPENDED, TERMINAL
 from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator import builders, k8s, metrics, refusals
 from mwms_operator.config import OperatorConfig
-from mwms_operator.pods import WorkerPod, pod_events, startup_unexplained, worker_pod
+from mwms_operator.pods import UNREADABLE, WorkerPod, pod_events, worker_pod
 from mwms_operator.policy import decide
-from mwms_operator.progress import ProgressReader, Skipped, status_patch
+from mwms_operator.runwatch import RunWatch
 from mwms_operator.spec import parse_for_group
+from mwms_operator.startup import events_wanted
 from mwms_operator.state import JobKey, State, owner_key
 from mwms_operator.status import (
     CreatePods,
@@ -29,7 +30,6 @@ from mwms_operator.status import (
     DeleteJob,
     DeletePods,
     JobMeta,
-    format_time,
     next_due,
     parse_time,
 )
@@ -53,22 +53,19 @@ class Reconciler:
         self.queue: WorkQueue[JobKey] = WorkQueue(
             self.reconcile, workers=WORKERS, name="reconcile", expected=k8s.TRANSIENT_ERRORS
         )
-        self.progress: WorkQueue[JobKey] = WorkQueue(
-            self.poll_progress, workers=2, name="progress", expected=k8s.TRANSIENT_ERRORS
-        )
-        self.reader = ProgressReader(config.tracking_access())
+        self.runs = RunWatch(kube, config, self.state, self.queue.add, self._namespace_ending)
         self._resync: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self.queue.start()
-        self.progress.start()
+        self.runs.queue.start()
         self._resync = asyncio.get_running_loop().create_task(self._resync_forever(), name="resync")
 
     async def stop(self) -> None:
         if self._resync is not None:
             self._resync.cancel()
         await self.queue.stop()
-        await self.progress.stop()
+        await self.runs.queue.stop()
 
     # --- watch events -> state -> queue
 
@@ -79,8 +76,7 @@ class Reconciler:
         if type_ == "DELETED":
             self.phases.forget(key.uid)
             self.queue.forget(key)
-            self.progress.forget(key)
-            self.reader.forget(key.uid)
+            self.runs.forget(key)
         elif not self.state.is_own_write(key, body):
             self.queue.add(key)
 
@@ -146,7 +142,7 @@ class Reconciler:
         now = datetime.now(UTC)
         if await self._confirm_leaving(key):
             self.queue.add_after(key, LEAVING_GRACE_SECONDS)
-        pods = await self._with_startup_events(key, self.state.pods_of(key), previous)
+        pods = await self._with_startup_events(key, spec, self.state.pods_of(key), previous, now)
         decision = decide(
             meta,
             spec,
@@ -158,6 +154,7 @@ class Reconciler:
             creation_refused=creation_refused,
             template_error=template_error,
             disrupted=self.state.disruptions(key),
+            said=self.runs.said(key),
         )
         # Status first, then actions, then events: a crash in between is repaired by the next reconcile.
         if not await self._write(meta, key, decision, previous):
@@ -191,20 +188,28 @@ class Reconciler:
                 metrics.POD_CREATION.observe((now - created).total_seconds())
 
     async def _with_startup_events(
-        self, key: JobKey, pods: list[WorkerPod], previous: Mapping[str, Any]
+        self,
+        key: JobKey,
+        spec: TrainJobSpec | SpecError,
+        pods: list[WorkerPod],
+        previous: Mapping[str, Any],
+        now: datetime,
     ) -> list[WorkerPod]:
-        """While the startup clock may run, the not-joined pods with their events (pulls, last reasons)."""
-        unexplained = startup_unexplained(pods, previous)
+        """The pods the start's rules ask about, with their events (pulls, last reasons; startup.py)."""
         found: dict[str, WorkerPod] = {}
-        for pod in unexplained:
+        forbidden = False  # once refused, the others are not asked: judged without events (UNREADABLE)
+        for pod in events_wanted(spec, pods, previous, now):
+            events = UNREADABLE
             try:
-                events = await asyncio.to_thread(self.kube.pod_events, key.namespace, pod.name, pod.uid)
+                if not forbidden:
+                    listed = await asyncio.to_thread(self.kube.pod_events, key.namespace, pod.name, pod.uid)
+                    events = pod_events(listed)
             except refusals.ApiError as error:
                 if error.status != 403:
                     raise
+                forbidden = True
                 await self._say_events_forbidden(key, error)
-                break  # judged without events: a peer whose pull cannot be seen is taken as pulling
-            found[pod.uid] = dataclasses.replace(pod, events=pod_events(events))
+            found[pod.uid] = dataclasses.replace(pod, events=events)
         return [found.get(p.uid, p) for p in pods]
 
     async def _say_events_forbidden(self, key: JobKey, error: refusals.ApiError) -> None:
@@ -215,7 +220,8 @@ class Reconciler:
             return
         message = (
             f"the operator may not list events in namespace {key.namespace} ({error.message}): the startup "
-            "timeout cannot name why a worker has not joined (an image pull, a failing probe); grant the "
+            "timeout cannot name why a worker has not joined (an image pull, a failing probe), nor the "
+            "container-error grace why one has not started (FailedMount); grant the "
             "operator's ServiceAccount `list` on events there, as the chart and manifests/rbac.yaml do"
         )
         log.warning("%s/%s: %s", key.namespace, key.name, message)
@@ -226,13 +232,7 @@ class Reconciler:
         if due is not None:
             delay = (due - datetime.now(UTC)).total_seconds() + DUE_MARGIN_SECONDS
             self.queue.add_after(key, delay)
-        if (
-            status.get("phase") == RUNNING
-            and isinstance(spec, TrainJobSpec)
-            and spec.tracking_uri.startswith(("http://", "https://"))
-            and not self.progress.scheduled(key)
-        ):
-            self.progress.add_after(key, self.config.progress_interval_seconds)
+        self.runs.schedule(key, spec, status)
 
     async def _confirm_leaving(self, key: JobKey) -> bool:
         """Pods of an earlier group that stay known past a grace are looked up: a DELETE the watch missed
@@ -343,37 +343,6 @@ class Reconciler:
             await self._delete_pods(namespace, created)
             raise _worst(errors)
         return created
-
-    # --- progress from MLflow
-
-    async def poll_progress(self, key: JobKey) -> None:
-        body = self.state.jobs.get(key)
-        status = self.state.status(key) if body is not None else {}
-        if body is None or status.get("phase") != RUNNING or self.state.namespace_ending(key.namespace):
-            return  # finished or gone: no more polling until it runs again
-        self.progress.add_after(key, self.config.progress_interval_seconds)
-        spec, _ = parse_for_group(body, self.config)
-        if isinstance(spec, SpecError):
-            return
-        epochs = spec.trainer.get("epochs")
-        found = await asyncio.to_thread(
-            self.reader.read,
-            key.uid,
-            spec.tracking_uri,
-            spec.experiment,
-            epochs if isinstance(epochs, int) else None,
-        )
-        if isinstance(found, Skipped):  # a tracking server the administrator does not allow: said once
-            try:
-                await asyncio.to_thread(self.kube.post_event, body, "Warning", found.reason, found.message)
-            except refusals.NamespaceEnding:
-                self._namespace_ending(key.namespace)
-            return
-        patch = status_patch(found, status, format_time(datetime.now(UTC))) if found else {}
-        if patch:  # status.progress, and status.mlflow's run as soon as the chief opened it
-            response = await asyncio.to_thread(self.kube.patch_status, key.namespace, key.name, patch)
-            if response is not None:
-                self.state.wrote(key, response)
 
 
 def _worst(errors: list[BaseException]) -> BaseException:

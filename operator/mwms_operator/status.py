@@ -75,6 +75,18 @@ class Event:
 
 
 @dataclass(frozen=True)
+class Said:
+    """A condition that a look outside the pods decided (the job's tracking server: runwatch.py). The
+    decision writes it, and posts one event each time its status or reason changes (not on every poll)."""
+
+    type: str
+    status: bool
+    reason: str
+    message: str
+    warning: bool = False  # the event's type: Warning, else Normal
+
+
+@dataclass(frozen=True)
 class Decision:
     # Our status fields; None means "remove the field" (the handler sends it as a JSON merge patch).
     status: dict[str, Any]

@@ -28,6 +28,9 @@ TAG_JOB_NAMESPACE = "mwms.dev/job-namespace"
 TAG_JOB_UID = names.MLFLOW_TAG_JOB_UID
 TAG_RESTART_COUNT = "mwms.dev/restart-count"
 TAG_RESUMED_FROM_EPOCH = "mwms.dev/resumed-from-epoch"
+# How many epochs' metrics MLflow refused or missed (the fit goes on without them): counted in the run, over
+# every group of the job, so a gap in the curves is explained where the curves are.
+TAG_DROPPED_METRICS = "mwms.dev/dropped-epoch-metrics"
 MODEL_NAME = "model"
 # A pyfunc model from code around the Keras model: MLflow's tensorflow flavour takes only a tensor signature
 # of one dtype, which refuses float64 rows, DataFrames and lists.
@@ -157,6 +160,8 @@ class MlflowTracker:
             self._retry("params", lambda: mlflow.log_params({k: _param(v) for k, v in params.items()}))
             log.info("opened MLflow run %s for job uid %s", run.info.run_id, job_uid)
         self.run_id: str = run.info.run_id
+        # A continued run keeps counting what earlier groups dropped.
+        self._dropped = self._dropped_said = _count((run.data.tags or {}).get(TAG_DROPPED_METRICS))
         self._retry("tags", lambda: mlflow.set_tag(TAG_RESTART_COUNT, str(restart_count)))
 
     def _retry(self, what: str, call: Callable[[], T]) -> T:
@@ -195,7 +200,18 @@ class MlflowTracker:
         try:
             self._mlflow.log_metrics(metrics, step=epoch)
         except Exception as e:  # a lost progress point must not stop the group's fit
-            log.warning("could not log epoch %d metrics to MLflow: %s", epoch, e)
+            self._dropped += 1
+            log.warning(
+                "could not log epoch %d metrics to MLflow (%d dropped; counted in the run's tag %s): %s",
+                epoch,
+                self._dropped,
+                TAG_DROPPED_METRICS,
+                e,
+            )
+            return
+        if self._dropped > self._dropped_said:  # MLflow answers again: say the count now, not only at the end
+            with contextlib.suppress(Exception):
+                self._say_dropped()
 
     def note_resume(self, epoch: int) -> None:
         self._retry("tags", lambda: self._mlflow.set_tag(TAG_RESUMED_FROM_EPOCH, str(epoch)))
@@ -282,11 +298,29 @@ class MlflowTracker:
         self._retry(artifact_file, lambda: self._mlflow.log_text(text, artifact_file))
         return f"runs:/{self.run_id}/{artifact_file}"
 
+    def _say_dropped(self) -> None:
+        self._client.set_tag(self.run_id, TAG_DROPPED_METRICS, str(self._dropped))
+        self._dropped_said = self._dropped
+
     def close(self, ok: bool) -> None:
-        try:
-            self._mlflow.end_run(status="FINISHED" if ok else "FAILED")
-        except Exception as e:
-            log.warning("could not close MLflow run %s: %s", self.run_id, e)
+        """The count of dropped metrics, then the run's end, each retried as every call is. A run that still
+        cannot be ended does not fail the job (its model is logged): the operator ends it once the job has
+        ended, or names it in the job's MlflowRunEnded condition."""
+        status = "FINISHED" if ok else "FAILED"
+
+        def end() -> None:
+            active = self._mlflow.active_run()
+            if active is not None and active.info.run_id == self.run_id:
+                self._mlflow.end_run(status=status)  # the thread's active run goes first, then the request
+            else:  # a retry (the active run is gone already), or the run was opened in another thread
+                self._client.set_terminated(self.run_id, status)
+
+        steps = [("dropped-metrics tag", self._say_dropped)] if self._dropped > self._dropped_said else []
+        for what, call in [*steps, ("run end", end)]:
+            try:
+                self._retry(what, call)
+            except (RetryableError, MlflowRefusedError) as e:
+                log.warning("MLflow run %s (%s): %s", self.run_id, status, e)
 
 
 def ready_model(
@@ -357,6 +391,10 @@ def serving_requirements() -> list[str]:
     from importlib.metadata import version
 
     return [f"{name}=={version(name)}" for name in ("tensorflow", "tf-keras", "mlflow", "numpy")]
+
+
+def _count(tag: str | None) -> int:
+    return int(tag) if tag and tag.isdigit() else 0
 
 
 def _param(value: Any) -> str:

@@ -26,3 +26,26 @@ def test_workers_that_run_but_do_not_all_join_time_out_naming_each_with_its_last
     waiting = f"worker 0 (apart-worker-0): {said} waiting for peers: worker 1 (apart-worker-1."
     hung = f"worker 1 (apart-worker-1): {said} the trainer has not begun its rendezvous yet"
     assert waiting in message and hung in message, message
+
+
+def test_a_worker_whose_secret_volume_does_not_exist_ends_the_job_naming_the_mount_and_the_secret(
+    operator, make_standin, kubectl, namespace
+):
+    """No worker ever starts: the kubelet cannot mount the Secret, and the pod sits in ContainerCreating. The
+    container-error grace ends the job with the kubelet's FailedMount event, not a bare ContainerCreating."""
+    job = make_standin(
+        "nosecret",
+        1,
+        runPolicy={"containerErrorGraceSeconds": 10},
+        template={
+            "container": {"volumeMounts": [{"name": "creds", "mountPath": "/creds"}]},
+            "spec": {"volumes": [{"name": "creds", "secret": {"secretName": "no-such-secret"}}]},
+        },
+    )
+    kubectl.apply(job, "-n", namespace)
+    done = wait_condition(kubectl, namespace, "nosecret", "Failed")
+    failed = condition(done, "Failed")
+    assert failed["reason"] == "ContainerError", failed
+    message = failed["message"]
+    assert message.startswith("worker nosecret-worker-0 has not started 10s after it was scheduled"), message
+    assert "FailedMount: " in message and 'secret "no-such-secret" not found' in message, message

@@ -5,6 +5,7 @@ And the run shows in status.mlflow as soon as the chief opened it, not only at t
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 import urllib.request
@@ -41,11 +42,19 @@ def recorder() -> Iterator[AuthProxy]:
 
 
 @pytest.fixture(scope="module")
-def operator_env(secured_mlflow: AuthProxy) -> dict[str, str]:
-    # The secured server is the operator's own tracking server; nothing else is allowed.
+def refusing(mlflow_uri: str) -> Iterator[AuthProxy]:
+    """An allowed server that refuses the operator's token (401), as after a wrong chart value."""
+    proxy = AuthProxy(mlflow_uri, ())
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture(scope="module")
+def operator_env(secured_mlflow: AuthProxy, refusing: AuthProxy) -> dict[str, str]:
+    # The secured server is the operator's own tracking server; the refusing one is the only other allowed.
     return {
         "MWMS_TRACKING_URI": secured_mlflow.uri,
-        "MWMS_ALLOWED_TRACKING_URIS": "",
+        "MWMS_ALLOWED_TRACKING_URIS": refusing.uri,
         "MWMS_TRACKING_TOKEN": OPERATOR_TOKEN,
     }
 
@@ -145,6 +154,94 @@ def test_credentials_reach_a_secured_tracking_server_and_the_run_shows_while_it_
         ]
     )
     assert OPERATOR_TOKEN not in seen and TRAINER_TOKEN not in seen
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
+
+
+def test_progress_that_cannot_be_read_says_why_once(
+    operator, make_standin, kubectl, namespace, refusing, wait_for
+):
+    """A tracking server that answers 401 to the operator: ProgressUnavailable says TrackingUnauthorized while
+    the job runs, with one event however many polls fail (every 2 s here)."""
+    job = make_standin(
+        "refused",
+        2,
+        env={"STANDIN_SLEEP_SECONDS": "10"},
+        mlflow={"trackingUri": refusing.uri, "experiment": "r"},
+    )
+    kubectl.apply(job, "-n", namespace)
+    unavailable = wait_for(
+        lambda: condition(job_status(kubectl, namespace, "refused"), "ProgressUnavailable"),
+        timeout=120,
+        what="the ProgressUnavailable condition",
+    )
+    assert (unavailable["status"], unavailable["reason"]) == ("True", "TrackingUnauthorized"), unavailable
+    assert f"MLflow at {refusing.uri} answered 401" in unavailable["message"], unavailable
+    kubectl(
+        "wait", "--for=condition=Succeeded", "trainjob/refused", "-n", namespace, "--timeout=120s",
+        timeout=130,
+    )  # fmt: skip
+    told = [
+        e
+        for e in events(kubectl, namespace, "TrackingUnauthorized")
+        if e["involvedObject"]["name"] == "refused" and e["message"].startswith("status.progress is not read")
+    ]
+    polls = sum(1 for _, path, _ in refusing.requests if "get-by-name" in path)
+    assert polls > 1 and len(told) == 1 and told[0].get("count", 1) == 1, (polls, told)
+
+
+def test_a_run_left_running_by_a_failed_job_is_ended_by_the_operator(
+    operator, make_standin, kubectl, namespace, secured_mlflow, wait_for
+):
+    """Worker 1's pod is deleted while the chief logs its epochs (backoffLimit 0: the job fails, and the chief
+    is removed before it can end its run): the operator sets the run FAILED and says so."""
+    kubectl(
+        "create", "secret", "generic", "run-credentials", "-n", namespace,
+        f"--from-literal=token={TRAINER_TOKEN}",
+    )  # fmt: skip
+    job = make_standin(
+        "abandoned",
+        2,
+        env={"STANDIN_MLFLOW": "1", "STANDIN_EPOCH_SECONDS": "2"},
+        trainer={"epochs": 60},
+        runPolicy={"backoffLimit": 0},
+        mlflow={"trackingUri": secured_mlflow.uri, "experiment": f"abandoned-{namespace}"},
+    )
+    job["spec"]["template"]["spec"]["containers"][0]["env"].append(
+        {
+            "name": "MLFLOW_TRACKING_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "run-credentials", "key": "token"}},
+        }
+    )
+    kubectl.apply(job, "-n", namespace)
+    run_id = wait_for(
+        lambda: job_status(kubectl, namespace, "abandoned").get("mlflow", {}).get("runId"),
+        timeout=120,
+        what="the chief's run",
+    )
+    kubectl("delete", "pod", "abandoned-worker-1", "-n", namespace, "--wait=false")
+    kubectl(
+        "wait", "--for=condition=Failed", "trainjob/abandoned", "-n", namespace, "--timeout=120s",
+        timeout=130,
+    )  # fmt: skip
+    ended = wait_for(
+        lambda: condition(job_status(kubectl, namespace, "abandoned"), "MlflowRunEnded"),
+        timeout=60,
+        what="the MlflowRunEnded condition",
+    )
+    assert (ended["status"], ended["reason"]) == ("True", "RunEndedByOperator"), ended
+    assert (
+        ended["message"]
+        == f"MLflow run {run_id} was RUNNING when the job was Failed: the operator set it FAILED"
+    )
+    request = urllib.request.Request(
+        f"{secured_mlflow.uri}/api/2.0/mlflow/runs/get?run_id={run_id}",
+        headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert json.loads(answer.read())["run"]["info"]["status"] == "FAILED"
 
 
 def test_metrics_count_outcomes_by_namespace(operator, make_standin, kubectl, namespace):

@@ -185,3 +185,23 @@ def test_worker_pod_sees_a_sidecar_still_running():
     assert worker_pod(api_pod(done, proxy)).finishing is False
     assert worker_pod(api_pod(done)).finishing
     assert not worker_pod(api_pod({"name": "trainer", "state": {"running": {}}})).finishing
+
+
+def test_a_scheduled_pod_none_of_whose_containers_has_run_is_creating():
+    """What the kubelet shows while a Secret volume does not mount: scheduled, every container waiting."""
+    waiting = {"name": "trainer", "state": {"waiting": {"reason": "ContainerCreating"}}}
+    body = {
+        "metadata": {"name": "mnist-worker-0", "labels": {"mwms.dev/replica-index": "0"}},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "True"}],
+            "containerStatuses": [waiting],
+        },
+    }
+    assert worker_pod(body).creating and worker_pod(body).not_starting
+    init = {"name": "fetch", "state": {"running": {}}}
+    assert not worker_pod({**body, "status": {**body["status"], "initContainerStatuses": [init]}}).creating
+    gated = [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]
+    assert not worker_pod({**body, "status": {**body["status"], "conditions": gated}}).creating
+    pulling = WorkerPod("p", 0, 0, "Pending", creating=True, events=PodEvents(pulling=True))
+    assert not pulling.not_starting, "an image pull is not counted"

@@ -6,7 +6,8 @@ import pytest
 from support.decisions import NOT_RESOLVING, T0, conditions, group, pod, spec, step, unjoined
 
 from mwms_contract.trainjob import DEFAULT_CONTAINER_ERROR_GRACE_SECONDS as GRACE
-from mwms_operator.pods import PodEvents
+from mwms_operator.pods import UNREADABLE, PodEvents
+from mwms_operator.startup import events_wanted
 from mwms_operator.status import DeletePods, format_time, next_due
 
 UNSCHEDULABLE = "Unschedulable: 0/1 nodes are available: 1 Insufficient cpu."
@@ -192,3 +193,89 @@ def test_the_jobs_container_error_grace_decides_when_a_lasting_error_fails_it(gr
     assert step(d.status, pods, at=5 + grace - 1, job=job).status["phase"] == "Pending"
     late = step(d.status, pods, at=5 + grace, job=job)
     assert conditions(late)["Failed"] == ("True", "ContainerError")
+
+
+MOUNT = 'FailedMount: MountVolume.SetUp failed for volume "creds" : secret "creds" not found'
+
+
+def creating(i, events=None):
+    """Scheduled, nothing of it has run: the kubelet mounts its volumes, makes its sandbox or pulls."""
+    return pod(i, "Pending", waiting="ContainerCreating", creating=True, events=events)
+
+
+@pytest.mark.parametrize("peers", [[], [0]], ids=["no-worker-started", "a-peer-runs"])
+def test_a_scheduled_pod_that_does_not_start_fails_the_job_after_the_grace_naming_the_kubelets_reason(peers):
+    job = spec(replicas=2, runPolicy={"containerErrorGraceSeconds": 10, "startupTimeoutSeconds": 300})
+    first = step(None, [], job=job, service=False)
+    others = [pod(i) for i in peers] or [creating(0, PodEvents(pulling=True))]  # a large image
+    d = step(first.status, [*others, creating(1)], at=5, job=job)
+    assert d.status["containerErrorSince"] == format_time(T0 + timedelta(seconds=5))
+    assert next_due(job, d.status) == T0 + timedelta(seconds=15)
+    # Due, but its events were not looked up (it may pull a large image): the job is not judged blind.
+    assert "Failed" not in conditions(step(d.status, [*others, creating(1)], at=15, job=job))
+    late = step(d.status, [*others, creating(1, PodEvents(note=MOUNT))], at=15, job=job)
+    assert conditions(late)["Failed"] == ("True", "ContainerError")
+    assert late.events[-1].message == (
+        "worker mnist-worker-1 has not started 10s after it was scheduled "
+        f"(spec.runPolicy.containerErrorGraceSeconds): ContainerCreating; {MOUNT}"
+    )
+
+
+def test_a_pod_pulling_its_image_is_not_counted_and_its_pull_restarts_the_grace():
+    job = spec(replicas=1, runPolicy={"containerErrorGraceSeconds": 10})
+    first = step(None, [], job=job, service=False)
+    d = step(first.status, [creating(0)], at=5, job=job)
+    pulling = step(d.status, [creating(0, PodEvents(pulling=True))], at=15, job=job)
+    assert pulling.status["phase"] == "Pending" and pulling.status["containerErrorSince"] is None
+    d = step(pulling.status, [creating(0)], at=200, job=job)
+    assert d.status["containerErrorSince"] == format_time(T0 + timedelta(seconds=200))
+    # The pull ended just now: its container is still to be made.
+    pulled = creating(0, PodEvents(pulled_at=T0 + timedelta(seconds=209)))
+    d = step(d.status, [pulled], at=210, job=job)
+    assert d.status["phase"] == "Pending" and next_due(job, d.status) == T0 + timedelta(seconds=219)
+
+
+@pytest.mark.parametrize(
+    "waiting",
+    [
+        pod(0, "Pending", waiting=UNSCHEDULABLE, unschedulable=True),
+        pod(0, "Pending", waiting="SchedulingGated: gated by kueue"),
+    ],
+    ids=["unschedulable", "gated"],
+)
+def test_pods_waiting_to_be_scheduled_or_admitted_cost_nothing(waiting):
+    job = spec(replicas=1, runPolicy={"containerErrorGraceSeconds": 10})
+    first = step(None, [], job=job, service=False)
+    d = step(first.status, [waiting], at=10_000, job=job)
+    assert d.status["phase"] == "Pending" and d.status["containerErrorSince"] is None
+    assert next_due(job, d.status) is None
+
+
+def test_without_the_right_to_read_events_the_grace_still_ends_the_job_and_says_what_to_grant():
+    job = spec(replicas=2, runPolicy={"containerErrorGraceSeconds": 10})
+    first = step(None, [], job=job, service=False)
+    d = step(first.status, [pod(0), creating(1, UNREADABLE)], at=5, job=job)
+    assert d.status["containerErrorSince"] == format_time(T0 + timedelta(seconds=5))
+    late = step(d.status, [pod(0), creating(1, UNREADABLE)], at=15, job=job)
+    assert conditions(late)["Failed"] == ("True", "ContainerError")
+    message = late.events[-1].message
+    assert message.startswith("worker mnist-worker-1 has not started 10s after it was scheduled"), message
+    assert (
+        "the kubelet's reason could not be read: the operator may not list events in namespace team-a; "
+        in (message)
+    )
+    assert "an RBAC rule granting `list` on `events` there would name it" in message, message
+
+
+def test_the_grace_looks_up_events_of_the_pods_that_have_not_started_only_once_it_is_over():
+    job = spec(replicas=3, runPolicy={"containerErrorGraceSeconds": 10})
+    pods = [
+        creating(0),
+        pod(1, "Pending", waiting=UNSCHEDULABLE, unschedulable=True),
+        pod(2, "Pending", waiting="SchedulingGated: gated"),
+    ]
+    previous = {"phase": "Pending", "restarts": 0, "containerErrorSince": format_time(T0)}
+    assert events_wanted(job, pods, previous, T0 + timedelta(seconds=9)) == []
+    assert events_wanted(job, pods, previous, T0 + timedelta(seconds=10)) == [pods[0]]
+    assert events_wanted(job, pods, dict(previous, phase="Failed"), T0 + timedelta(seconds=10)) == []
+    assert events_wanted(job, pods, dict(previous, containerErrorSince=None), T0 + timedelta(days=1)) == []

@@ -5,7 +5,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from mwms_operator.config import OperatorConfig
-from mwms_operator.progress import ProgressReader, Skipped, fetch_progress, progress_from_run, status_patch
+from mwms_operator.progress import (
+    ProgressReader,
+    Skipped,
+    Unreadable,
+    fetch_progress,
+    progress_from_run,
+    status_patch,
+)
 
 RUN = {
     "info": {"run_id": "abc"},
@@ -91,8 +98,10 @@ def test_fetch_progress_searches_the_run_by_job_uid_tag(tracking):
     assert seen[1]["filter"] == "tags.`mwms.dev/job-uid` = 'uid-1'"
 
 
-def test_an_unreachable_tracking_server_gives_no_progress():
-    assert fetch_progress("http://127.0.0.1:9", "e", "u", None, timeout=0.5) is None
+def test_an_unreachable_tracking_server_gives_no_progress_and_says_so():
+    found = fetch_progress("http://127.0.0.1:9", "e", "u", None, timeout=0.5)
+    assert isinstance(found, Unreadable) and found.reason == "TrackingUnreachable"
+    assert found.message.startswith("MLflow at http://127.0.0.1:9 is unreachable: "), found.message
 
 
 @pytest.mark.parametrize(
@@ -100,7 +109,7 @@ def test_an_unreachable_tracking_server_gives_no_progress():
     [{"runs": "not a list"}, {"runs": [{"data": {"metrics": [{"key": "loss", "step": "x", "value": 1}]}}]},
      {"runs": [None]}, {"runs": [{"data": {"metrics": "nope"}}]}],
 )  # fmt: skip
-def test_a_tracking_server_answering_nonsense_gives_no_progress(reply):
+def test_a_tracking_server_answering_nonsense_gives_no_progress_and_says_so(reply):
     class Handler(BaseHTTPRequestHandler):
         def respond(self, body):
             data = json.dumps(body).encode()
@@ -122,7 +131,8 @@ def test_a_tracking_server_answering_nonsense_gives_no_progress(reply):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        assert fetch_progress(f"http://127.0.0.1:{server.server_port}", "e", "u", None) is None
+        found = fetch_progress(f"http://127.0.0.1:{server.server_port}", "e", "u", None)
+        assert isinstance(found, Unreadable) and found.reason == "TrackingBadReply"
     finally:
         server.shutdown()
 
@@ -229,7 +239,9 @@ def test_an_allowed_server_cannot_redirect_the_operator_elsewhere(recorders):
     inside = recorders()
     redirecting = recorders(redirect_to=inside.uri)
     progress = reader(redirecting.uri, token="tok-123")
-    assert progress.read("u", redirecting.uri, "e", None) is None
+    found = progress.read("u", redirecting.uri, "e", None)
+    assert isinstance(found, Unreadable) and found.reason == "TrackingBadReply"
+    assert "answered 302 to experiments/get-by-name" in found.message
     assert redirecting.requests and inside.requests == []
 
 
@@ -272,9 +284,11 @@ def test_an_allowed_base_path_gets_requests_at_mlflow_api_paths_only(recorders):
     ]
 
 
-def test_without_credentials_a_secured_server_gives_no_progress(recorders):
+def test_without_credentials_a_secured_server_gives_no_progress_and_says_so(recorders):
     secured = recorders(require="Bearer tok-123")
-    assert reader(secured.uri).read("u", secured.uri, "e", None) is None
+    found = reader(secured.uri).read("u", secured.uri, "e", None)
+    assert isinstance(found, Unreadable) and found.reason == "TrackingUnauthorized"
+    assert "operator.trackingCredentials" in found.message
     assert secured.requests  # it was asked, and said no
 
 

@@ -12,7 +12,7 @@ from support.trainjobs import trainjob
 from mwms_operator.config import OperatorConfig
 from mwms_operator.pods import worker_pod
 from mwms_operator.reconciler import LEAVING_GRACE_SECONDS, Reconciler
-from mwms_operator.refusals import NamespaceEnding, NameTaken, Refused, Rejected
+from mwms_operator.refusals import ApiError, NamespaceEnding, NameTaken, Refused, Rejected
 from mwms_operator.state import JobKey, State, owner_key
 
 KEY = JobKey("team-a", "mnist", "uid-1")
@@ -30,6 +30,7 @@ class RecordingKube:
         self.namespace_ending = False
         self.events_refused_as_ending = False  # the namespace began ending after the creates
         self.pod_event_lists: dict[str, list[dict[str, Any]]] = {}  # pod name -> its events
+        self.events_forbidden = False  # RBAC without `list` on events: 403
 
     def create_service(self, namespace: str, body: dict[str, Any]) -> str:
         self.calls.append(("create_service", body["metadata"]["name"]))
@@ -75,6 +76,8 @@ class RecordingKube:
 
     def pod_events(self, namespace: str, name: str, uid: str) -> list[dict[str, Any]]:
         self.calls.append(("pod_events", (name, uid)))
+        if self.events_forbidden:
+            raise ApiError(403, 'events is forbidden: cannot list resource "events"')
         return self.pod_event_lists.get(name, [])
 
     def named(self, call: str) -> list[Any]:
@@ -435,3 +438,45 @@ def test_while_a_worker_runs_and_not_all_have_joined_their_pods_events_decide_th
     kube.pod_event_lists["mnist-worker-1"] = [pulling, pulled]
     asyncio.run(reconciler.reconcile(KEY))
     assert reconciler.state.status(KEY).get("stalledSince") is not None
+
+
+def _mounting(index: int) -> dict[str, Any]:
+    """A pod the kubelet cannot start: scheduled, its Secret volume does not mount."""
+    body = pod_body(index)
+    body["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+    body["status"]["containerStatuses"] = [
+        {"name": "trainer", "state": {"waiting": {"reason": "ContainerCreating"}}}
+    ]
+    return body
+
+
+MOUNT_EVENT = {
+    "type": "Warning",
+    "reason": "FailedMount",
+    "message": 'MountVolume.SetUp failed for volume "creds" : secret "creds" not found',
+    "lastTimestamp": "2026-12-02T10:00:01Z",
+}
+
+
+@pytest.mark.parametrize("readable", [True, False], ids=["events", "events-forbidden"])
+def test_a_group_none_of_whose_pods_starts_ends_once_the_grace_is_over_naming_why(
+    reconciler, indexes, readable
+):
+    kube = reconciler.kube
+    kube.pod_event_lists["mnist-worker-0"] = [MOUNT_EVENT]
+    if not readable:
+        kube.events_forbidden = True
+    reconciler.job_event("ADDED", job_body(1, runPolicy={"containerErrorGraceSeconds": 0}))
+    indexes.pod(_mounting(0))
+    asyncio.run(reconciler.reconcile(KEY))
+    assert kube.named("pod_events") == [], "no lookup before the grace is over"
+    asyncio.run(reconciler.reconcile(KEY))
+    status = reconciler.state.status(KEY)
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert (status["phase"], failed["reason"]) == ("Failed", "ContainerError")
+    assert failed["message"].startswith("worker mnist-worker-0 has not started 0s after it was scheduled")
+    if readable:
+        assert failed["message"].endswith(f"FailedMount: {MOUNT_EVENT['message']}")
+    else:
+        assert "may not list events in namespace team-a" in failed["message"]
+        assert kube.named("event").count("PodEventsForbidden") == 1

@@ -1,0 +1,96 @@
+"""Pure: the rules of a group's start, and which pods' events they need. A container that cannot start, or a
+scheduled pod none of whose containers runs, ends the job once runPolicy.containerErrorGraceSeconds is over
+(the container-error clock); workers that run while others have not joined end it after
+runPolicy.startupTimeoutSeconds (the startup clock). A group that waits to be scheduled or admitted costs
+nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from mwms_contract.conditions import CONTAINER_ERROR, FAILED, STARTUP_TIMEOUT, SUSPENDED, TERMINAL
+from mwms_contract.trainjob import SpecError, TrainJobSpec
+from mwms_operator.facts import Facts
+from mwms_operator.pods import (
+    FATAL_WAITING_REASONS,
+    WorkerPod,
+    startup_unexplained,
+    why_not_joined,
+    why_pending,
+)
+from mwms_operator.status import Decision, parse_time, truncate
+
+
+def events_wanted(
+    spec: TrainJobSpec | SpecError, pods: Sequence[WorkerPod], previous: Mapping[str, Any], now: datetime
+) -> list[WorkerPod]:
+    """The pods whose events the next decision needs: those the startup clock asks about, and, once the
+    container-error clock is over, the scheduled pods that have not started (is one still pulling? what did
+    the kubelet last say: FailedMount, FailedCreatePodSandBox?). One lookup per grace while a pull lasts."""
+    wanted = startup_unexplained(pods, previous)
+    since = parse_time(previous.get("containerErrorSince"))
+    if not isinstance(spec, TrainJobSpec) or since is None or previous.get("phase") in (*TERMINAL, SUSPENDED):
+        return wanted
+    if now < since + timedelta(seconds=spec.container_error_grace_seconds):
+        return wanted
+    restarts = int(previous.get("restarts") or 0)
+    return wanted + [p for p in pods if p.restart == restarts and p.not_starting and p not in wanted]
+
+
+def _cannot_start(f: Facts, pod: WorkerPod) -> str:
+    grace = f"{f.parsed.container_error_grace_seconds if f.parsed else '?'}s"
+    headline = f"worker {pod.name} has not started {grace} after it was scheduled"
+    headline += " (spec.runPolicy.containerErrorGraceSeconds)"
+    if pod.events is not None and not pod.events.readable:
+        return (
+            f"{headline}: {why_pending(pod)}; the kubelet's reason could not be read: the operator may not "
+            f"list events in namespace {f.meta.namespace}; an RBAC rule granting `list` on `events` there "
+            "would name it (e.g. FailedMount, FailedCreatePodSandBox)"
+        )
+    return f"{headline}: {why_pending(pod)}"
+
+
+def rule_container_error(f: Facts) -> Decision | None:
+    """A container that cannot start by itself (a bad image name; a pull or a missing Secret that has been
+    failing for runPolicy.containerErrorGraceSeconds), or a scheduled pod none of whose containers has run
+    for as long (a volume that does not mount, a sandbox that cannot be made), fails the job, with the
+    container's or the kubelet's message."""
+    assert f.parsed is not None
+    since = parse_time(f.b.status["containerErrorSince"])
+    grace = timedelta(seconds=f.parsed.container_error_grace_seconds)
+    lasting = since is not None and f.now >= since + grace
+    for pod in f.current:
+        if pod.container_error and not pod.started and not pod.deleting:
+            reason, text = pod.container_error
+            if reason in FATAL_WAITING_REASONS or lasting:
+                return f.terminal(
+                    FAILED, CONTAINER_ERROR, truncate(f"worker {pod.name} cannot start: {text}")
+                )
+        # Only once its events were looked up: until then it may be pulling a large image.
+        elif lasting and pod.not_starting and pod.events is not None:
+            return f.terminal(FAILED, CONTAINER_ERROR, truncate(_cannot_start(f, pod)))
+    return None
+
+
+def rule_startup_timeout(f: Facts) -> Decision | None:
+    assert f.parsed is not None
+    stalled = parse_time(f.b.status["stalledSince"])
+    timeout = f.parsed.startup_timeout_seconds
+    if stalled is None or f.now < stalled + timedelta(seconds=timeout):
+        return None
+    live = [p for p in f.current if not p.deleting]
+    pending = [p for p in live if not p.started]
+    if any(p.unschedulable for p in pending):
+        headline = f"some workers ran while others could not be scheduled for {timeout}s"
+    else:
+        headline = f"not every worker joined the group within {timeout}s of one running"
+    parts = [f"{headline} (spec.runPolicy.startupTimeoutSeconds)"]
+    if pending:
+        parts.append("still pending: " + ", ".join(f"{p.name} ({why_pending(p)})" for p in pending))
+    unjoined = [p for p in live if p.started and not p.joined]
+    if unjoined:
+        joined = "; ".join(f"worker {p.index} ({p.name}): {why_not_joined(p)}" for p in unjoined)
+        parts.append("not joined: " + joined)
+    return f.terminal(FAILED, STARTUP_TIMEOUT, truncate("; ".join(parts)))

@@ -1,0 +1,247 @@
+"""What the operator says when MLflow cannot be read or written: the reason of each failure (a real
+HTTP server answering 401, 403, 5xx or garbage), the ProgressUnavailable condition with one event per change
+of reason, and the MlflowRunEnded condition once the job has ended (a run left RUNNING is ended, or named)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from support.decisions import META, T0, conditions, group, running_status, spec
+
+from mwms_contract.conditions import (
+    MLFLOW_RUN_ENDED,
+    PROGRESS_FLOWING,
+    PROGRESS_UNAVAILABLE,
+    RUN_ENDED_BY_CHIEF,
+    RUN_ENDED_BY_OPERATOR,
+    TRACKING_REASONS,
+)
+from mwms_operator.config import OperatorConfig
+from mwms_operator.policy import decide
+from mwms_operator.progress import ProgressReader, Unreadable
+from mwms_operator.status import Said
+
+RUN = {"info": {"run_id": "r-1", "experiment_id": "3", "status": "RUNNING"}, "data": {}}
+
+
+class Mlflow:
+    """A real HTTP server on 127.0.0.1: answers `status` with `body` to every request, or as MLflow would
+    (status 200) for the three calls the operator makes; records updates."""
+
+    def __init__(self, status: int = 200, body: bytes | None = None, run: dict | None = None) -> None:
+        self.updates: list[dict] = []
+        mlflow = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def answer(self, payload):
+                data = body if body is not None else json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):  # noqa: N802
+                self.answer({"experiment": {"experiment_id": "3"}})
+
+            def do_POST(self):  # noqa: N802
+                sent = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                if self.path.endswith("/runs/update"):
+                    mlflow.updates.append(sent)
+                    self.answer({})
+                else:
+                    self.answer({"runs": [run]} if run else {})
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.uri = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def reader(self) -> ProgressReader:
+        return ProgressReader(OperatorConfig.from_env({"MWMS_TRACKING_URI": self.uri}).tracking_access())
+
+
+@pytest.fixture
+def servers():
+    made: list[Mlflow] = []
+
+    def make(**kwargs) -> Mlflow:
+        made.append(Mlflow(**kwargs))
+        return made[-1]
+
+    yield make
+    for server in made:
+        server.server.shutdown()
+        server.server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "reason"),
+    [
+        (401, b"", "TrackingUnauthorized"),
+        (403, b"", "TrackingForbidden"),
+        (500, b"", "TrackingServerError"),
+        (503, b"<html>down</html>", "TrackingServerError"),
+        (200, b"<html>a login page</html>", "TrackingBadReply"),
+        (200, b"[1, 2]", "TrackingBadReply"),
+        (400, b"{}", "TrackingBadReply"),
+    ],
+)
+def test_each_failure_of_the_tracking_server_has_its_reason(servers, status, body, reason):
+    server = servers(status=status, body=body)
+    found = server.reader().read("uid-1", server.uri, "e", None)
+    assert isinstance(found, Unreadable) and found.reason == reason, found
+    assert found.message.startswith(f"MLflow at {server.uri}"), found.message
+
+
+def test_an_experiment_the_chief_has_not_created_yet_is_no_failure(servers):
+    server = servers(status=404, body=b'{"error_code": "RESOURCE_DOES_NOT_EXIST"}')
+    assert server.reader().read("uid-1", server.uri, "e", None) is None
+
+
+UNAUTHORIZED = Said("ProgressUnavailable", True, "TrackingUnauthorized", "answered 401", warning=True)
+DOWN = Said("ProgressUnavailable", True, "TrackingUnreachable", "connection refused", warning=True)
+FLOWING = Said("ProgressUnavailable", False, "ProgressFlowing", "status.progress is read")
+
+
+def _decide(status, said, pods=None):
+    pods = group() if pods is None else pods
+    return decide(META, spec(), pods, service_exists=True, now=T0, previous=status, said=(said,))
+
+
+def test_progress_unavailable_is_said_with_one_event_per_change_of_reason_and_cleared_when_it_flows():
+    status = running_status()
+    quiet = _decide(status, FLOWING)
+    assert "ProgressUnavailable" not in conditions(quiet) and quiet.events == (), "nothing was wrong"
+    first = _decide(status, UNAUTHORIZED)
+    assert conditions(first)["ProgressUnavailable"] == ("True", "TrackingUnauthorized")
+    assert [(e.type, e.reason) for e in first.events] == [("Warning", "TrackingUnauthorized")]
+    again = _decide(first.status, dataclasses.replace(UNAUTHORIZED, message="answered 401 again"))
+    assert again.events == (), "the same reason on the next poll: no second event"
+    changed = _decide(again.status, DOWN)
+    assert [e.reason for e in changed.events] == ["TrackingUnreachable"]
+    cleared = _decide(changed.status, FLOWING)
+    assert conditions(cleared)["ProgressUnavailable"] == ("False", "ProgressFlowing")
+    assert [(e.type, e.reason) for e in cleared.events] == [("Normal", "ProgressFlowing")]
+
+
+def test_a_run_left_running_is_ended_as_the_job_ended(servers):
+    server = servers(run=RUN)
+    said = server.reader().end_run("uid-1", server.uri, "e", "Failed", None)
+    assert (said.type, said.status, said.reason) == ("MlflowRunEnded", True, "RunEndedByOperator")
+    assert said.message == "MLflow run r-1 was RUNNING when the job was Failed: the operator set it FAILED"
+    assert [(u["run_id"], u["status"]) for u in server.updates] == [("r-1", "FAILED")]
+    ended = servers(run={**RUN, "info": {**RUN["info"], "status": "FINISHED"}})
+    said = ended.reader().end_run("uid-1", ended.uri, "e", "Succeeded", "r-1")
+    assert (said.status, said.reason) == (True, "RunEndedByChief") and ended.updates == []
+
+
+def test_a_run_the_operator_cannot_end_is_named_in_the_condition(servers):
+    server = servers(status=403, body=b"")
+    said = server.reader().end_run("uid-1", server.uri, "e", "Succeeded", "r-1")
+    assert (said.type, said.status, said.reason) == ("MlflowRunEnded", False, "TrackingForbidden")
+    assert said.message.startswith("MLflow run r-1 may still be RUNNING though the job is Succeeded: ")
+    unknown = server.reader().end_run("uid-1", server.uri, "e", "Succeeded", None)
+    assert unknown is None, "no run known and none found: nothing to name"
+    outsider = servers(run=RUN)
+    not_allowed = ProgressReader(OperatorConfig.from_env({}).tracking_access())
+    assert not_allowed.end_run("uid-1", outsider.uri, "e", "Failed", None) is None
+    assert outsider.updates == []
+
+
+def test_a_finished_job_says_whether_its_run_has_ended():
+    done = dict(running_status(), phase="Failed", completionTime="2026-12-02T10:00:05Z")
+    open_run = Said(
+        "MlflowRunEnded", False, "TrackingUnreachable", "MLflow run r-1 may still be RUNNING", True
+    )
+    d = _decide(done, open_run, pods=[])
+    assert d.rule == "finished" and conditions(d)["MlflowRunEnded"] == ("False", "TrackingUnreachable")
+    assert [(e.type, e.reason) for e in d.events] == [("Warning", "TrackingUnreachable")]
+    ended = Said("MlflowRunEnded", True, "RunEndedByOperator", "MLflow run r-1 ... set it FAILED", True)
+    d = _decide(d.status, ended, pods=[])
+    assert conditions(d)["MlflowRunEnded"] == ("True", "RunEndedByOperator")
+    assert [e.reason for e in d.events] == ["RunEndedByOperator"]
+
+
+def _reconciler(server: Mlflow):
+    from test_operator_reconciler import KEY, Indexes, RecordingKube
+
+    from mwms_operator.reconciler import Reconciler
+
+    config = OperatorConfig.from_env({"MWMS_TRACKING_URI": server.uri})
+    reconciler = Reconciler(RecordingKube(), config)  # type: ignore[arg-type]
+    indexes = Indexes()
+    reconciler.bind(indexes.pods, indexes.services)
+    return reconciler, KEY
+
+
+def _job(uri: str, status: dict) -> dict:
+    from test_operator_reconciler import job_body
+
+    return {**job_body(mlflow={"trackingUri": uri}), "status": status}
+
+
+def test_a_poll_that_fails_is_said_by_the_next_decision_and_the_same_failure_again_says_nothing(servers):
+    server = servers(status=401, body=b"")
+    reconciler, key = _reconciler(server)
+    running = dict(running_status(), phase="Running")
+    reconciler.job_event("ADDED", _job(server.uri, running))
+    asyncio.run(reconciler.runs.poll(key))
+    assert reconciler.queue._dirty == {key}, "a new reason: the job is decided again"
+    asyncio.run(reconciler.reconcile(key))
+    status = reconciler.state.status(key)
+    unavailable = next(c for c in status["conditions"] if c["type"] == "ProgressUnavailable")
+    assert (unavailable["status"], unavailable["reason"]) == ("True", "TrackingUnauthorized")
+    assert reconciler.kube.named("event").count("TrackingUnauthorized") == 1
+    reconciler.queue._dirty.clear()
+    asyncio.run(reconciler.runs.poll(key))
+    assert reconciler.queue._dirty == set(), "the same reason: nothing new to decide"
+
+
+def test_an_ended_job_whose_run_is_left_running_gets_it_ended_once(servers):
+    server = servers(run=RUN)
+    reconciler, key = _reconciler(server)
+    done = dict(running_status(), phase="Succeeded", completionTime="2026-12-02T10:00:05Z")
+    reconciler.job_event("ADDED", _job(server.uri, done))
+    reconciler.runs.schedule(key, spec(mlflow={"trackingUri": server.uri}), done)
+    asyncio.run(reconciler.runs.poll(key))
+    assert [(u["run_id"], u["status"]) for u in server.updates] == [("r-1", "FINISHED")]
+    asyncio.run(reconciler.reconcile(key))
+    ended = next(c for c in reconciler.state.status(key)["conditions"] if c["type"] == "MlflowRunEnded")
+    assert (ended["status"], ended["reason"]) == ("True", "RunEndedByOperator")
+    reconciler.runs.queue._dirty.clear()
+    reconciler.runs.schedule(key, spec(mlflow={"trackingUri": server.uri}), reconciler.state.status(key))
+    assert reconciler.runs.queue._dirty == set(), "ended: not looked at again"
+
+
+def test_each_reason_of_issue_30_is_in_the_failure_modes_doc():
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "reliability.md").read_text()
+    table = doc.split("# Failure modes and what you see", 1)[1]
+    said = (
+        *TRACKING_REASONS,
+        PROGRESS_FLOWING,
+        RUN_ENDED_BY_CHIEF,
+        RUN_ENDED_BY_OPERATOR,
+        PROGRESS_UNAVAILABLE,
+    )
+    assert [r for r in (*said, MLFLOW_RUN_ENDED) if f"`{r}" not in table] == []
+
+
+def test_a_condition_said_before_an_operator_restart_is_cleared_when_a_read_works(servers):
+    server = servers(status=404, body=b"{}")  # healthy: the chief has not created the experiment yet
+    reconciler, key = _reconciler(server)
+    said = _decide(running_status(), UNAUTHORIZED).status  # what the operator before the restart wrote
+    reconciler.job_event("ADDED", _job(server.uri, said))
+    asyncio.run(reconciler.runs.poll(key))
+    asyncio.run(reconciler.reconcile(key))
+    cleared = next(
+        c for c in reconciler.state.status(key)["conditions"] if c["type"] == "ProgressUnavailable"
+    )
+    assert (cleared["status"], cleared["reason"]) == ("False", "ProgressFlowing")
