@@ -13,7 +13,7 @@ import pytest
 from mwms_contract import names
 from mwms_trainer.errors import MlflowRefusedError, RetryableError
 from mwms_trainer.local import free_ports
-from mwms_trainer.tracking import with_retries
+from mwms_trainer.retries import with_retries
 
 pytestmark = pytest.mark.tf
 DELAYS = (0.01, 0.01, 0.01)
@@ -68,7 +68,7 @@ def test_an_error_of_the_model_itself_is_not_retried_but_mlflows_are():
     an MLflow outage to retry and hand to the operator as exit 75."""
     from mlflow.exceptions import MlflowException
 
-    from mwms_trainer.tracking import came_from_mlflow
+    from mwms_trainer.retries import came_from_mlflow
 
     def unsavable():
         raise NotImplementedError("Layer MyLayer has no get_config()")
