@@ -4,8 +4,9 @@ Why two lanes: the tiers on a real cluster (integration, node, e2e) mostly wait 
 there is one real node per machine, so they run one after another in the `cluster` lane; the CPU-bound tiers
 (unit, static, images, tf) need no cluster and fill the idle cores in the `compute` lane, at a lower CPU
 priority so the cluster lane's timing stays as when it runs alone. The Go builds only a few tests need
-(Kueue, SeaweedFS, promtool) and the MLflow-with-boto3 environment are built meanwhile, at the lowest
-priority; those tests wait on the build's lock (hack/build-*.sh), not on a guess.
+(Kueue, SeaweedFS, promtool) and the MLflow-with-boto3 environment are built meanwhile, at the compute
+lane's priority (its tf tier waits for SeaweedFS); those tests wait on the build's lock (hack/build-*.sh),
+not on a guess.
 
 Each lane's output is streamed with its name in front and kept in build/test-results/<lane>.log; each writes
 its tiers' counts (tests/support/tiers.py) to build/test-results/<lane>.json. Exit status: 0 only if every
@@ -67,7 +68,7 @@ def stream(name: str, process: subprocess.Popen[bytes]) -> None:
 
 def start_builds() -> subprocess.Popen[bytes]:
     log = (RESULTS / "builds.log").open("wb")
-    argv = ["nice", "-n", "19", "make", "--no-print-directory", *BACKGROUND_BUILDS]
+    argv = ["nice", "-n", "10", "make", "--no-print-directory", *BACKGROUND_BUILDS]
     say(f"[builds] {' '.join(argv[3:])} (log: build/test-results/builds.log)")
     return subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
