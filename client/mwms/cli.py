@@ -24,10 +24,11 @@ from typing import IO, Any
 import yaml
 
 import mwms.submit as packing
+import mwms.submit_flags as submit_flags
 from mwms.follow import POD_RUNNING_TIMEOUT
 from mwms.jobs import Job
 from mwms.kube import SubmitError
-from mwms.sdk import Client
+from mwms.sdk import Client, placement_of
 from mwms_contract import names
 from mwms_contract.conditions import PHASES, SUSPENDED
 
@@ -146,6 +147,10 @@ def client_of(args: argparse.Namespace) -> Client:
 def cmd_submit(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     try:
         code = packing.pack(args.script, args.working_dir, args.requirements)
+        asked = submit_flags.keywords(args)
+        if args.dry_run and args.output:
+            show_dry_run(args, code, asked, out)
+            return EXIT_OK
         if args.dry_run:
             packing.dry_run(code, out)
             return EXIT_OK
@@ -161,6 +166,7 @@ def cmd_submit(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
             image=args.image,
             working_dir=args.working_dir,
             requirements=args.requirements,
+            **asked,
         )
     except SubmitError as e:
         err.write(f"mwms submit: {e}\n")
@@ -174,6 +180,22 @@ def cmd_submit(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     except KeyboardInterrupt:
         return interrupted(client, job.name, args.detach, out)
     return report(done, client.chief_summary(job.name), out)
+
+
+def show_dry_run(args: argparse.Namespace, code: packing.Code, asked: dict[str, Any], out: IO[str]) -> None:
+    """`submit --dry-run -o yaml|json`: the TrainJob it would create (its code ConfigMap aside); no cluster."""
+    placement = placement_of(**asked)
+    name = args.name or packing.job_name(args.script.name)
+    body = packing.trainjob(
+        name,
+        code,
+        replicas=args.replicas,
+        args=args.args,
+        experiment=args.experiment,
+        image=placement.image(args.image),
+        placement=placement,
+    )
+    out.write(dump(body, args.output) + "\n")
 
 
 def interrupted(client: Client, name: str, detach: bool, out: IO[str]) -> int:
@@ -336,6 +358,7 @@ def parser(plugins: Mapping[str, importlib.metadata.EntryPoint]) -> argparse.Arg
     submit.add_argument("--name", help="the TrainJob's name (default: the script's name and a suffix)")
     submit.add_argument("--follow", "-f", action="store_true", help="show progress and the chief's log")
     submit.add_argument("--detach", action="store_true", help="with --follow: Ctrl-C never deletes the job")
+    submit_flags.add(submit)
 
     listing = verb("list", cmd_list, "list TrainJobs", ("json", "yaml", "wide", "name"))
     listing.add_argument("--all-namespaces", "-A", action="store_true", help="in every namespace")

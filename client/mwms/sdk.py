@@ -19,6 +19,7 @@ import mwms.submit as packing
 from mwms.follow import POD_RUNNING_TIMEOUT, Follower, chief_log, chief_pod
 from mwms.jobs import Job, NoResult, Run, chief_summary, chief_tracking_uri, chiefs_value, job_from
 from mwms.kube import Cluster, JobClient, SubmitError
+from mwms.placement import Placement
 from mwms_contract import names
 from mwms_contract.conditions import FAILED, PHASES, SUCCEEDED, SUSPENDED
 
@@ -28,6 +29,31 @@ WAIT_PHASES = (SUCCEEDED, FAILED, SUSPENDED)
 
 def _on_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+def placement_of(
+    *, template: Mapping[str, Any] | str | os.PathLike[str] | None = None, **asked: Any
+) -> Placement:
+    """Client.submit's placement keywords as a Placement: a template path is read, tolerations may be
+    kubectl's KEY[=VALUE]:EFFECT, a deadline "2h"; a misspelt keyword is a TypeError, as Python's own."""
+    from mwms import placement as rules
+
+    known = set(Placement.__dataclass_fields__)
+    unknown = sorted(set(asked) - known)
+    if unknown:
+        raise TypeError(f"Client.submit() got an unexpected keyword argument {unknown[0]!r}")
+    try:
+        if isinstance(template, str | os.PathLike):
+            template = rules.read_template(Path(template))
+        if asked.get("deadline") is not None:
+            asked["deadline"] = rules.duration(asked["deadline"])
+        asked["tolerations"] = [
+            rules.toleration(t) if isinstance(t, str) else dict(t) for t in asked.get("tolerations") or ()
+        ]
+    except ValueError as e:
+        raise SubmitError(str(e)) from None
+    asked = {k: v for k, v in asked.items() if v is not None}
+    return Placement(template=dict(template or {}), **asked)
 
 
 class Client:
@@ -63,12 +89,22 @@ class Client:
         working_dir: str | os.PathLike[str] | None = None,
         requirements: str | os.PathLike[str] | None = None,
         use_custom_strategy: bool = False,
+        dry_run: bool = False,
+        **placement: Any,
     ) -> Job:
         """A script (with `args`, from `working_dir` and a pip `requirements` file) or a function (called with
         `kwargs`; inside a MultiWorkerMirroredStrategy scope unless use_custom_strategy) as a TrainJob of
-        `replicas` workers. SubmitError (nothing left behind) when the code or the API server refuses."""
+        `replicas` workers. SubmitError (nothing left behind) when the code or the API server refuses.
+
+        What it asks of the cluster, per worker (mwms.placement.Placement): cpu="4", memory="16Gi", gpu=1
+        (gpu_resource="nvidia.com/gpu"; NVIDIA GPUs without an `image` run the trainer's CUDA image), env={},
+        labels={}, queue= (Kueue's LocalQueue), node_selector={}, tolerations=[{"key": ..., "effect": ...}]
+        (or "KEY[=VALUE]:EFFECT" strings), deadline= (seconds or "2h"), backoff_limit=, template= (a
+        PodTemplateSpec dict, or a path to its YAML). dry_run: the TrainJob it would create (`.raw`), created
+        nowhere."""
         if replicas < 1:
             raise SubmitError(f"replicas must be at least 1, got {replicas}")
+        asked = placement_of(**placement)
         if callable(target):
             code = packing.pack_function(target, kwargs or {}, use_custom_strategy)
             default_name = str(getattr(target, "__name__", "train")).replace("_", "-")
@@ -80,16 +116,17 @@ class Client:
             )
             default_name = Path(target).name
         name = name or packing.job_name(default_name)
-        created = packing.submit(
-            self.api,
-            name,
-            code,
-            replicas=replicas,
-            args=args,
-            experiment=experiment,
-            image=image or self.cluster.image,
-        )
-        return job_from(created)
+        job = {
+            "replicas": replicas,
+            "args": args,
+            "experiment": experiment,
+            "image": asked.image(image or self.cluster.image),
+            "placement": asked,
+        }
+        if dry_run:
+            body = packing.trainjob(name, code, **job)
+            return job_from({**body, "metadata": {**body["metadata"], "namespace": self.namespace}})
+        return job_from(packing.submit(self.api, name, code, **job))
 
     def get(self, name: str) -> Job:
         """The job now (NotFound when there is none)."""

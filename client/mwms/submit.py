@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from mwms.kube import JobClient, SubmitError
+from mwms.placement import Placement
 from mwms_contract import names
 
 # A ConfigMap is stored whole in etcd, which refuses objects above 1 MiB (the API server says so too).
@@ -237,6 +238,7 @@ def trainjob(
     args: Sequence[str] = (),
     experiment: str | None = None,
     image: str | None = None,
+    placement: Placement | None = None,
 ) -> dict[str, Any]:
     spec_code: dict[str, Any] = {"configMap": f"{name}-code", "entrypoint": code.entrypoint}
     if args:
@@ -250,12 +252,13 @@ def trainjob(
         spec["mlflow"] = {"experiment": experiment}
     if image:
         spec["image"] = image
-    return {
+    body = {
         "apiVersion": names.API_VERSION,
         "kind": names.KIND,
         "metadata": {"name": name},
         "spec": spec,
     }
+    return body if placement is None else placement.apply(body)
 
 
 def submit(client: JobClient, name: str, code: Code, **job: Any) -> dict[str, Any]:
