@@ -17,12 +17,13 @@ import importlib.util
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import yaml
 
+import mwms.kubectl as kubectl
 import mwms.submit as packing
 import mwms.submit_flags as submit_flags
 from mwms.follow import POD_RUNNING_TIMEOUT
@@ -100,6 +101,11 @@ def show_jobs(
     if output in ("json", "yaml"):
         items = [job.raw for job in jobs]
         out.write(dump(items[0] if single else {"apiVersion": "v1", "kind": "List", "items": items}, output))
+    elif output and output.startswith("jsonpath="):  # kubectl's: over the object, or over the List
+        items = [job.raw for job in jobs]
+        out.write(kubectl.render(output[9:], items[0] if single else {"kind": "List", "items": items}))
+    elif output and output.startswith("custom-columns="):
+        out.write(table(kubectl.custom_columns(output[15:], [job.raw for job in jobs])))
     elif output == "name":
         out.write("\n".join(f"trainjob.mwms.dev/{job.name}" for job in jobs))
     elif not jobs:
@@ -183,7 +189,7 @@ def cmd_submit(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
 
 def show_dry_run(args: argparse.Namespace, code: packing.Code, asked: dict[str, Any], out: IO[str]) -> None:
-    """`submit --dry-run -o yaml|json`: the TrainJob it would create (its code ConfigMap aside); no cluster."""
+    """`submit --dry-run -o yaml|json`: the TrainJob it would create (not its code ConfigMap); no cluster."""
     placement = placement_of(**asked)
     name = args.name or packing.job_name(args.script.name)
     body = packing.trainjob(
@@ -213,7 +219,12 @@ def interrupted(client: Client, name: str, detach: bool, out: IO[str]) -> int:
 
 
 def cmd_list(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    show_jobs(client_of(args).list(args.all_namespaces), args.output, out, all_namespaces=args.all_namespaces)
+    client = client_of(args)
+    listed = client.list(args.all_namespaces, selector=args.selector)
+    show_jobs(listed, args.output, out, all_namespaces=args.all_namespaces)
+    if args.watch:
+        watched = client.watch(all_namespaces=args.all_namespaces, selector=args.selector)
+        show_watched(watched, args.output, out, args.all_namespaces)
     return EXIT_OK
 
 
@@ -221,7 +232,20 @@ def cmd_get(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     client = client_of(args)
     jobs = [client.get(name) for name in args.names]
     show_jobs(jobs, args.output, out, single=len(jobs) == 1)
+    if args.watch:
+        show_watched(client.watch(names=args.names), args.output, out, False)
     return EXIT_OK
+
+
+def show_watched(jobs: Iterable[Job], output: str | None, out: IO[str], all_namespaces: bool) -> None:
+    """`-w`: a line (or an object) for each change, as it comes; the table's rows without its header."""
+    for job in jobs:
+        if output is None or output == "wide":
+            now = datetime.datetime.now(datetime.UTC)
+            out.write(job_rows([job], output == "wide", all_namespaces, now).splitlines()[1] + "\n")
+        else:
+            show_jobs([job], output, out, single=True)
+        out.flush()
 
 
 def cmd_logs(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
@@ -320,7 +344,7 @@ def phase_set(text: str) -> list[str]:
 
 def parser(plugins: Mapping[str, importlib.metadata.EntryPoint]) -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
-        prog="mwms",
+        prog=kubectl.prog(sys.argv[0]),
         description="TensorFlow multi-worker training on Kubernetes: submit and follow TrainJobs.",
         epilog="exit codes: 0 ok; 1 error, failed job or timeout; 2 bad usage or nothing submitted; "
         "3 `wait` found the job Suspended; 130 interrupted",
@@ -336,7 +360,13 @@ def parser(plugins: Mapping[str, importlib.metadata.EntryPoint]) -> argparse.Arg
         sub = verbs.add_parser(name, parents=[cluster], help=text, description=text)
         sub.set_defaults(run=run)
         if output:
-            sub.add_argument("--output", "-o", choices=output, help="default: text for people")
+            sub.add_argument(
+                "--output",
+                "-o",
+                type=kubectl.output_format(output),
+                metavar="{" + ",".join(f"{o}=..." if o in kubectl.TEMPLATED else o for o in output) + "}",
+                help="default: text for people",
+            )
         return sub
 
     submit = verb("submit", cmd_submit, "run your training script as a TrainJob (packs it into a ConfigMap)")
@@ -360,9 +390,11 @@ def parser(plugins: Mapping[str, importlib.metadata.EntryPoint]) -> argparse.Arg
     submit.add_argument("--detach", action="store_true", help="with --follow: Ctrl-C never deletes the job")
     submit_flags.add(submit)
 
-    listing = verb("list", cmd_list, "list TrainJobs", ("json", "yaml", "wide", "name"))
+    listing = verb("list", cmd_list, "list TrainJobs", kubectl.LISTED)
     listing.add_argument("--all-namespaces", "-A", action="store_true", help="in every namespace")
-    verb("get", cmd_get, "show TrainJobs", ("json", "yaml", "wide", "name")).add_argument("names", nargs="+")
+    getting = verb("get", cmd_get, "show TrainJobs", kubectl.LISTED)
+    getting.add_argument("names", nargs="+")
+    kubectl.add_list_flags(listing, getting)
     logs = verb("logs", cmd_logs, "print the chief's (worker 0's) log")
     logs.add_argument("name")
     logs.add_argument(
@@ -428,6 +460,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None, err: IO[
     if argv and argv[0] in plugins:
         return int(plugins[argv[0]].load()(argv[1:]) or 0)
     own, script_args = split_script_args(argv)
+    own = kubectl.hoist(own)
     args = parser(plugins).parse_args(own)
     args.args = script_args
     if args.command == "submit" and args.replicas < 1:

@@ -6,12 +6,16 @@ Plain dicts go in and out; a refusal or an unreachable server becomes a SubmitEr
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from mwms_contract import names
+
+# Where the kubelet mounts a pod's service account: token, ca.crt, namespace.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 class SubmitError(RuntimeError):
@@ -37,16 +41,19 @@ class JobClient:
         import kubernetes
         import urllib3
 
-        try:
-            api = kubernetes.config.new_client_from_config(
-                config_file=cluster.kubeconfig, context=cluster.context
-            )
-            _, active = kubernetes.config.list_kube_config_contexts(config_file=cluster.kubeconfig)
-        except (kubernetes.config.ConfigException, OSError) as e:
-            where = cluster.kubeconfig or "$KUBECONFIG or ~/.kube/config"
-            raise SubmitError(
-                f"no usable kubeconfig at {where} ({e}): set KUBECONFIG or pass --kubeconfig"
-            ) from None
+        if in_cluster(cluster):
+            api, active = _service_account_client(), {"context": {"namespace": pod_namespace()}}
+        else:
+            try:
+                api = kubernetes.config.new_client_from_config(
+                    config_file=cluster.kubeconfig, context=cluster.context
+                )
+                _, active = kubernetes.config.list_kube_config_contexts(config_file=cluster.kubeconfig)
+            except (kubernetes.config.ConfigException, OSError) as e:
+                where = cluster.kubeconfig or "$KUBECONFIG or ~/.kube/config"
+                raise SubmitError(
+                    f"no usable kubeconfig at {where} ({e}): set KUBECONFIG or pass --kubeconfig"
+                ) from None
         # Any: plain dicts go in and out (the client's models are only to_dict()-ed).
         self._core: Any = kubernetes.client.CoreV1Api(api)
         self._custom: Any = kubernetes.client.CustomObjectsApi(api)
@@ -101,12 +108,51 @@ class JobClient:
         get = self._custom.get_namespaced_custom_object
         return self._ask(f"TrainJob {name}", lambda: get(*self._custom_args(name)))
 
-    def list_trainjobs(self, all_namespaces: bool = False) -> list[dict[str, Any]]:
+    def list_trainjobs(self, all_namespaces: bool = False, selector: str | None = None) -> list[Any]:
+        listed = self._ask("listing TrainJobs", self._lister(all_namespaces, selector))
+        return list(listed.get("items") or [])
+
+    def _lister(self, all_namespaces: bool, selector: str | None, **more: Any) -> Callable[[], Any]:
+        """The list call (in a namespace or all) with a label selector; `more` for a watch."""
+        chosen = {"label_selector": selector, **more} if selector else more
         if all_namespaces:
-            call = lambda: self._custom.list_cluster_custom_object(names.GROUP, names.VERSION, names.PLURAL)  # noqa: E731
-        else:
-            call = lambda: self._custom.list_namespaced_custom_object(*self._custom_args())  # noqa: E731
-        return list(self._ask("listing TrainJobs", call).get("items") or [])
+            return lambda: self._custom.list_cluster_custom_object(
+                names.GROUP, names.VERSION, names.PLURAL, **chosen
+            )
+        return lambda: self._custom.list_namespaced_custom_object(*self._custom_args(), **chosen)
+
+    def watch_trainjobs(
+        self,
+        all_namespaces: bool = False,
+        selector: str | None = None,
+        name: str | None = None,
+        timeout: int | None = None,
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(ADDED|MODIFIED|DELETED, the job) for each change from now, for `timeout` seconds (None: ever)."""
+        import kubernetes
+
+        fields = {"field_selector": f"metadata.name={name}"} if name else {}
+        listed = self._ask("listing TrainJobs", self._lister(all_namespaces, selector, **fields))
+        version = listed.get("metadata", {}).get("resourceVersion")
+        args: tuple[Any, ...] = (
+            (names.GROUP, names.VERSION, names.PLURAL) if all_namespaces else self._custom_args()
+        )
+        custom = self._custom
+        call = custom.list_cluster_custom_object if all_namespaces else custom.list_namespaced_custom_object
+        options = {**fields, **({"label_selector": selector} if selector else {})}
+        if timeout is not None:
+            options["timeout_seconds"] = timeout
+        watch = kubernetes.watch.Watch()
+        try:
+            for event in watch.stream(call, *args, resource_version=version, **options):
+                yield event["type"], event["object"]
+        except self._errors as e:
+            raise SubmitError(f"the API server refused watching TrainJobs: {_message(e)}") from None
+        except self._unreachable as e:
+            where = f"the API server at {self.server}"
+            raise SubmitError(f"cannot reach {where} (watching TrainJobs): {e}") from None
+        finally:
+            watch.stop()
 
     def delete_trainjob(self, name: str, missing_ok: bool = True) -> None:
         delete = self._custom.delete_namespaced_custom_object
@@ -151,6 +197,39 @@ class JobClient:
                     break
             response.release_conn()
             return
+
+
+def in_cluster(cluster: Cluster, environ: Mapping[str, str] = os.environ) -> bool:
+    """Inside a pod with no kubeconfig (none named, none at $KUBECONFIG or ~/.kube/config): the pod's
+    service account, as kubectl and Kubeflow's TrainerClient do."""
+    if cluster.kubeconfig or cluster.context or not environ.get("KUBERNETES_SERVICE_HOST"):
+        return False
+    paths = [p for p in environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    paths = paths or [os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".kube", "config")]
+    return not any(os.path.isfile(p) for p in paths)
+
+
+def pod_namespace(path: str = SERVICE_ACCOUNT_DIR + "/namespace") -> str:
+    """The pod's own namespace (its service account's), "default" when it is not mounted."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def _service_account_client() -> Any:
+    import kubernetes
+
+    configuration = kubernetes.client.Configuration()
+    try:
+        kubernetes.config.load_incluster_config(client_configuration=configuration)
+    except kubernetes.config.ConfigException as e:
+        raise SubmitError(
+            f"in a pod (KUBERNETES_SERVICE_HOST is set) with no kubeconfig, but its service account is not "
+            f"usable ({e}): mount its token (automountServiceAccountToken) or pass --kubeconfig"
+        ) from None
+    return kubernetes.client.ApiClient(configuration)
 
 
 def _message(error: Any) -> str:

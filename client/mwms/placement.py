@@ -58,7 +58,8 @@ def toleration(text: str) -> dict[str, str]:
     spec, _, effect = text.rpartition(":") if ":" in text else (text, "", "")
     key, sep, value = spec.partition("=")
     if not key or (effect and effect not in TAINT_EFFECTS):
-        raise ValueError(f"toleration {text!r} is not KEY[=VALUE]:EFFECT (effect: {', '.join(TAINT_EFFECTS)})")
+        effects = ", ".join(TAINT_EFFECTS)
+        raise ValueError(f"toleration {text!r} is not KEY[=VALUE]:EFFECT (effect: {effects})")
     out = {"key": key, "operator": "Equal" if sep else "Exists"}
     if sep:
         out["value"] = value
@@ -74,8 +75,8 @@ def gpu_image(version: str | None = None) -> str:
 
 
 def read_template(path: Path) -> dict[str, Any]:
-    """A PodTemplateSpec ({metadata, spec}) from YAML; a `kind: PodTemplate` (its `template`) or a bare PodSpec
-    ({containers: ...}) is taken too."""
+    """A PodTemplateSpec ({metadata, spec}) from YAML; a `kind: PodTemplate` (its `template`) or a bare
+    PodSpec ({containers: ...}) is taken too."""
     import yaml
 
     try:

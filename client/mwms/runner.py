@@ -15,7 +15,6 @@ from mwms.kube import Cluster
 from mwms.placement import NVIDIA_GPU
 from mwms.sdk import Client, placement_of
 
-
 # spark-tensorflow-distributor's gpu_resource_name is Spark's resource name ("gpu"); Kubernetes names the
 # vendor's extended resource.
 SPARK_GPU_NAME = "gpu"

@@ -132,8 +132,27 @@ class Client:
         """The job now (NotFound when there is none)."""
         return job_from(self.api.get_trainjob(name))
 
-    def list(self, all_namespaces: bool = False) -> list[Job]:
-        return [job_from(obj) for obj in self.api.list_trainjobs(all_namespaces)]
+    def list(self, all_namespaces: bool = False, selector: str | None = None) -> list[Job]:
+        """The jobs, those whose labels match `selector` (kubectl's: "team=a,tier!=dev") when given."""
+        return [job_from(obj) for obj in self.api.list_trainjobs(all_namespaces, selector)]
+
+    def watch(
+        self,
+        names: Sequence[str] = (),
+        all_namespaces: bool = False,
+        selector: str | None = None,
+        timeout: int | None = None,
+    ) -> Iterator[Job]:
+        """Each job as it changes from now on (those `names`, or whose labels match `selector`), as
+        `kubectl get -w`; until `timeout` seconds have passed (None: until the caller stops)."""
+        if len(names) > 1:  # one watch by name each would need threads; the namespace's, filtered, does not
+            wanted = set(names)
+            events = self.api.watch_trainjobs(all_namespaces, selector, timeout=timeout)
+            yield from (job_from(obj) for _, obj in events if obj["metadata"]["name"] in wanted)
+            return
+        name = names[0] if names else None
+        events = self.api.watch_trainjobs(all_namespaces, selector, name, timeout)
+        yield from (job_from(obj) for _, obj in events)
 
     def delete(self, name: str) -> Job:
         """Deletes the job (its pods and code ConfigMap follow); the job as it was (NotFound if none)."""

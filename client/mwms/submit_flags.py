@@ -47,7 +47,9 @@ def add(submit: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"GPUs per worker ({NVIDIA_GPU}: the trainer's CUDA image <version>-gpu unless --image)",
     )
-    group.add_argument("--gpu-resource", default=NVIDIA_GPU, help=f"the GPU's resource name (default {NVIDIA_GPU})")
+    group.add_argument(
+        "--gpu-resource", default=NVIDIA_GPU, help=f"the GPU's resource name (default {NVIDIA_GPU})"
+    )
     group.add_argument(
         "--env",
         action="append",
