@@ -23,6 +23,7 @@ from typing import IO, Any
 
 import yaml
 
+import mwms.completion as completion
 import mwms.kubectl as kubectl
 import mwms.submit as packing
 import mwms.submit_flags as submit_flags
@@ -309,6 +310,11 @@ def cmd_runs(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     return EXIT_OK
 
 
+def cmd_completion(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    out.write(completion.script(args.shell, args.top))
+    return EXIT_OK
+
+
 def cmd_local(argv: Sequence[str]) -> int:
     """The trainer's local mode in its own process: the client never imports the trainer."""
     if importlib.util.find_spec("mwms_trainer") is None or importlib.util.find_spec("tensorflow") is None:
@@ -430,6 +436,9 @@ def parser(plugins: Mapping[str, importlib.metadata.EntryPoint]) -> argparse.Arg
     )
     runs = verb("runs", cmd_runs, "the MLflow run and model of TrainJobs (default: all)", ("json", "yaml"))
     runs.add_argument("names", nargs="*")
+    completing = verbs.add_parser("completion", help="shell completion: source <(mwms completion bash)")
+    completing.add_argument("shell", choices=completion.SHELLS)
+    completing.set_defaults(run=cmd_completion, top=top)
     verbs.add_parser(
         "local", help="run a TrainJob manifest as local processes (needs the trainer)", add_help=False
     )
