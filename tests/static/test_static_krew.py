@@ -1,0 +1,71 @@
+"""krew/mwms.yaml, krew's plugin manifest: krew's required fields (as its index validation checks them), the
+release's version, and the sha256 of the archive krew/build.py builds, which must run `kubectl mwms`."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import subprocess
+import sys
+import tarfile
+
+import pytest
+import yaml
+from static_support import REPO
+
+pytestmark = pytest.mark.static
+
+sys.path.insert(0, str(REPO / "krew"))
+import build  # noqa: E402  (krew/build.py)
+
+MANIFEST = REPO / "krew" / "mwms.yaml"
+VERSION = (REPO / "VERSION").read_text().strip()
+SEMVER = r"v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?"
+
+
+@pytest.fixture(scope="module")
+def plugin():
+    return yaml.safe_load(MANIFEST.read_text())
+
+
+def test_krews_required_fields(plugin):
+    assert plugin["apiVersion"] == "krew.googlecontainertools.github.com/v1alpha2"
+    assert plugin["kind"] == "Plugin"
+    assert plugin["metadata"]["name"] == MANIFEST.stem == "mwms"  # the file is named as the plugin
+    spec = plugin["spec"]
+    assert re.fullmatch(SEMVER, spec["version"]) and spec["shortDescription"].strip()
+    assert spec["homepage"].startswith("https://")
+    assert spec["platforms"]
+    for platform in spec["platforms"]:
+        assert platform["selector"] and platform["bin"] == "kubectl-mwms"
+        assert platform["uri"].startswith("https://") and re.fullmatch(r"[0-9a-f]{64}", platform["sha256"])
+        assert {f["from"] for f in platform["files"]} == set(build.MEMBERS)
+
+
+def test_the_version_is_the_releases(plugin):
+    assert plugin["spec"]["version"] == f"v{VERSION}"
+    for platform in plugin["spec"]["platforms"]:
+        assert platform["uri"].endswith(f"/v{VERSION}/{build.archive_name()}")
+    assert f"pip install mwms=={VERSION}" in plugin["spec"]["caveats"]
+
+
+def test_the_sha256_is_the_archives_and_its_shim_runs_the_client(plugin, tmp_path):
+    data = build.archive()
+    assert data == build.archive()  # the same bytes every time
+    assert {p["sha256"] for p in plugin["spec"]["platforms"]} == {hashlib.sha256(data).hexdigest()}
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(tmp_path, filter="data")
+    shim = tmp_path / "kubectl-mwms"
+    assert os.access(shim, os.X_OK)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)  # the python3 that has the client
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+    done = subprocess.run([shim, "--help"], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.startswith("usage: kubectl mwms")
