@@ -91,9 +91,8 @@ def test_global_flags_before_the_verb_selectors_and_jsonpath(mwms, cluster, name
     names = "jsonpath={.items[*].metadata.name}"
     assert listed("-o", names, "list") == "one two\n"
     assert listed("list", "-l", "team=b", "-o", names) == "two\n"
-    assert listed("get", "one", "-o", "custom-columns=NAME:.metadata.name,TEAM:.metadata.labels.team").split() == [
-        "NAME", "TEAM", "one", "a"
-    ]  # fmt: skip
+    columns = "custom-columns=NAME:.metadata.name,TEAM:.metadata.labels.team"
+    assert listed("get", "one", "-o", columns).split() == ["NAME", "TEAM", "one", "a"]
 
 
 def test_list_watch_prints_a_job_created_after_it_started(mwms, cluster, namespace, script):
