@@ -55,6 +55,7 @@ class Follower:
 
     def follow(self) -> Job:
         phase, epoch, restarts = None, None, -1
+        waiting = ""
         stop = threading.Event()
         streamer: threading.Thread | None = None
         chief = chief_pod(self.name)
@@ -69,6 +70,9 @@ class Follower:
                     phase = status.get("phase")
                     if phase:
                         self._print(f"{self.name}: {phase}")
+                if pending_reason(status) not in ("", waiting):  # e.g. "Insufficient nvidia.com/gpu"
+                    waiting = pending_reason(status)
+                    self._print(f"{self.name}: {waiting}")
                 if status.get("restarts", 0) != restarts and phase in ("Running", "Restarting", *TERMINAL):
                     # A (re)started group: follow the new chief's log.
                     restarts = status.get("restarts", 0)
@@ -97,6 +101,14 @@ class Follower:
                 time.sleep(self.poll)
         finally:
             stop.set()
+
+
+def pending_reason(status: Mapping[str, Any]) -> str:
+    """Why a Pending job's workers do not run yet (its Running condition's message), "" otherwise."""
+    if status.get("phase") != "Pending":
+        return ""
+    running = [c for c in status.get("conditions") or [] if c.get("type") == "Running"]
+    return str(running[0].get("message") or "") if running and running[0].get("status") == "False" else ""
 
 
 # -- `mwms logs -f`: the chief's log, and why it ended ---------------------------------------------------

@@ -153,3 +153,32 @@ def test_the_runner_asks_one_gpu_per_slot_by_default_as_spark_tensorflow_distrib
     assert asked.image(None) == GPU_IMAGE and asked.image("mine:1") == "mine:1"
     with pytest.raises(SubmitError, match="TF_CONFIG"):
         MirroredStrategyRunner(env={"TF_CONFIG": "{}"})
+
+
+class PendingApi:
+    """A job the scheduler cannot place, then deleted by its user (Failed, to end the follow)."""
+
+    def __init__(self):
+        message = "waiting for 1 of 1 workers to run (j-worker-0: Unschedulable: 0/1 nodes are available: 1 "
+        message += "Insufficient nvidia.com/gpu)"
+        pending = {
+            "phase": "Pending",
+            "conditions": [{"type": "Running", "status": "False", "message": message}],
+        }
+        self.states = [pending, pending, {"phase": "Failed", "conditions": []}]
+
+    def get_trainjob(self, name):
+        return {"metadata": {"name": name}, "spec": {"replicas": 1}, "status": self.states.pop(0)}
+
+    def stream_log(self, pod, on_line, stop):
+        pass
+
+
+def test_following_a_job_no_node_can_place_says_why_once():
+    from mwms.follow import Follower
+
+    out = io.StringIO()
+    Follower(PendingApi(), "j", out, tty=False, poll=0).follow()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "j: Pending" and "Insufficient nvidia.com/gpu" in lines[1]
+    assert sum("Insufficient" in line for line in lines) == 1 and lines[-1] == "j: Failed"
