@@ -139,7 +139,7 @@ class JobClient:
         )
         custom = self._custom
         call = custom.list_cluster_custom_object if all_namespaces else custom.list_namespaced_custom_object
-        options = {**fields, **({"label_selector": selector} if selector else {})}
+        options: dict[str, Any] = {**fields, **({"label_selector": selector} if selector else {})}
         if timeout is not None:
             options["timeout_seconds"] = timeout
         watch = kubernetes.watch.Watch()

@@ -116,7 +116,7 @@ class Client:
             )
             default_name = Path(target).name
         name = name or packing.job_name(default_name)
-        job = {
+        job: dict[str, Any] = {
             "replicas": replicas,
             "args": args,
             "experiment": experiment,
