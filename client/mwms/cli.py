@@ -376,7 +376,7 @@ def parser(plugins: Mapping[str, importlib.metadata.EntryPoint]) -> argparse.Arg
         return sub
 
     submit = verb("submit", cmd_submit, "run your training script as a TrainJob (packs it into a ConfigMap)")
-    submit.usage = "mwms submit SCRIPT [options] [-- SCRIPT_ARGS...]"
+    submit.usage = f"{top.prog} submit SCRIPT [options] [-- SCRIPT_ARGS...]"
     submit.add_argument("script", type=Path, help="the script to run on every worker (as __main__)")
     submit.add_argument("--replicas", type=int, default=1, help="number of workers (default 1)")
     submit.add_argument("--experiment", help="MLflow experiment (default: the job's name)")

@@ -128,7 +128,7 @@ def test_the_operators_pods_carry_what_submit_asked_for(
     assert trainer["resources"]["requests"] == {"cpu": "100m", "memory": "64Mi"}
     assert {"name": "A", "value": "1"} in trainer["env"]
     assert pod["metadata"]["labels"]["team"] == "a"
-    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["spec"]["nodeSelector"]["kubernetes.io/os"] == "linux"
     assert {"key": "spot", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"]["tolerations"]
 
 
