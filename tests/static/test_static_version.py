@@ -21,6 +21,7 @@ COPIES = {
     "manifests/gitops/flux-helmrelease.yaml",
     "CHANGELOG.md",
     "client/pyproject.toml",  # the client's pin of mwms-contract: one release, one contract
+    "krew/mwms.yaml",  # the release's tag and archive (tests/static/test_static_krew.py checks them)
 }
 # Not shipped: test data with fixed images, lock files (other projects' versions), recorded results.
 NOT_SHIPPED = ("tests/", "requirements/", "bench/results/")
