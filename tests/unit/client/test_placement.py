@@ -182,3 +182,23 @@ def test_following_a_job_no_node_can_place_says_why_once():
     lines = out.getvalue().splitlines()
     assert lines[0] == "j: Pending" and "Insufficient nvidia.com/gpu" in lines[1]
     assert sum("Insufficient" in line for line in lines) == 1 and lines[-1] == "j: Failed"
+
+
+def test_client_submit_dry_run_builds_the_trainjob_and_creates_nothing(tmp_path):
+    from mwms.kube import Cluster
+    from mwms.sdk import Client
+
+    class NoApi:
+        namespace = "team-a"
+
+        def __getattr__(self, name):
+            raise AssertionError(f"dry_run asked the API server: {name}")
+
+    client = Client.__new__(Client)
+    client.api, client.namespace, client.cluster = NoApi(), "team-a", Cluster()
+    script = tmp_path / "train.py"
+    script.write_text("")
+    job = client.submit(script, name="j", replicas=2, gpu=1, queue="q", dry_run=True)
+    assert (job.name, job.namespace, job.replicas) == ("j", "team-a", 2)
+    assert job.raw["spec"]["image"] == GPU_IMAGE
+    assert job.raw["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "q"}
