@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import importlib.metadata
 import importlib.util
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
-
-import yaml
 
 import mwms.completion as completion
 import mwms.kubectl as kubectl
@@ -30,7 +27,8 @@ import mwms.submit_flags as submit_flags
 from mwms.follow import POD_RUNNING_TIMEOUT
 from mwms.jobs import Job
 from mwms.kube import SubmitError
-from mwms.sdk import Client, placement_of
+from mwms.output import dump, run_fields, show_jobs, show_watched, table
+from mwms.sdk import Client
 from mwms_contract import names
 from mwms_contract.conditions import PHASES, SUSPENDED
 
@@ -44,88 +42,6 @@ TRAINER_MISSING = (
 
 
 # -- output ------------------------------------------------------------------------------------------------
-
-
-def age(created: str | None, now: datetime.datetime) -> str:
-    """kubectl's AGE: 45s, 12m, 3h, 2d."""
-    if not created:
-        return "<unknown>"
-    seconds = int((now - datetime.datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= 2 * size or (unit == "m" and seconds >= size):
-            return f"{seconds // size}{unit}"
-    return f"{max(seconds, 0)}s"
-
-
-def table(rows: Sequence[Sequence[str]]) -> str:
-    """Columns padded to their widest cell, three spaces apart (kubectl's look)."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    )
-
-
-def job_rows(jobs: Sequence[Job], wide: bool, all_namespaces: bool, now: datetime.datetime) -> str:
-    head = ["NAME", "REPLICAS", "PHASE", "RESTARTS", "RUN ID", "AGE"]
-    head = (
-        (["NAMESPACE"] if all_namespaces else []) + head + (["EPOCH", "MODEL URI", "MESSAGE"] if wide else [])
-    )
-    rows = [head]
-    for job in jobs:
-        row = [job.name, str(job.replicas), job.phase, str(job.restarts), job.mlflow.run_id or "<none>"]
-        row = ([job.namespace] if all_namespaces else []) + row + [age(job.created, now)]
-        if wide:
-            progress = job.progress
-            epoch = "<none>" if progress is None or progress.epoch is None else str(progress.epoch)
-            if progress is not None and progress.epochs:
-                epoch += f"/{progress.epochs}"
-            row += [
-                epoch,
-                job.mlflow.model_uri or "<none>",
-                job.message.splitlines()[0] if job.message else "",
-            ]
-        rows.append(row)
-    return table(rows)
-
-
-def dump(data: Any, output: str) -> str:
-    if output == "json":
-        return json.dumps(data, indent=2, sort_keys=True)
-    return yaml.safe_dump(data, sort_keys=True).rstrip("\n")
-
-
-def show_jobs(
-    jobs: Sequence[Job], output: str | None, out: IO[str], all_namespaces: bool = False, single: bool = False
-) -> None:
-    """`-o` as kubectl: the object itself for one named job (`single`), else a v1 List; `name`:
-    trainjob.mwms.dev/NAME; `wide`: the table with epoch, model and message."""
-    if output in ("json", "yaml"):
-        items = [job.raw for job in jobs]
-        out.write(dump(items[0] if single else {"apiVersion": "v1", "kind": "List", "items": items}, output))
-    elif output and output.startswith("jsonpath="):  # kubectl's: over the object, or over the List
-        items = [job.raw for job in jobs]
-        out.write(kubectl.render(output[9:], items[0] if single else {"kind": "List", "items": items}))
-    elif output and output.startswith("custom-columns="):
-        out.write(table(kubectl.custom_columns(output[15:], [job.raw for job in jobs])))
-    elif output == "name":
-        out.write("\n".join(f"trainjob.mwms.dev/{job.name}" for job in jobs))
-    elif not jobs:
-        out.write("No TrainJobs found.")
-    else:
-        now = datetime.datetime.now(datetime.UTC)
-        out.write(job_rows(jobs, output == "wide", all_namespaces, now))
-    out.write("\n")
-
-
-def run_fields(job: Job) -> dict[str, Any]:
-    return {
-        "name": job.name,
-        "namespace": job.namespace,
-        "phase": job.phase,
-        "runId": job.mlflow.run_id,
-        "experimentId": job.mlflow.experiment_id,
-        "modelUri": job.mlflow.model_uri,
-    }
 
 
 def report(job: Job, summary: Mapping[str, Any], out: IO[str]) -> int:
@@ -156,7 +72,7 @@ def cmd_submit(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         code = packing.pack(args.script, args.working_dir, args.requirements)
         asked = submit_flags.keywords(args)
         if args.dry_run and args.output:
-            show_dry_run(args, code, asked, out)
+            out.write(dump(submit_flags.dry_run_trainjob(args, code, asked), args.output) + "\n")
             return EXIT_OK
         if args.dry_run:
             packing.dry_run(code, out)
@@ -187,22 +103,6 @@ def cmd_submit(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     except KeyboardInterrupt:
         return interrupted(client, job.name, args.detach, out)
     return report(done, client.chief_summary(job.name), out)
-
-
-def show_dry_run(args: argparse.Namespace, code: packing.Code, asked: dict[str, Any], out: IO[str]) -> None:
-    """`submit --dry-run -o yaml|json`: the TrainJob it would create (not its code ConfigMap); no cluster."""
-    placement = placement_of(**asked)
-    name = args.name or packing.job_name(args.script.name)
-    body = packing.trainjob(
-        name,
-        code,
-        replicas=args.replicas,
-        args=args.args,
-        experiment=args.experiment,
-        image=placement.image(args.image),
-        placement=placement,
-    )
-    out.write(dump(body, args.output) + "\n")
 
 
 def interrupted(client: Client, name: str, detach: bool, out: IO[str]) -> int:
@@ -236,17 +136,6 @@ def cmd_get(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     if args.watch:
         show_watched(client.watch(names=args.names), args.output, out, False)
     return EXIT_OK
-
-
-def show_watched(jobs: Iterable[Job], output: str | None, out: IO[str], all_namespaces: bool) -> None:
-    """`-w`: a line (or an object) for each change, as it comes; the table's rows without its header."""
-    for job in jobs:
-        if output is None or output == "wide":
-            now = datetime.datetime.now(datetime.UTC)
-            out.write(job_rows([job], output == "wide", all_namespaces, now).splitlines()[1] + "\n")
-        else:
-            show_jobs([job], output, out, single=True)
-        out.flush()
 
 
 def cmd_logs(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:

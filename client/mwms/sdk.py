@@ -36,7 +36,7 @@ def placement_of(
 ) -> Placement:
     """Client.submit's placement keywords as a Placement: a template path is read, tolerations may be
     kubectl's KEY[=VALUE]:EFFECT, a deadline "2h"; a misspelt keyword is a TypeError, as Python's own."""
-    from mwms import placement as rules
+    import mwms.placement as rules
 
     known = set(Placement.__dataclass_fields__)
     unknown = sorted(set(asked) - known)

@@ -7,8 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mwms import placement as rules
+import mwms.placement as rules
+import mwms.submit as packing
 from mwms.placement import NVIDIA_GPU
+from mwms.sdk import placement_of
 
 
 def _typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -127,3 +129,19 @@ def keywords(args: argparse.Namespace) -> dict[str, Any]:
         "template": args.template,
     }
     return {key: value for key, value in asked.items() if value not in (None, {}, [])}
+
+
+def dry_run_trainjob(args: argparse.Namespace, code: packing.Code, asked: dict[str, Any]) -> dict[str, Any]:
+    """`submit --dry-run -o yaml|json`: the TrainJob it would create (not its code ConfigMap); no cluster."""
+    placement = placement_of(**asked)
+    name = args.name or packing.job_name(args.script.name)
+    body = packing.trainjob(
+        name,
+        code,
+        replicas=args.replicas,
+        args=args.args,
+        experiment=args.experiment,
+        image=placement.image(args.image),
+        placement=placement,
+    )
+    return body

@@ -11,6 +11,7 @@ import yaml
 from support.trainjobs import trainjob
 
 from mwms import cli, jobs
+from mwms import output as printing
 
 NOW = datetime.datetime(2026, 1, 2, 12, 0, 0, tzinfo=datetime.UTC)
 
@@ -40,7 +41,7 @@ RUNNING = listed(
      ("2025-12-30T12:00:00Z", "3d"), (None, "<unknown>")],
 )  # fmt: skip
 def test_age_reads_as_kubectls(created, shown):
-    assert cli.age(created, NOW) == shown
+    assert printing.age(created, NOW) == shown
 
 
 def test_the_typed_job_carries_phase_conditions_run_and_progress():
@@ -54,12 +55,12 @@ def test_the_typed_job_carries_phase_conditions_run_and_progress():
 
 def test_the_table_and_its_wide_columns():
     listed = [jobs.job_from(RUNNING), jobs.job_from(FAILED)]
-    assert cli.job_rows(listed, wide=False, all_namespaces=False, now=NOW).splitlines() == [
+    assert printing.job_rows(listed, wide=False, all_namespaces=False, now=NOW).splitlines() == [
         "NAME   REPLICAS   PHASE     RESTARTS   RUN ID   AGE",
         "a      2          Running   0          r1       12m",
         "b      2          Failed    1          <none>   12m",
     ]
-    wide = cli.job_rows(listed, wide=True, all_namespaces=True, now=NOW).splitlines()
+    wide = printing.job_rows(listed, wide=True, all_namespaces=True, now=NOW).splitlines()
     assert wide[0].split() == [
         "NAMESPACE", "NAME", "REPLICAS", "PHASE", "RESTARTS", "RUN", "ID", "AGE", "EPOCH", "MODEL", "URI",
         "MESSAGE",
@@ -72,16 +73,16 @@ def test_the_table_and_its_wide_columns():
 def test_json_and_yaml_give_the_object_for_one_name_and_a_list_otherwise(output):
     load = json.loads if output == "json" else yaml.safe_load
     one, many = io.StringIO(), io.StringIO()
-    cli.show_jobs([jobs.job_from(RUNNING)], output, one, single=True)
-    cli.show_jobs([jobs.job_from(RUNNING), jobs.job_from(FAILED)], output, many)
+    printing.show_jobs([jobs.job_from(RUNNING)], output, one, single=True)
+    printing.show_jobs([jobs.job_from(RUNNING), jobs.job_from(FAILED)], output, many)
     assert load(one.getvalue()) == RUNNING
     assert load(many.getvalue()) == {"apiVersion": "v1", "kind": "List", "items": [RUNNING, FAILED]}
 
 
 def test_name_output_and_an_empty_list():
     names, empty = io.StringIO(), io.StringIO()
-    cli.show_jobs([jobs.job_from(RUNNING)], "name", names)
-    cli.show_jobs([], None, empty)
+    printing.show_jobs([jobs.job_from(RUNNING)], "name", names)
+    printing.show_jobs([], None, empty)
     assert names.getvalue() == "trainjob.mwms.dev/a\n" and empty.getvalue() == "No TrainJobs found.\n"
 
 
