@@ -61,7 +61,10 @@ def test_the_sha256_is_the_archives_and_its_shim_runs_the_client(plugin, tmp_pat
     assert os.access(shim, os.X_OK)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python3").symlink_to(sys.executable)  # the python3 that has the client
+    # The python3 that has the client: a wrapper, not a link (a venv's python found through a link elsewhere
+    # loses its venv, and with it the client's editable install).
+    (bin_dir / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
     env = {
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
