@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import mwms.completion as completion
+import mwms.inspect_cli as inspect_cli
 import mwms.kubectl as kubectl
 import mwms.submit as packing
 import mwms.submit_flags as submit_flags
-from mwms.follow import POD_RUNNING_TIMEOUT
 from mwms.jobs import Job
 from mwms.kube import SubmitError
 from mwms.output import dump, run_fields, show_jobs, show_watched, table
@@ -139,18 +139,15 @@ def cmd_get(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
 
 def cmd_logs(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    def say(line: str) -> None:  # what it waits for, and why the log ended: on stderr, apart from the log
-        out.flush()
-        err.write(f"mwms logs: {line}\n")
-        err.flush()
+    return inspect_cli.run_logs(client_of(args), args, out, err)
 
-    lines = client_of(args).logs(
-        args.name, follow=args.follow, pod_running_timeout=args.pod_running_timeout, say=say
-    )
-    for line in lines:
-        out.write(line + "\n")
-        out.flush()
-    return EXIT_OK
+
+def cmd_describe(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    return inspect_cli.run_describe(client_of(args), args, out, dump)
+
+
+def cmd_events(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    return inspect_cli.run_events(client_of(args), args, out, dump)
 
 
 def cmd_wait(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
@@ -290,20 +287,9 @@ def parser(plugins: Mapping[str, importlib.metadata.EntryPoint]) -> argparse.Arg
     getting = verb("get", cmd_get, "show TrainJobs", kubectl.LISTED)
     getting.add_argument("names", nargs="+")
     kubectl.add_list_flags(listing, getting)
-    logs = verb("logs", cmd_logs, "print the chief's (worker 0's) log")
-    logs.add_argument("name")
-    logs.add_argument(
-        "--follow",
-        "-f",
-        action="store_true",
-        help="stream it until the container ends (or its pod is replaced, or the job deleted: it says so)",
-    )
-    logs.add_argument(
-        "--pod-running-timeout",
-        type=seconds,
-        default=POD_RUNNING_TIMEOUT,
-        help="with -f: how long to wait for the chief's container to start (default 5m; exit 1 after)",
-    )
+    inspect_cli.logs_arguments(verb("logs", cmd_logs, inspect_cli.LOGS_HELP), seconds)
+    verb("describe", cmd_describe, inspect_cli.DESCRIBE_HELP, ("json", "yaml")).add_argument("name")
+    verb("events", cmd_events, inspect_cli.EVENTS_HELP, ("json", "yaml")).add_argument("name")
     wait = verb(
         "wait",
         cmd_wait,

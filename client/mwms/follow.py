@@ -111,7 +111,7 @@ def pending_reason(status: Mapping[str, Any]) -> str:
     return str(running[0].get("message") or "") if running and running[0].get("status") == "False" else ""
 
 
-# -- `mwms logs -f`: the chief's log, and why it ended ---------------------------------------------------
+# -- `mwms logs -f`: a worker's (default: the chief's) log, and why it ended ------------------------------
 
 # `logs -f`'s default wait for the chief's container to start (`--pod-running-timeout`, as kubectl's).
 POD_RUNNING_TIMEOUT = 300.0
@@ -126,12 +126,20 @@ def _started(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-def _why_waiting(job: Mapping[str, Any], pod: Mapping[str, Any] | None) -> str:
+def worker_pod(name: str, index: int) -> str:
+    return f"{name}-worker-{index}"
+
+
+def _who(index: int) -> str:
+    return "chief" if index == 0 else f"worker {index}"
+
+
+def _why_waiting(job: Mapping[str, Any], pod: Mapping[str, Any] | None, index: int = 0) -> str:
     """What `logs -f` waits for, in words: the pod not created yet, or what keeps its container waiting."""
     name = (job.get("metadata") or {}).get("name", "")
     phase = (job.get("status") or {}).get("phase") or "Pending"
     if pod is None:
-        return f"pod {chief_pod(name)} to be created (trainjob/{name} is {phase})"
+        return f"pod {worker_pod(name, index)} to be created (trainjob/{name} is {phase})"
     reasons = []
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
@@ -142,27 +150,33 @@ def _why_waiting(job: Mapping[str, Any], pod: Mapping[str, Any] | None) -> str:
             reasons.append(f"{waiting.get('reason')}: {waiting.get('message') or ''}".rstrip(": "))
     pod_phase = (pod.get("status") or {}).get("phase") or "Pending"
     said = "".join(f"; {r}" for r in reasons)
-    return f"the {CONTAINER_NAME} container of pod {chief_pod(name)} to start (pod {pod_phase}{said})"
+    return f"the {CONTAINER_NAME} container of pod {worker_pod(name, index)} to start (pod {pod_phase}{said})"
 
 
-def _ended(client: JobClient, name: str, uid: str, restarts: int) -> str | None:
-    """Why the chief pod that `logs -f` follows is over although its log may not have ended: its job was
-    deleted (NotFound), the pod is gone or replaced (a new group); None while it is still the job's chief."""
+def _ended(
+    client: JobClient, name: str, uid: str, restarts: int, index: int = 0, running: bool = False
+) -> str | None:
+    """Why the worker pod that `logs -f` follows is over: its job was deleted (NotFound), the pod is gone or
+    replaced, or (once its log ended, `running` False) its group restarted; None while it is still the
+    job's, or still there while its log runs."""
+    who = _who(index)
     try:
         job = client.get_trainjob(name)
     except NotFound:
-        raise NotFound(f"trainjob/{name} was deleted while its chief's log was followed") from None
+        raise NotFound(f"trainjob/{name} was deleted while its {who}'s log was followed") from None
     status = job.get("status") or {}
     phase, now = status.get("phase") or "Pending", int(status.get("restarts") or 0)
-    pod = client.get_pod(chief_pod(name))
+    pod = client.get_pod(worker_pod(name, index))
     new_uid = ((pod or {}).get("metadata") or {}).get("uid")
-    if new_uid == uid and now == restarts:
-        return None
-    what = f"pod {chief_pod(name)} " + ("was replaced" if new_uid else "is gone")
+    if new_uid == uid and (now == restarts or running):
+        return None  # the same pod: its container's last lines (stopped by a restart) are still to come
+    state = "ended" if new_uid == uid else "was replaced" if new_uid else "is gone"
+    what = f"pod {worker_pod(name, index)} {state}"
     if phase in TERMINAL and now == restarts:
         return f"{what}: trainjob/{name} is {phase}"
     group = f"restarted its group (restart {now})" if now != restarts else f"is {phase}"
-    return f"{what}: trainjob/{name} {group}; `mwms logs -f {name}` follows the new chief"
+    again = f"mwms logs -f {name}" + (f" --worker {index}" if index else "")
+    return f"{what}: trainjob/{name} {group}; `{again}` follows the new {who}"
 
 
 def chief_log(
@@ -171,28 +185,31 @@ def chief_log(
     say: Callable[[str], None],
     wait_timeout: float = POD_RUNNING_TIMEOUT,
     poll: float = 1.0,
+    index: int = 0,
+    tail: int | None = None,
 ) -> Iterator[str]:
-    """The chief's log lines as it writes them, until its container ends. Waits at most `wait_timeout`
-    seconds for the container to start (TimeoutError), saying what it waits for through `say`; ends with
-    a line through `say` when the pod is gone or replaced, and NotFound when the job is deleted."""
-    chief = chief_pod(name)
+    """Worker `index`'s (default: the chief's) log lines as it writes them (the last `tail` first, when
+    given), until its container ends. Waits at most `wait_timeout` seconds for the container to start
+    (TimeoutError), saying what it waits for through `say`; ends with a line through `say` when the pod is
+    gone or replaced (a new group starts), and NotFound when the job is deleted."""
+    pod_name, who = worker_pod(name, index), _who(index)
     deadline, told = time.monotonic() + wait_timeout, ""
     while True:
         try:
             job = client.get_trainjob(name)
         except NotFound:
-            raise NotFound(f"trainjob/{name} was deleted before its chief's log began") from None
-        pod = client.get_pod(chief)
+            raise NotFound(f"trainjob/{name} was deleted before its {who}'s log began") from None
+        pod = client.get_pod(pod_name)
         if pod is not None and _started(pod):
             break
         phase = (job.get("status") or {}).get("phase")
         if pod is None and phase in TERMINAL:
-            say(f"trainjob/{name} is {phase} and its chief pod {chief} is gone: no log to follow")
+            say(f"trainjob/{name} is {phase} and its {who} pod {pod_name} is gone: no log to follow")
             return
-        why = _why_waiting(job, pod)
+        why = _why_waiting(job, pod, index)
         if time.monotonic() >= deadline:
             raise TimeoutError(
-                f"the chief pod {chief} did not start within {wait_timeout:g}s: {why} "
+                f"the {who} pod {pod_name} did not start within {wait_timeout:g}s: {why} "
                 "(--pod-running-timeout waits longer)"
             )
         if why != told:
@@ -206,11 +223,14 @@ def chief_log(
 
     def stream() -> None:
         try:
-            client.stream_log(chief, lines.put, stop)
+            if tail is None:
+                client.stream_log(pod_name, lines.put, stop)
+            else:
+                client.stream_log(pod_name, lines.put, stop, tail=tail)
         finally:
             lines.put(None)
 
-    threading.Thread(target=stream, name=f"log-{chief}", daemon=True).start()
+    threading.Thread(target=stream, name=f"log-{pod_name}", daemon=True).start()
     checked = time.monotonic()
     try:
         while True:
@@ -224,11 +244,11 @@ def chief_log(
                 yield line
             if time.monotonic() - checked >= poll:
                 checked = time.monotonic()
-                ended = _ended(client, name, uid, restarts)
+                ended = _ended(client, name, uid, restarts, index, running=True)
                 if ended:
                     say(ended)
                     return
-        ended = _ended(client, name, uid, restarts)
+        ended = _ended(client, name, uid, restarts, index)
         if ended:
             say(ended)
     finally:

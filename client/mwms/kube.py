@@ -167,18 +167,39 @@ class JobClient:
         pod = self._ask(f"pod {name}", lambda: read(name, self.namespace), missing_ok=True)
         return None if pod is None else pod.to_dict()
 
-    def read_log(self, pod: str) -> str:
-        """The `trainer` container's log so far."""
+    def list_pods(self, selector: str) -> list[dict[str, Any]]:
+        """The namespace's pods with these labels (`key=value,...`)."""
+        listing = self._core.list_namespaced_pod
+        found = self._ask(
+            f"listing pods {selector}", lambda: listing(self.namespace, label_selector=selector)
+        )
+        return [pod.to_dict() for pod in found.items or []]
+
+    def list_events(self) -> list[dict[str, Any]]:
+        """The namespace's Events (core/v1: events.k8s.io's too), as the client's to_dict() gives them."""
+        listing = self._core.list_namespaced_event
+        return [
+            event.to_dict()
+            for event in self._ask("listing events", lambda: listing(self.namespace)).items or []
+        ]
+
+    def read_log(self, pod: str, tail: int | None = None) -> str:
+        """The `trainer` container's log so far (its last `tail` lines, when given)."""
         read = self._core.read_namespaced_pod_log
+        lines = {} if tail is None else {"tail_lines": tail}
         return str(
             self._ask(
                 f"the log of pod {pod}",
-                lambda: read(pod, self.namespace, container=names.CONTAINER_NAME),
+                lambda: read(pod, self.namespace, container=names.CONTAINER_NAME, **lines),
             )
         )
 
-    def stream_log(self, pod: str, on_line: Callable[[str], None], stop: threading.Event) -> None:
-        """Follow the pod's `trainer` log until it ends or `stop` is set (call in a thread)."""
+    def stream_log(
+        self, pod: str, on_line: Callable[[str], None], stop: threading.Event, tail: int | None = None
+    ) -> None:
+        """Follow the pod's `trainer` log (from its last `tail` lines, when given) until it ends or `stop` is
+        set (call in a thread)."""
+        lines = {} if tail is None else {"tail_lines": tail}
         while not stop.is_set():
             try:
                 response = self._core.read_namespaced_pod_log(
@@ -187,6 +208,7 @@ class JobClient:
                     container=names.CONTAINER_NAME,
                     follow=True,
                     _preload_content=False,
+                    **lines,
                 )
             except self._errors:  # not started yet
                 stop.wait(1)

@@ -8,6 +8,7 @@ job.phase, job.mlflow.run_id, job.mlflow.model_uri, job.progress
 
 from __future__ import annotations
 
+import builtins
 import os
 import sys
 import time
@@ -16,9 +17,11 @@ from pathlib import Path
 from typing import IO, Any
 
 import mwms.submit as packing
-from mwms.follow import POD_RUNNING_TIMEOUT, Follower, chief_log, chief_pod
+from mwms.describe import Description, Event, describe_job, job_events
+from mwms.follow import POD_RUNNING_TIMEOUT, Follower, chief_pod
 from mwms.jobs import Job, NoResult, Run, chief_summary, chief_tracking_uri, chiefs_value, job_from
 from mwms.kube import Cluster, JobClient, SubmitError
+from mwms.logs import job_logs
 from mwms.placement import Placement
 from mwms_contract import names
 from mwms_contract.conditions import FAILED, PHASES, SUCCEEDED, SUSPENDED
@@ -192,16 +195,42 @@ class Client:
         follow: bool = False,
         pod_running_timeout: float = POD_RUNNING_TIMEOUT,
         say: Callable[[str], None] | None = None,
+        *,
+        worker: int = 0,
+        all_workers: bool = False,
+        group: int | None = None,
+        previous: bool = False,
+        tail: int | None = None,
     ) -> Iterator[str]:
-        """The chief's (worker 0's) log lines: what it has written so far, or, with `follow`, as it writes
-        them until its container ends. Following waits at most `pod_running_timeout` seconds for the chief's
-        container to start (TimeoutError) and says what it waits for, and why the log ended when its pod is
-        gone or replaced, through `say` (default: a line on stderr); NotFound when the job is deleted."""
-        pod = chief_pod(self.get(name).name)
-        if not follow:
-            yield from self.api.read_log(pod).splitlines()
-            return
-        yield from chief_log(self.api, name, say or _on_stderr, pod_running_timeout)
+        """Worker `worker`'s (default: the chief's) log lines, or every worker's (`all_workers`, each line
+        prefixed `[worker-I] `), of the current group, of group `group` (0: the first start) or of the one
+        before (`previous`); the last `tail` lines only, when given. From the pod while it is that group's,
+        else from the job's MLflow run, where every worker leaves its log when it exits (mwms.logs.NoLog
+        when neither has it). With `follow`, the running group's log as it is written, until the container
+        ends: it waits at most `pod_running_timeout` seconds for the container to start (TimeoutError) and
+        says what it waits for, and why the log ended (a new group started), through `say` (default: a line
+        on stderr); NotFound when the job is deleted."""
+        yield from job_logs(
+            self.api,
+            name,
+            worker=worker,
+            all_workers=all_workers,
+            group=group,
+            previous=previous,
+            tail=tail,
+            follow=follow,
+            say=say or _on_stderr,
+            pod_running_timeout=pod_running_timeout,
+        )
+
+    def events(self, name: str) -> builtins.list[Event]:
+        """The Events of the job and of its pods, oldest first (as Kubeflow's get_job_events)."""
+        job = self.get(name)
+        return job_events(self.api, job.name, job.uid)
+
+    def describe(self, name: str) -> Description:
+        """The job, its conditions, each worker's pod state and last reason, its recent Events and run."""
+        return describe_job(self.api, self.get(name))
 
     def runs(self, name: str) -> Run:
         """The job's MLflow run and model."""

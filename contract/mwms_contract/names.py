@@ -101,3 +101,17 @@ TRAINER_IMAGE = "ghcr.io/mwms-dev/mwms-trainer"
 
 # MLflow: the chief tags its run with the TrainJob's uid, so the operator finds it for status.progress.
 MLFLOW_TAG_JOB_UID = "mwms.dev/job-uid"
+
+# Every worker's log, uploaded when it exits into the job's one MLflow run (`mwms logs` reads it once the pods
+# are gone): LOG_ARTIFACT_DIR/group-<restart>/worker-<index>.log: each (re)start of the group keeps its own.
+LOG_ARTIFACT_DIR = "logs"
+# At most this many bytes of a worker's log are kept: the first eighth and the end, and a LOG_CUT_MARKER line
+# where the middle was cut. MWMS_LOG_CAP_BYTES (user env) sets another cap; 0 uploads no log.
+LOG_CAP_BYTES = 8 * 1024 * 1024
+ENV_LOG_CAP = "MWMS_LOG_CAP_BYTES"
+LOG_CUT_MARKER = "[mwms: log cut]"
+
+
+def log_artifact_path(restart: int, index: int) -> str:
+    """Where worker `index` of the group's `restart`-th (re)start keeps its log in the job's run."""
+    return f"{LOG_ARTIFACT_DIR}/group-{restart}/worker-{index}.log"

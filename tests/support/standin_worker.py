@@ -17,7 +17,9 @@ Behaviour for tests, from the environment (set through spec.template):
   STANDIN_PEER_TIMEOUT     seconds to reach every peer (default 180: a loaded CI box starts pods slowly)
   STANDIN_MLFLOW           "1": the chief writes a real MLflow run via the REST API at MLFLOW_TRACKING_URI
                            (tagged with the job's uid, a loss metric per epoch of MWMS_TRAINER_CONFIG.epochs;
-                           a restarted chief continues the run of its job, as the trainer's does)
+                           a restarted chief continues the run of its job, as the trainer's does); "first":
+                           the same, before its sleep (the run is there while the group runs, as the
+                           trainer's chief opens it at its start)
   STANDIN_EPOCH_SECONDS    pause after each such epoch (default 1)
 """
 
@@ -205,6 +207,17 @@ def mlflow_run() -> tuple[str, str]:
     return run, experiment_id
 
 
+def chief_run() -> tuple[str, str]:
+    """The chief's run (STANDIN_MLFLOW) or a made-up run id."""
+    if os.environ.get("STANDIN_MLFLOW") not in ("1", "first"):
+        return uuid.uuid4().hex, "0"
+    try:
+        return mlflow_run()
+    except OSError as error:
+        finish(75, f"MLflow unavailable: {error}")
+        raise
+
+
 def main() -> None:
     hosts, index = check_environment()
     log(f"worker {index} of {len(hosts)}, restart {os.environ['MWMS_RESTART_COUNT']}")
@@ -220,20 +233,14 @@ def main() -> None:
         log(f"worker {index} told to hang before its rendezvous")
         threading.Event().wait()
     reach_peers(hosts, index, float(os.environ.get("STANDIN_PEER_TIMEOUT", "180")))
+    opened = chief_run() if index == 0 and os.environ.get("STANDIN_MLFLOW") == "first" else None
     sleep_in = os.environ.get("STANDIN_SLEEP_IN_RESTART")
     if sleep_in is None or sleep_in == os.environ["MWMS_RESTART_COUNT"]:
         time.sleep(float(os.environ.get("STANDIN_SLEEP_SECONDS", "0")))
     if index != 0:
         time.sleep(float(os.environ.get("STANDIN_LINGER_SECONDS", "0")))
     if index == 0:
-        experiment_id = "0"
-        if os.environ.get("STANDIN_MLFLOW") == "1":
-            try:
-                run_id, experiment_id = mlflow_run()
-            except OSError as error:
-                finish(75, f"MLflow unavailable: {error}")
-        else:
-            run_id = uuid.uuid4().hex
+        run_id, experiment_id = opened or chief_run()
         log(f"run id {run_id}")
         message = {
             "runId": run_id,

@@ -27,13 +27,15 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-step collective chatter at INFO
     environ = os.environ if environ is None else environ
     path = environ.get(names.ENV_TERMINATION_LOG, "").strip() or names.TERMINATION_MESSAGE_PATH
-    from mwms_trainer import pid1
+    from mwms_trainer import pid1, worker_log
 
-    # First, before TensorFlow: as PID 1 this process becomes a small init and the trainer its child.
+    # First, before TensorFlow: as PID 1 this process becomes a small init and the trainer its child; the
+    # parent also keeps the trainer's log and puts it into the job's MLflow run at the end.
     code = pid1.fork_unless_pid1_is_taken(
         lambda code: termination.write(
             path, termination.failure(termination.RETRYABLE, f"stopped by {signal.Signals(code - 128).name}")
-        )
+        ),
+        worker_log.Capture(environ) if worker_log.wanted(environ) else None,
     )
     if code is not None:
         return code

@@ -14,6 +14,9 @@ SIGTERM (its preemption notifier only takes note), and a user's script may catch
 signal after one was forwarded exits as that signal would have ended it: 143 for SIGTERM, which the operator
 retries; otherwise 128 + the signal that ended it. `python -m mwms_trainer.pid1 CMD [ARG...]` does the same
 for any command, e.g. a user's own script that calls MirroredStrategyRunner.
+
+The supervising parent is also the one that keeps a job's worker log and uploads it to the job's MLflow run
+when the trainer has exited (worker_log.py).
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mwms_trainer.worker_log import Capture
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 KILL_AFTER_SECONDS = 2  # well inside the 5 s a deleted pod may take to go
@@ -88,15 +95,36 @@ def _fork() -> int:
     return child
 
 
-def fork_unless_pid1_is_taken(on_signalled: Callable[[int], None] = lambda _: None) -> int | None:
-    """As PID 1: fork; the parent supervises and returns the child's exit code, the child returns None.
+def fork_unless_pid1_is_taken(
+    on_signalled: Callable[[int], None] = lambda _: None, capture: Capture | None = None
+) -> int | None:
+    """As PID 1: fork; the parent supervises (keeping the child's log in `capture`, uploaded once the child
+    has exited) and returns the child's exit code, the child returns None.
 
-    Not PID 1 (a local run, a test, a container with an init already): returns None at once, nothing forked.
+    Not PID 1 (a local run, a test, a container with an init already): returns None at once, nothing forked
+    and no log kept (a local run's workers write to your terminal or their files).
     """
     if os.getpid() != 1:
         return None
+    if capture is not None:
+        capture.open()
     child = _fork()
-    return None if child == 0 else supervise(child, on_signalled)
+    if child == 0:
+        if capture is not None:
+            capture.in_child()
+        return None
+    if capture is None:
+        return supervise(child, on_signalled)
+    capture.in_parent()
+    stopped: list[int] = []
+
+    def signalled(code: int) -> None:
+        stopped.append(code)
+        on_signalled(code)
+
+    code = supervise(child, signalled)
+    capture.finish(stopped=bool(stopped))
+    return code
 
 
 def main(argv: Sequence[str]) -> int:
@@ -104,14 +132,32 @@ def main(argv: Sequence[str]) -> int:
     if not argv:
         print("usage: python -m mwms_trainer.pid1 CMD [ARG...]", file=sys.stderr)
         return 2
+    capture = _capture_wanted()
+    if capture is not None:
+        capture.open()
     child = _fork()
     if child == 0:
+        if capture is not None:
+            capture.in_child()
         try:
             os.execvp(argv[0], list(argv))
         except OSError as e:
             print(f"cannot run {argv[0]!r}: {e}", file=sys.stderr)
         os._exit(127)
-    return supervise(child)
+    if capture is None:
+        return supervise(child)
+    capture.in_parent()
+    stopped: list[int] = []
+    code = supervise(child, stopped.append)
+    capture.finish(stopped=bool(stopped))
+    return code
+
+
+def _capture_wanted() -> Capture | None:
+    """The log of a job's worker goes to its MLflow run (worker_log.py); None for any other process."""
+    from mwms_trainer import worker_log
+
+    return worker_log.Capture(os.environ) if worker_log.wanted(os.environ) else None
 
 
 if __name__ == "__main__":

@@ -133,11 +133,12 @@ def test_logs_follow_ends_when_the_job_is_deleted(monkeypatch):
     assert err == "mwms logs: trainjob/j was deleted while its chief's log was followed\n"
 
 
-def test_logs_follow_of_a_finished_job_whose_pod_is_gone_says_so():
-    said: list[str] = []
+def test_logs_follow_of_a_finished_job_whose_pod_is_gone_and_that_has_no_run_says_so(monkeypatch):
+    """Its log would be in the job's MLflow run (mwms.logs): with no run, it ends at once, saying why."""
     api = ScriptedApi(jobs=lambda: job("Succeeded"), pods=lambda: None)
-    assert list(client_on(api).logs("j", follow=True, say=said.append)) == []
-    assert said == ["trainjob/j is Succeeded and its chief pod j-worker-0 is gone: no log to follow"]
+    code, out, err = run_cli(monkeypatch, api, "logs", "j", "-f")
+    assert (code, out) == (1, "")
+    assert err == "mwms logs: no log of worker 0 in group 0: trainjob/j has no MLflow run\n"
 
 
 # -- wait ---------------------------------------------------------------------------------------------------
@@ -224,3 +225,35 @@ def test_an_interrupted_submit_says_what_to_delete_by_hand(tmp_path, capsys):
     with pytest.raises(KeyboardInterrupt):
         submit.submit(RefusingApi(KeyboardInterrupt()), "j", submit.pack(script, None, None), replicas=1)
     assert "kubectl delete configmap j-code -n team-a" in capsys.readouterr().err
+
+
+class RestartingWhileStreaming(ScriptedApi):
+    """The group restarts after the first line, while the same pod still stops: the last line comes only
+    after `logs -f` has looked at the pod again."""
+
+    def __init__(self) -> None:
+        super().__init__(jobs=lambda: self.job, pods=lambda: pod("u1"))
+        self.job = job()
+        self.looked_again = threading.Event()
+
+    def get_pod(self, name: str) -> dict[str, Any] | None:
+        if self.job["status"]["restarts"] == 1:
+            self.looked_again.set()
+        return super().get_pod(name)
+
+    def stream_log(self, name: str, on_line: Callable[[str], None], stop: threading.Event) -> None:
+        on_line("epoch 1")
+        self.job = job("Restarting", restarts=1)
+        self.looked_again.wait(BOUND)
+        on_line("stopped: uploading the log")
+
+
+def test_logs_follow_keeps_a_stopped_groups_last_lines_then_says_a_new_group_started():
+    api = RestartingWhileStreaming()
+    said: list[str] = []
+    followed = client_on(api).logs("j", follow=True, say=said.append)
+    assert list(followed) == ["epoch 1", "stopped: uploading the log"]
+    assert said == [
+        "pod j-worker-0 ended: trainjob/j restarted its group (restart 1); "
+        "`mwms logs -f j` follows the new chief"
+    ]

@@ -1,0 +1,195 @@
+"""`mwms logs`: a worker's log from its pod while the pod lives, from the job's MLflow run after.
+
+Each worker uploads its log when it exits (mwms_trainer.worker_log) to logs/group-<restart>/worker-<i>.log of
+the job's run, so a restarted group's logs and a cleaned-up job's logs stay readable. The pod is read when it
+is the asked group's (its mwms.dev/restart label), else the run, at this machine's MLFLOW_TRACKING_URI, else
+the job's spec.mlflow.trackingUri, else the URI its pods ran with.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from mwms.follow import POD_RUNNING_TIMEOUT, chief_log, worker_pod
+from mwms.jobs import TERMINAL, Job, chief_tracking_uri, job_from, tracking_headers
+from mwms.kube import JobClient, SubmitError
+from mwms_contract import names
+
+
+class NoLog(SubmitError):
+    """The log asked for is neither in a pod nor in the job's MLflow run (the message says why)."""
+
+
+def group_of(job: Job, group: int | None, previous: bool) -> int:
+    """The (re)start of the group asked for: `group`, the one before the current (`previous`), or the
+    current one."""
+    if previous:
+        if job.restarts == 0:
+            raise NoLog(f"trainjob/{job.name} has not restarted its group: there is no previous group")
+        return job.restarts - 1
+    if group is None:
+        return job.restarts
+    if not 0 <= group <= job.restarts:
+        raise NoLog(f"trainjob/{job.name} has groups 0 to {job.restarts}, not {group}")
+    return group
+
+
+def tracking_uri(api: JobClient, job: Job, environ: Mapping[str, str]) -> str:
+    uri = environ.get(names.ENV_TRACKING_URI) or ((job.raw.get("spec") or {}).get("mlflow") or {}).get(
+        "trackingUri"
+    )
+    if not uri:
+        for pod in api.list_pods(f"{names.LABEL_JOB_NAME}={job.name}"):
+            uri = chief_tracking_uri(pod)
+            if uri:
+                break
+    if not uri:
+        raise NoLog(
+            f"trainjob/{job.name}'s pods are gone and it names no tracking server (the operator's default): "
+            "set MLFLOW_TRACKING_URI to it to read the logs its workers left in MLflow"
+        )
+    return str(uri)
+
+
+def read_artifact(uri: str, run_id: str, path: str, environ: Mapping[str, str]) -> str | None:
+    """An artifact of the run, as text, through the tracking server (None when the run has none there)."""
+    query = urllib.parse.urlencode({"run_uuid": run_id, "path": path})
+    request = urllib.request.Request(f"{uri.rstrip('/')}/get-artifact?{query}")
+    for header, value in tracking_headers(environ).items():
+        request.add_header(header, value)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return str(response.read().decode("utf-8", errors="replace"))
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return None
+        raise NoLog(f"MLflow at {uri} refused {path} of run {run_id}: HTTP {e.code} {e.reason}") from None
+    except OSError as e:
+        raise NoLog(f"cannot read {path} of run {run_id} from MLflow at {uri}: {e}") from None
+
+
+def tail_of(lines: list[str], tail: int | None) -> list[str]:
+    """The last `tail` lines (all of them when None, as kubectl's --tail=-1)."""
+    if tail is None or tail < 0:
+        return lines
+    return lines[len(lines) - tail :] if tail else []
+
+
+def stored_log(
+    api: JobClient, job: Job, index: int, group: int, tail: int | None, environ: Mapping[str, str]
+) -> list[str]:
+    """Worker `index`'s log of `group` from the job's run."""
+    path = names.log_artifact_path(group, index)
+    if not job.mlflow.run_id:
+        raise NoLog(f"no log of worker {index} in group {group}: trainjob/{job.name} has no MLflow run")
+    uri = tracking_uri(api, job, environ)
+    text = read_artifact(uri, job.mlflow.run_id, path, environ)
+    if text is None:
+        raise NoLog(
+            f"no log of worker {index} in group {group}: its pod is gone and run {job.mlflow.run_id} has no "
+            f"{path} (a worker uploads its log when it exits; one killed outright (SIGKILL, a lost node) "
+            "cannot)"
+        )
+    return tail_of(text.splitlines(), tail)
+
+
+def _pod_group(pod: Mapping[str, Any] | None) -> int | None:
+    labels = ((pod or {}).get("metadata") or {}).get("labels") or {}
+    value = labels.get(names.LABEL_RESTART)
+    return None if value is None else int(value)
+
+
+def worker_lines(
+    api: JobClient,
+    job: Job,
+    index: int,
+    group: int,
+    tail: int | None = None,
+    follow: bool = False,
+    say: Callable[[str], None] = lambda _: None,
+    pod_running_timeout: float = POD_RUNNING_TIMEOUT,
+    environ: Mapping[str, str] = os.environ,
+) -> Iterator[str]:
+    """One worker's log lines: the pod's while it is the group's (followed until its container ends, with
+    `follow`), else the copy in the job's run (a finished group's log does not grow: `follow` reads it)."""
+    if follow and group == job.restarts and not job.done:
+        yield from chief_log(api, job.name, say, pod_running_timeout, index=index, tail=tail)
+        return
+    pod = api.get_pod(worker_pod(job.name, index))
+    if pod is not None and _pod_group(pod) == group:
+        try:
+            yield from api.read_log(worker_pod(job.name, index), tail).splitlines()
+            return
+        except SubmitError:
+            if group == job.restarts and not job.done:
+                raise  # its container has not started: the API server's message says so
+    yield from stored_log(api, job, index, group, tail, environ)
+
+
+def all_lines(
+    sources: Mapping[int, Callable[[Callable[[str], None]], Iterator[str]]], say: Callable[[str], None]
+) -> Iterator[str]:
+    """Every worker's lines, each prefixed `[worker-I] `, as they come (one thread a worker); a worker whose
+    log cannot be read is a line through `say`, not the end of the others."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def run(index: int, source: Callable[[Callable[[str], None]], Iterator[str]]) -> None:
+        prefix = f"[worker-{index}] "
+        try:
+            for line in source(lambda text: say(prefix + text)):
+                lines.put(prefix + line)
+        except (SubmitError, TimeoutError) as e:
+            say(f"{prefix}{e}")
+        finally:
+            lines.put(None)
+
+    for index, source in sources.items():
+        threading.Thread(target=run, args=(index, source), name=f"log-{index}", daemon=True).start()
+    running = len(sources)
+    while running:
+        line = lines.get()
+        if line is None:
+            running -= 1
+        else:
+            yield line
+
+
+def job_logs(
+    api: JobClient,
+    name: str,
+    *,
+    worker: int = 0,
+    all_workers: bool = False,
+    group: int | None = None,
+    previous: bool = False,
+    tail: int | None = None,
+    follow: bool = False,
+    say: Callable[[str], None] = lambda _: None,
+    pod_running_timeout: float = POD_RUNNING_TIMEOUT,
+) -> Iterator[str]:
+    job = job_from(api.get_trainjob(name))
+    chosen = group_of(job, group, previous)
+    if not 0 <= worker < max(job.replicas, 1):
+        raise NoLog(f"trainjob/{name} has workers 0 to {job.replicas - 1}, not {worker}")
+
+    def source(index: int) -> Callable[[Callable[[str], None]], Iterator[str]]:
+        return lambda tell: worker_lines(api, job, index, chosen, tail, follow, tell, pod_running_timeout)
+
+    if not all_workers:
+        yield from source(worker)(say)
+        return
+    if not follow or chosen != job.restarts or job.phase in TERMINAL:
+        for index in range(job.replicas):  # stored or finished logs: one worker after the other
+            try:
+                yield from (f"[worker-{index}] {line}" for line in source(index)(say))
+            except NoLog as e:
+                say(f"[worker-{index}] {e}")
+        return
+    yield from all_lines({index: source(index) for index in range(job.replicas)}, say)
