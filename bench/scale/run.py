@@ -108,22 +108,32 @@ class PodWatcher:
                     timeout_seconds=30,
                     allow_watch_bookmarks=True,
                 ):
-                    version = event["object"].metadata.resource_version
-                    if event["type"] != "BOOKMARK":
-                        self._seen(event["object"], time.monotonic())
+                    if event["type"] == "ERROR":  # 410 Gone: the version is too old to watch from
+                        version = self._relist(selector)
+                        break
+                    pod = event["object"]
+                    if isinstance(pod, dict):  # a BOOKMARK comes undecoded
+                        version = pod["metadata"]["resourceVersion"]
+                        continue
+                    version = pod.metadata.resource_version
+                    self._seen(pod, time.monotonic())
                     if self._stop.is_set():
                         break
             except kubernetes.client.ApiException as error:
                 if error.status != 410:
                     raise
-                # Gone: events were missed. Re-list, so a pod first seen now is still recorded (late).
-                for pod in self.core.list_pod_for_all_namespaces(label_selector=selector).items:
-                    self._seen(pod, time.monotonic())
-                version = self.core.list_pod_for_all_namespaces(limit=1).metadata.resource_version
+                version = self._relist(selector)
             except urllib3.exceptions.HTTPError:
                 if self._stop.is_set():
                     return  # the cluster is going away
                 # A dropped connection: watch again from the last version seen
+
+    def _relist(self, selector: str) -> str:
+        """After a 410 Gone events were missed: list, so a pod first seen now is still recorded (late)."""
+        listed = self.core.list_pod_for_all_namespaces(label_selector=selector)
+        for pod in listed.items:
+            self._seen(pod, time.monotonic())
+        return str(listed.metadata.resource_version)
 
     def _seen(self, pod: Any, now: float) -> None:
         labels = pod.metadata.labels or {}
@@ -140,7 +150,7 @@ class PodWatcher:
             if record.bound is None and pod.spec.node_name:
                 record.bound = now
             phase = pod.status.phase if pod.status else None
-            if record.running is None and phase == "Running":
+            if record.running is None and phase in ("Running", "Succeeded", "Failed"):
                 record.running = now
             if record.ended is None and phase in ("Succeeded", "Failed"):
                 record.ended = now
