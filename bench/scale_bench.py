@@ -354,17 +354,23 @@ def main() -> None:
         progress(setup=out["setup"])
         if "burst" in stages:
             out.update(stage_burst(env, a, count, timeout))
-            progress(burst=out["burst"], api=out["api"])
+            save(label, out, partial=True)
             out["burst"]["namespace_delete_s"] = delete_namespace(env, "burst", timeout)
             progress(burst_namespace_delete_s=out["burst"]["namespace_delete_s"])
         if "churn" in stages:
             out["churn"] = stage_churn(env, a, timeout)
-            progress(churn=out["churn"])
+            save(label, out, partial=True)
         if "storm" in stages:
             out["storm"] = stage_storm(env, a, count, timeout)
-            progress(storm=out["storm"])
         out["footprint_end"] = env.footprint()
     out["machine"]["load_after"] = os.getloadavg()
+    save(label, out, partial=False)
+
+
+def save(label: str, out: dict[str, Any], *, partial: bool) -> None:
+    """Write (or rewrite) this run's entry after each stage, so a run cut short keeps what it measured."""
+    out["partial"] = partial
+    progress(**{k: v for k, v in out.items() if k not in ("params", "machine")})
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     results[label] = out
     out["plot"] = plot({k: v for k, v in results.items() if "burst" in v and "api" in v})
