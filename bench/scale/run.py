@@ -90,14 +90,14 @@ class PodWatcher:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> PodWatcher:
+        """Lists before returning, so no pod the caller creates next can end before the watch sees it."""
+        self._version = self._relist(f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY}")
         self._thread.start()
         return self
 
     def _run(self) -> None:
         selector = f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY}"
-        version = self.core.list_pod_for_all_namespaces(
-            label_selector=selector, limit=1
-        ).metadata.resource_version
+        version = self._version
         while not self._stop.is_set():
             watch = kubernetes.watch.Watch()
             try:
@@ -112,24 +112,30 @@ class PodWatcher:
                         version = self._relist(selector)
                         break
                     pod = event["object"]
-                    if isinstance(pod, dict):  # a BOOKMARK comes undecoded
+                    if isinstance(pod, dict):  # undecoded (a BOOKMARK, at times)
                         version = pod["metadata"]["resourceVersion"]
                         continue
                     version = pod.metadata.resource_version
-                    self._seen(pod, time.monotonic())
+                    if event["type"] != "BOOKMARK":  # a decoded BOOKMARK has metadata only
+                        self._seen(pod, time.monotonic())
                     if self._stop.is_set():
                         break
             except kubernetes.client.ApiException as error:
-                if error.status != 410:
-                    raise
-                version = self._relist(selector)
-            except urllib3.exceptions.HTTPError:
+                if error.status == 410:
+                    version = self._relist(selector)
+                else:  # e.g. 429 "storage is (re)initializing" from a fresh API server: try again shortly
+                    self._stop.wait(1)
+            except (urllib3.exceptions.HTTPError, OSError) as error:
                 if self._stop.is_set():
                     return  # the cluster is going away
-                # A dropped connection: watch again from the last version seen
+                # A dropped connection: watch again from the last version seen (a dead watch would leave
+                # the bench waiting for pods it can no longer see)
+                print(f"pod watch: {error!r}; watching again", file=sys.stderr, flush=True)
+                self._stop.wait(1)
 
     def _relist(self, selector: str) -> str:
-        """After a 410 Gone events were missed: list, so a pod first seen now is still recorded (late)."""
+        """List and record (at the start, and after a 410 Gone, when events were missed: a pod first seen
+        then is recorded late); the version to watch from."""
         listed = self.core.list_pod_for_all_namespaces(label_selector=selector)
         for pod in listed.items:
             self._seen(pod, time.monotonic())
@@ -157,6 +163,9 @@ class PodWatcher:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     def groups(self, namespace: str | None = None) -> dict[GROUP_KEY, list[PodRecord]]:
         out: dict[GROUP_KEY, list[PodRecord]] = defaultdict(list)
