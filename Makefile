@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml contract/pyproject.toml c
 export MWMS_CACHE ?= $(HOME)/.cache/mwms
 export PIP_CACHE_DIR := $(MWMS_CACHE)/pip
 
-.PHONY: deps-demo deps-test setup venv tools control-plane images lock kueue seaweedfs mlflow-s3 promtool node demo test \
+.PHONY: deps-demo deps-test setup venv tools control-plane images lock kueue kwok seaweedfs mlflow-s3 promtool node demo test \
 	test-unit test-integration test-node test-kueue lint clean
 
 # The host's prerequisites first (Debian packages, Go, root), so nothing long starts on a machine that lacks
@@ -48,6 +48,10 @@ lock: venv
 # Kueue for the queueing test (tests/integration/operator/test_operator_kueue.py); cached by version.
 kueue:
 	bash hack/build-kueue.sh
+
+# KWOK (fake nodes and pod lifecycles) for the scale bench and its smoke test (tests/scale); cached by version.
+kwok:
+	bash hack/build-kwok.sh
 
 # SeaweedFS's `weed`, the real S3-compatible server of the object-storage tests; cached by version.
 seaweedfs:

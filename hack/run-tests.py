@@ -4,9 +4,9 @@ Why two lanes: the tiers on a real cluster (integration, node, e2e) mostly wait 
 there is one real node per machine, so they run one after another in the `cluster` lane; the CPU-bound tiers
 (unit, static, images, tf) need no cluster and fill the idle cores in the `compute` lane, at a lower CPU
 priority so the cluster lane's timing stays as when it runs alone. The Go builds only a few tests need
-(Kueue, SeaweedFS, promtool) and the MLflow-with-boto3 environment are built meanwhile, at the compute
-lane's priority (its tf tier waits for SeaweedFS); those tests wait on the build's lock (hack/build-*.sh),
-not on a guess.
+(Kueue, SeaweedFS, KWOK, promtool) and the MLflow-with-boto3 environment are built meanwhile, at the
+compute lane's priority (its tf tier waits for SeaweedFS); those tests wait on the build's lock
+(hack/build-*.sh), not on a guess.
 
 Each lane's output is streamed with its name in front and kept in build/test-results/<lane>.log; each writes
 its tiers' counts (tests/support/tiers.py) to build/test-results/<lane>.json. Exit status: 0 only if every
@@ -32,11 +32,12 @@ from support.tiers import table, under_ci  # noqa: E402  (tests/ is not a packag
 # lane -> (niceness, test folders in the order they run)
 LANES: dict[str, tuple[int, list[str]]] = {
     "cluster": (0, ["tests/integration", "tests/node", "tests/e2e"]),
-    # static last: its promtool test waits for the last background build
-    "compute": (10, ["tests/unit", "tests/images", "tests/tf", "tests/static"]),
+    # static last: its promtool test waits for the last background build; scale (KWOK's fake nodes beside a
+    # control plane of its own, no real node) waits for kwok's
+    "compute": (10, ["tests/unit", "tests/images", "tests/tf", "tests/scale", "tests/static"]),
 }
 # make targets, built one after another in this order; their tests wait on the build lock
-BACKGROUND_BUILDS = ["kueue", "mlflow-s3", "seaweedfs", "promtool"]
+BACKGROUND_BUILDS = ["kueue", "mlflow-s3", "seaweedfs", "kwok", "promtool"]
 print_lock = threading.Lock()
 
 

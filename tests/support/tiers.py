@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-TIERS = ("unit", "static", "tf", "images", "integration", "node", "e2e")
+TIERS = ("unit", "static", "tf", "images", "scale", "integration", "node", "e2e")
 
 
 def under_ci() -> bool:

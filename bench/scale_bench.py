@@ -1,0 +1,382 @@
+"""The operator at cluster scale, simulated: KWOK fakes the nodes and the pod lifecycle (bench/scale/stages/),
+the API server, etcd, scheduler and controller manager are real, the operator is ours, as a local process.
+
+    .venv/bin/python bench/scale_bench.py [--pods 1000] [--nodes 100] [--replicas 4] [--subnet-index 21]
+        [--churn-rate 2] [--churn-seconds 60] [--fit 15s] [--label NAME]
+
+Stages, in one cluster, each in its own namespace:
+1. create burst: pods/replicas jobs created at once (8 client threads). Per job: create -> all its pods
+   exist (the operator's time), -> all bound (the scheduler's), -> all Running (KWOK's), p50/p95/max; then
+   to all Succeeded after --fit, and the namespace's deletion.
+2. API cost: the operator's own requests (mwms_api_requests_total) per job lifecycle of stage 1 by verb and
+   resource, and the API server's apiserver_request_total over the same time (every client: the metric has
+   no user label).
+3. steady churn: --churn-rate jobs a second for --churn-seconds, each Succeeding after --fit and deleted
+   by its TTL; jobs reconciled a second, work-queue latency and depth (mwms_workqueue_*), all jobs gone at
+   the end.
+4. failure storm: pods/replicas running jobs, then one worker of 10% of them lost at once (exit 75): time to
+   each group's restart all Running (it includes the operator's first 10 s restart back-off), restarts
+   counted against backoffLimit, duplicate workers.
+5. footprint: operator RSS and CPU seconds after each stage.
+Results go to bench/results/scale.json under --label (default `<pods>p-<nodes>n-<replicas>r`), and
+bench/results/scale.png plots each stage's figures against the number of pods. Needs root and `make kwok`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "scale.json"
+PLOT = HERE / "results" / "scale.png"
+_spec = importlib.util.spec_from_file_location("mwms_scale_run", HERE / "scale" / "run.py")
+assert _spec is not None and _spec.loader is not None
+run = importlib.util.module_from_spec(_spec)
+sys.modules["mwms_scale_run"] = run
+_spec.loader.exec_module(run)
+
+from mwms_contract import names  # noqa: E402
+from mwms_dev.kwok import WorkerScript  # noqa: E402
+
+WRITES = ("create", "update", "patch", "delete", "deletecollection", "post", "put")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0}
+    return {
+        "n": len(values),
+        "p50": round(statistics.median(values), 3),
+        "p95": round(percentile(values, 0.95), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def progress(**measured: Any) -> None:
+    print(json.dumps(measured, default=str), flush=True)
+
+
+def create_all(env: Any, namespace: str, jobs: list[dict]) -> dict[str, float]:
+    """Create every job from 8 threads; name -> when its create request was sent (monotonic)."""
+    sent: dict[str, float] = {}
+
+    def create(job: dict) -> None:
+        sent[job["metadata"]["name"]] = time.monotonic()
+        env.custom.create_namespaced_custom_object(names.GROUP, names.VERSION, namespace, names.PLURAL, job)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(create, jobs))
+    return sent
+
+
+def phases(env: Any, namespace: str) -> dict[str, str]:
+    return {name: status.get("phase", "") for name, status in env.jobs(namespace).items()}
+
+
+def groups_running(env: Any, namespace: str, replicas: int, restart: str = "0") -> dict[str, list]:
+    """job -> its group's pod records, for the groups `restart` whose every worker has been seen Running."""
+    out = {}
+    for (_, job, group), records in env.watcher.groups(namespace).items():
+        if group == restart and len(records) >= replicas and all(r.running for r in records):
+            out[job] = records
+    return out
+
+
+def operator_requests(env: Any) -> dict[tuple[str, str], float]:
+    out: dict[tuple[str, str], float] = {}
+    for (_, labels), value in env.operator_metrics("mwms_api_requests_total").items():
+        label = dict(labels)
+        key = (label.get("verb", ""), label.get("resource", ""))
+        out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def per_job(counts: dict[tuple[str, str], float], jobs: int) -> dict[str, Any]:
+    by = {f"{verb} {resource}": round(n / jobs, 2) for (verb, resource), n in sorted(counts.items()) if n}
+    writes = sum(n for (verb, _), n in counts.items() if verb.lower() in WRITES)
+    return {"total": round(sum(counts.values()) / jobs, 2), "writes": round(writes / jobs, 2), "by": by}
+
+
+def delete_namespace(env: Any, namespace: str, timeout: float) -> float | None:
+    """Seconds to delete the namespace and all in it; None if it took longer than `timeout`."""
+    started = time.monotonic()
+    try:
+        env.kubectl("delete", "namespace", namespace, "--wait=true", f"--timeout={int(timeout)}s")
+    except RuntimeError as error:
+        progress(namespace_delete_timed_out=namespace, error=str(error)[-300:])
+        return None
+    return round(time.monotonic() - started, 2)
+
+
+def stage_burst(env: Any, a: argparse.Namespace, count: int, timeout: float) -> dict[str, Any]:
+    ns = env.namespace("burst")
+    jobs = [run.trainjob(f"b-{i}", a.replicas, WorkerScript(run_for=a.fit)) for i in range(count)]
+    ours, theirs, cpu = operator_requests(env), env.apiserver_requests(), env.footprint()["cpu_s"]
+    started = time.monotonic()
+    sent = create_all(env, ns, jobs)
+    created_s = time.monotonic() - started
+    running = run.wait(
+        lambda: (g := groups_running(env, ns, a.replicas)) and len(g) == count and g,
+        timeout,
+        "burst Running",
+        0.5,
+    )
+    all_running_s = time.monotonic() - started
+    footprint_running = env.footprint()
+    operator, scheduler, kwok, bound, up = [], [], [], [], []
+    for job, records in running.items():
+        t0 = sent[job]
+        pods_at = max(r.added for r in records)
+        bound_at = max(r.bound for r in records)
+        running_at = max(r.running for r in records)
+        operator.append(pods_at - t0)
+        scheduler.append(bound_at - pods_at)
+        kwok.append(running_at - bound_at)
+        bound.append(bound_at - t0)
+        up.append(running_at - t0)
+    run.wait(lambda: set(phases(env, ns).values()) == {"Succeeded"}, timeout, "burst Succeeded", 1)
+    done_s = time.monotonic() - started
+    time.sleep(2)  # the last status writes of the last jobs
+    api = {
+        "operator_per_job": per_job(run.delta(ours, operator_requests(env)), count),
+        "apiserver_per_job_all_clients": per_job(run.delta(theirs, env.apiserver_requests()), count),
+    }
+    result = {
+        "jobs": count,
+        "create_requests_s": round(created_s, 2),
+        "to_pods_created_operator": summary(operator),
+        "pods_created_to_bound_scheduler": summary(scheduler),
+        "bound_to_running_kwok": summary(kwok),
+        "to_all_bound": summary(bound),
+        "to_all_running": summary(up),
+        "all_running_s": round(all_running_s, 2),
+        "all_succeeded_s": round(done_s, 2),
+        "duplicates": len(env.watcher.duplicates(ns)),
+        "footprint_all_running": footprint_running,
+        "operator_cpu_s": round(env.footprint()["cpu_s"] - cpu, 2),
+    }
+    return {"burst": result, "api": api}
+
+
+def queue_stats(before: dict, after: dict) -> dict[str, Any]:
+    d = run.delta(before, after)
+    count = sum(v for (n, _), v in d.items() if n == "mwms_workqueue_queue_duration_seconds_count")
+    total = sum(v for (n, _), v in d.items() if n == "mwms_workqueue_queue_duration_seconds_sum")
+    buckets: dict[float, float] = {}
+    for (n, labels), v in d.items():
+        if n == "mwms_workqueue_queue_duration_seconds_bucket":
+            le = float(dict(labels)["le"])
+            buckets[le] = buckets.get(le, 0.0) + v
+    p95 = next((le for le, v in sorted(buckets.items()) if count and v >= 0.95 * count), None)
+    reconciles = sum(v for (n, _), v in d.items() if n == "mwms_reconcile_duration_seconds_count")
+    return {
+        "queued": int(count),
+        "mean_s": round(total / count, 4) if count else None,
+        "p95_bucket_le_s": p95,
+        "reconciles": int(reconciles),
+    }
+
+
+def depth(env: Any) -> float:
+    return sum(v for (n, _), v in env.operator_metrics("mwms_workqueue_depth").items())
+
+
+def stage_churn(env: Any, a: argparse.Namespace, timeout: float) -> dict[str, Any]:
+    ns = env.namespace("churn")
+    before, cpu = env.operator_metrics(), env.footprint()["cpu_s"]
+    depths: list[float] = []
+    started = time.monotonic()
+    created = 0
+    while (elapsed := time.monotonic() - started) < a.churn_seconds:
+        due = int(elapsed * a.churn_rate) + 1
+        jobs = [
+            run.trainjob(f"c-{i}", a.replicas, WorkerScript(run_for=a.fit), ttl=5)
+            for i in range(created, due)
+        ]
+        if jobs:
+            create_all(env, ns, jobs)
+            created = due
+        depths.append(depth(env))
+        time.sleep(max(0.0, (created / a.churn_rate) - (time.monotonic() - started)))
+    window = time.monotonic() - started
+    stats = queue_stats(before, env.operator_metrics())
+    run.wait(lambda: not env.jobs(ns), timeout, "churn jobs deleted by their TTL", 1)
+    drained_s = time.monotonic() - started
+    third = max(1, len(depths) // 3)
+    return {
+        "rate_per_s": a.churn_rate,
+        "seconds": round(window, 1),
+        "jobs": created,
+        "reconciles_per_s": round(stats["reconciles"] / window, 1),
+        "queue_latency": stats,
+        "depth_first_third_mean": round(statistics.mean(depths[:third]), 1),
+        "depth_last_third_mean": round(statistics.mean(depths[-third:]), 1),
+        "depth_max": max(depths),
+        "all_gone_after_s": round(drained_s, 1),
+        "duplicates": len(env.watcher.duplicates(ns)),
+        "operator_cpu_s": round(env.footprint()["cpu_s"] - cpu, 2),
+        "footprint": env.footprint(),
+    }
+
+
+def stage_storm(env: Any, a: argparse.Namespace, count: int, timeout: float) -> dict[str, Any]:
+    ns = env.namespace("storm")
+    jobs = [
+        run.trainjob(f"s-{i}", a.replicas, WorkerScript(run_for=None), backoff_limit=2) for i in range(count)
+    ]
+    create_all(env, ns, jobs)
+    running = run.wait(
+        lambda: (g := groups_running(env, ns, a.replicas)) and len(g) == count and g,
+        timeout,
+        "storm Running",
+        0.5,
+    )
+    victims = random.Random(0).sample(sorted(running), max(1, count // 10))
+    pods = {job: f"{job}-worker-{random.Random(job).randrange(a.replicas)}" for job in victims}
+    cpu = env.footprint()["cpu_s"]
+    started = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda job: env.kwok.lose(ns, pods[job]), victims))
+    restarted = run.wait(
+        lambda: (g := groups_running(env, ns, a.replicas, "1")) and set(victims) <= set(g) and g,
+        timeout,
+        "storm restarts Running",
+        0.5,
+    )
+    lost_at = started
+    times = [max(r.running for r in restarted[job]) - lost_at for job in victims]
+    statuses = env.jobs(ns)
+    restarts = {name: s.get("restarts", 0) for name, s in statuses.items()}
+    groups = env.watcher.groups(ns)
+    wrong_size = [f"{job}/{g}" for (_, job, g), records in groups.items() if len(records) != a.replicas]
+    return {
+        "jobs": count,
+        "lost": len(victims),
+        "to_restart_running": summary(times),
+        "restarts_counted_ok": all(restarts[j] == (1 if j in victims else 0) for j in restarts),
+        "phases": sorted(set(phases(env, ns).values())),
+        "groups_not_replicas": wrong_size,
+        "duplicates": len(env.watcher.duplicates(ns)),
+        "operator_cpu_s": round(env.footprint()["cpu_s"] - cpu, 2),
+        "footprint": env.footprint(),
+        "namespace_delete_s": delete_namespace(env, ns, timeout),
+    }
+
+
+def plot(results: dict[str, Any]) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plot"
+    runs = sorted(results.values(), key=lambda r: r["params"]["pods"])
+    pods = [r["params"]["pods"] for r in runs]
+    figure, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for key, label in (("to_all_bound", "create -> bound p95"), ("to_all_running", "create -> Running p95")):
+        axes[0].plot(pods, [r["burst"][key].get("p95") for r in runs], marker="o", label=label)
+    axes[0].plot(
+        pods,
+        [r["burst"]["to_pods_created_operator"].get("p95") for r in runs],
+        marker="o",
+        label="operator p95",
+    )
+    axes[0].set(xlabel="worker pods", ylabel="seconds", title="create burst")
+    axes[1].plot(pods, [r["api"]["operator_per_job"]["total"] for r in runs], marker="o", label="requests")
+    axes[1].plot(pods, [r["api"]["operator_per_job"]["writes"] for r in runs], marker="o", label="writes")
+    axes[1].set(xlabel="worker pods", ylabel="per job", title="operator API requests")
+    axes[2].plot(
+        pods, [r["burst"]["footprint_all_running"]["rss_mib"] for r in runs], marker="o", label="RSS"
+    )
+    axes[2].set(xlabel="worker pods", ylabel="MiB", title="operator RSS, all Running")
+    for ax in axes:
+        ax.legend()
+        ax.set_xscale("log")
+    figure.tight_layout()
+    figure.savefig(PLOT, dpi=90)
+    return str(PLOT.relative_to(HERE.parent))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--pods", type=int, default=1000, help="worker pods per stage (jobs = pods / replicas)"
+    )
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--replicas", type=int, default=4, help="workers per job")
+    parser.add_argument("--fit", default="15s", help="how long a simulated fit runs (a Go duration)")
+    parser.add_argument("--churn-rate", type=float, default=2.0, help="jobs created a second")
+    parser.add_argument("--churn-seconds", type=float, default=60.0)
+    parser.add_argument("--stages", default="burst,churn,storm")
+    parser.add_argument(
+        "--subnet-index", type=int, default=int(os.environ.get("MWMS_BENCH_SUBNET_INDEX", "21"))
+    )
+    parser.add_argument("--label", default="")
+    a = parser.parse_args()
+    label = a.label or f"{a.pods}p-{a.nodes}n-{a.replicas}r"
+    count = a.pods // a.replicas
+    timeout = 300 + a.pods * 0.5
+    stages = a.stages.split(",")
+    out: dict[str, Any] = {
+        "params": {"pods": a.pods, "nodes": a.nodes, "replicas": a.replicas, "jobs": count, "fit": a.fit},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_before": os.getloadavg(),
+        },
+    }
+    resources = {"cpu": "32", "memory": "256Gi", "pods": 110, "gpus": 8}
+    with (
+        tempfile.TemporaryDirectory(prefix="mwms-scale-") as tmp,
+        run.ScaleEnv(
+            state_dir=Path(tmp), subnet_index=a.subnet_index, nodes=a.nodes, node_resources=resources
+        ) as env,
+    ):
+        out["setup"] = env.timings | {"idle": env.footprint()}
+        progress(setup=out["setup"])
+        if "burst" in stages:
+            out.update(stage_burst(env, a, count, timeout))
+            save(label, out, partial=True)
+            out["burst"]["namespace_delete_s"] = delete_namespace(env, "burst", timeout)
+            progress(burst_namespace_delete_s=out["burst"]["namespace_delete_s"])
+        if "churn" in stages:
+            out["churn"] = stage_churn(env, a, timeout)
+            save(label, out, partial=True)
+        if "storm" in stages:
+            out["storm"] = stage_storm(env, a, count, timeout)
+        out["footprint_end"] = env.footprint()
+    out["machine"]["load_after"] = os.getloadavg()
+    save(label, out, partial=False)
+
+
+def save(label: str, out: dict[str, Any], *, partial: bool) -> None:
+    """Write (or rewrite) this run's entry after each stage, so a run cut short keeps what it measured."""
+    out["partial"] = partial
+    progress(**{k: v for k, v in out.items() if k not in ("params", "machine")})
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results[label] = out
+    out["plot"] = plot({k: v for k, v in results.items() if "burst" in v and "api" in v})
+    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    progress(written=str(RESULTS), plot=out["plot"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""The scale bench's smoke version (bench/scale_bench.py is the full one): 1,000 simulated workers on 100
+KWOK nodes beside a control plane with no real node, the operator's whole lifecycle on them at once. Every
+job must end as its workers' script dictates (success, a permanent failure, retries up to backoffLimit,
+removal by TTL, a lost worker's group restart) with exactly `replicas` pods per group and no worker created
+twice. Outcomes only; timings belong to the bench."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.scale, pytest.mark.timeout(600)]
+
+REPO = Path(__file__).resolve().parents[2]
+REPLICAS = 4
+NODES = 100
+# class -> number of 4-worker jobs: 250 jobs, 1,000 workers
+CLASSES = {"ok": 100, "fail": 40, "retry": 30, "ttl": 40, "lose": 40}
+FAILURE = "failed: simulated: the loss went to NaN"
+
+
+def load_run() -> Any:
+    spec = importlib.util.spec_from_file_location("mwms_scale_run", REPO / "bench" / "scale" / "run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["mwms_scale_run"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from conftest import cluster_subnet_index, platform_problem
+
+    if problem := platform_problem():
+        pytest.skip(problem)
+    run = load_run()
+    # The integration tier's cluster runs beside this lane on the session's index (+10, +20, +30 are its
+    # spare, node and README clusters): +5 is free.
+    with run.ScaleEnv(
+        state_dir=tmp_path_factory.mktemp("scale"), subnet_index=cluster_subnet_index() + 5, nodes=NODES
+    ) as scale:
+        yield run, scale
+
+
+def test_a_thousand_simulated_workers_end_as_their_scripts_dictate(env: Any) -> None:
+    from mwms_dev.kwok import WorkerScript
+
+    run, scale = env
+    scripts = {
+        "ok": (WorkerScript(run_for="3s"), {}),
+        "fail": (WorkerScript(run_for="3s", exit_code=1, message=FAILURE), {}),
+        "retry": (
+            WorkerScript(run_for="2s", exit_code=75, message="retryable: simulated"),
+            {"backoff_limit": 1},
+        ),
+        "ttl": (WorkerScript(run_for="3s"), {"ttl": 2}),
+        "lose": (WorkerScript(run_for=None), {"backoff_limit": 2}),
+    }
+    ns = scale.namespace("smoke")
+    jobs = [
+        run.trainjob(f"{kind}-{i}", REPLICAS, script, **policy)
+        for kind, (script, policy) in scripts.items()
+        for i in range(CLASSES[kind])
+    ]
+    scale.apply(ns, jobs)
+
+    def groups_running(restart: str) -> set[str]:
+        return {
+            job
+            for (_, job, group), records in scale.watcher.groups(ns).items()
+            if group == restart and len(records) == REPLICAS and all(r.running for r in records)
+        }
+
+    losers = {f"lose-{i}" for i in range(CLASSES["lose"])}
+    run.wait(lambda: losers <= groups_running("0"), 300, "the `lose` jobs' workers Running", 0.5)
+    for i, job in enumerate(sorted(losers)):
+        scale.kwok.lose(ns, f"{job}-worker-{i % REPLICAS}")
+
+    def settled() -> dict[str, dict] | None:
+        jobs = scale.jobs(ns)
+        ended = all(
+            jobs.get(name, {}).get("phase") in ("Succeeded", "Failed")
+            for kind in ("ok", "fail", "retry")
+            for name in (f"{kind}-{i}" for i in range(CLASSES[kind]))
+        )
+        ttl_gone = not any(name.startswith("ttl-") for name in jobs)
+        return jobs if ended and ttl_gone and losers <= groups_running("1") else None
+
+    jobs = run.wait(settled, 300, "every job to end as its script dictates", 1)
+    assert scale.operator.poll() is None, scale.operator_log_tail()
+
+    def of(kind: str) -> dict[str, dict]:
+        return {name: status for name, status in jobs.items() if name.startswith(f"{kind}-")}
+
+    assert {s["phase"] for s in of("ok").values()} == {"Succeeded"}
+    assert {s["restarts"] for s in of("ok").values()} == {0}
+    assert {s["phase"] for s in of("fail").values()} == {"Failed"}
+    for status in of("fail").values():
+        failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+        assert failed["status"] == "True" and FAILURE in failed["message"], failed
+    assert {s["phase"] for s in of("retry").values()} == {"Failed"}
+    assert {s["restarts"] for s in of("retry").values()} == {1}  # backoffLimit 1: one restart, then Failed
+    for status in of("retry").values():
+        failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+        assert failed["reason"] == "BackoffLimitExceeded", failed
+    assert not of("ttl")  # deleted once their TTL ran out
+    assert {s["phase"] for s in of("lose").values()} == {"Running"}
+    assert {s["restarts"] for s in of("lose").values()} == {1}
+
+    groups = scale.watcher.groups(ns)
+    assert scale.watcher.duplicates(ns) == {}
+    wrong = {f"{job}/{group}": len(r) for (_, job, group), r in groups.items() if len(r) != REPLICAS}
+    assert wrong == {}
+    seen = {(job, group) for (_, job, group) in groups}
+    for kind, count in CLASSES.items():
+        for i in range(count):
+            assert (f"{kind}-{i}", "0") in seen
+    for i in range(CLASSES["retry"]):
+        assert (f"retry-{i}", "1") in seen
