@@ -343,6 +343,9 @@ def test_service_monitor_scrapes_the_operators_metrics_port_only_when_enabled(he
     container_ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
     assert metrics["targetPort"] in {p["name"] for p in container_ports}
     assert (endpoint["path"], endpoint["interval"]) == ("/metrics", "15s")
+    # The operator's series carry the TrainJob's `namespace`; without honorLabels Prometheus renames it to
+    # `exported_namespace` and the per-namespace alerts and dashboard group by the operator's namespace.
+    assert endpoint["honorLabels"] is True
 
 
 def test_helm_test_probes_the_operator(helm):
