@@ -76,6 +76,7 @@ class PodRecord:
     bound: float | None = None
     running: float | None = None
     ended: float | None = None
+    deleting: float | None = None  # a deletion was asked for (deletionTimestamp) or the pod is gone
 
 
 class PodWatcher:
@@ -117,7 +118,7 @@ class PodWatcher:
                         continue
                     version = pod.metadata.resource_version
                     if event["type"] != "BOOKMARK":  # a decoded BOOKMARK has metadata only
-                        self._seen(pod, time.monotonic())
+                        self._seen(pod, time.monotonic(), gone=event["type"] == "DELETED")
                     if self._stop.is_set():
                         break
             except kubernetes.client.ApiException as error:
@@ -141,7 +142,7 @@ class PodWatcher:
             self._seen(pod, time.monotonic())
         return str(listed.metadata.resource_version)
 
-    def _seen(self, pod: Any, now: float) -> None:
+    def _seen(self, pod: Any, now: float, gone: bool = False) -> None:
         labels = pod.metadata.labels or {}
         with self.lock:
             record = self.pods.get(pod.metadata.uid)
@@ -160,6 +161,8 @@ class PodWatcher:
                 record.running = now
             if record.ended is None and phase in ("Succeeded", "Failed"):
                 record.ended = now
+            if record.deleting is None and (gone or pod.metadata.deletion_timestamp):
+                record.deleting = now
 
     def stop(self) -> None:
         self._stop.set()
@@ -176,12 +179,29 @@ class PodWatcher:
         return out
 
     def duplicates(self, namespace: str | None = None) -> dict[str, int]:
-        """Workers created more than once for the same job, group and index: `job/restart/index` -> count."""
-        counts: dict[str, int] = defaultdict(int)
+        """Workers of the same job, group and index alive at the same time (a second created before the first
+        was being deleted): `job/restart/index` -> how many overlapped. A worker created again after the
+        first was deleted is no duplicate: the operator deletes a batch it could create only in part (a
+        refused or failed create) and creates it whole again, before any worker ran its fit."""
+        by_worker: dict[str, list[PodRecord]] = defaultdict(list)
         for (_, job, restart), records in self.groups(namespace).items():
             for record in records:
-                counts[f"{job}/{restart}/{record.index}"] += 1
-        return {key: n for key, n in counts.items() if n > 1}
+                by_worker[f"{job}/{restart}/{record.index}"].append(record)
+        out = {}
+        for key, records in by_worker.items():
+            records.sort(key=lambda r: r.added)
+            overlapping = sum(
+                1
+                for earlier, later in zip(records, records[1:], strict=False)
+                if earlier.deleting is None or later.added < earlier.deleting
+            )
+            if overlapping:
+                out[key] = overlapping + 1
+        return out
+
+    def workers(self, namespace: str | None = None) -> dict[GROUP_KEY, set[str]]:
+        """The worker indices each group had (every index once, however often it was created)."""
+        return {key: {r.index for r in records} for key, records in self.groups(namespace).items()}
 
 
 def metric_samples(text: str, prefix: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
