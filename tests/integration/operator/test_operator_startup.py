@@ -37,10 +37,8 @@ def test_a_worker_whose_secret_volume_does_not_exist_ends_the_job_naming_the_mou
         "nosecret",
         1,
         runPolicy={"containerErrorGraceSeconds": 10},
-        template={
-            "container": {"volumeMounts": [{"name": "creds", "mountPath": "/creds"}]},
-            "spec": {"volumes": [{"name": "creds", "secret": {"secretName": "no-such-secret"}}]},
-        },
+        container={"volumeMounts": [{"name": "creds", "mountPath": "/creds"}]},
+        template={"spec": {"volumes": [{"name": "creds", "secret": {"secretName": "no-such-secret"}}]}},
     )
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "nosecret", "Failed")
