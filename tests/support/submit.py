@@ -52,6 +52,7 @@ def run_seed_function(namespace: str, kubeconfig: Path) -> Any:
     runner = MirroredStrategyRunner(
         num_slots=2,
         use_custom_strategy=True,
+        use_gpu=False,  # the default asks a GPU per slot (as spark-tensorflow-distributor): the node has none
         cluster=Cluster(namespace=namespace, kubeconfig=str(kubeconfig)),
     )
     return runner.run(user_module().train, epochs=2)

@@ -221,6 +221,7 @@ def test_a_100_kb_result_comes_back_whole_and_a_too_big_one_fails_saying_so(
     runner = MirroredStrategyRunner(
         num_slots=1,
         use_custom_strategy=True,
+        use_gpu=False,  # the default asks a GPU per slot (as spark-tensorflow-distributor): the node has none
         cluster=Cluster(namespace=namespace, kubeconfig=str(cluster.kubeconfig)),
     )
     train = user_module("big_result").train
