@@ -420,7 +420,7 @@ def test_watch_namespaces_give_roles_in_those_namespaces_instead_of_cluster_role
     }
     assert set(roles) == set(bindings) == {"team-a", "team-b"}
     cluster_wide = _rules_by_role(default)
-    events = {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]}
+    events = {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "list"]}
     for namespace, role in roles.items():
         # The same rules as the cluster-wide ClusterRole, plus events (kopf's ClusterRole has them otherwise).
         assert role["rules"] == [*cluster_wide["mwms-operator"], events], namespace

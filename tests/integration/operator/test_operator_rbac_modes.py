@@ -221,7 +221,7 @@ def without_event_reads(doc: dict[str, Any]) -> dict[str, Any]:
     if doc["kind"] == "Role":
         for rule in doc["rules"]:
             if rule.get("resources") == ["events"]:
-                rule["verbs"] = ["create"]
+                rule["verbs"] = ["create", "patch"]
     return doc
 
 
