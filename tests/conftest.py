@@ -204,6 +204,25 @@ def real_node_cluster(
             shutil.rmtree(local.state_dir / "nodes", ignore_errors=True)
 
 
+@contextmanager
+def control_plane_cluster(name: str, state_dir: str | Path, subnet_index: int) -> Iterator:
+    """A local control plane without a node (no pod runs, so no node lock): tests of the API server's side."""
+    from mwms_dev.cluster import LocalCluster
+
+    local = LocalCluster(name=name, state_dir=state_dir, subnet_index=subnet_index)
+    local.start()
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(name="control_plane_cluster", scope="session")
+def control_plane_cluster_fixture(cluster_platform: None, teardown_on_sigterm: None) -> Callable[..., object]:
+    """`with control_plane_cluster(name, state_dir, subnet_index) as cluster:`: no node."""
+    return control_plane_cluster
+
+
 @pytest.fixture(name="real_node_cluster", scope="session")
 def real_node_cluster_fixture(cluster_platform: None, teardown_on_sigterm: None) -> Callable[..., object]:
     """`with real_node_cluster(name, state_dir, subnet_index) as cluster:` for a cluster with a real node."""

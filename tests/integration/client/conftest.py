@@ -20,18 +20,11 @@ KUBEFLOW_CRD = "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml"
 
 @pytest.fixture(scope="module")
 def cluster(
-    cluster_platform: None, spare_subnet_index: int, tmp_path_factory: pytest.TempPathFactory
+    control_plane_cluster: Any, spare_subnet_index: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator:
-    from mwms_dev.cluster import LocalCluster
-
-    local = LocalCluster(
-        name="client", state_dir=tmp_path_factory.mktemp("client-cluster"), subnet_index=spare_subnet_index
-    )
-    local.start()
-    try:
+    state = tmp_path_factory.mktemp("client-cluster")
+    with control_plane_cluster("client", state, spare_subnet_index) as local:
         yield local
-    finally:
-        local.stop()
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +36,8 @@ def kubeflow_crd() -> Path:
     """Kubeflow Trainer v2's TrainJob CRD, from its Go module (in the project's module cache)."""
     env = {
         **os.environ,
-        "GOMODCACHE": str(Path.home() / ".cache" / "mwms" / "go" / "mod"),
+        # hack/cache.sh's module cache: MWMS_CACHE moves it with every other cache
+        "GOMODCACHE": str(Path(os.environ.get("MWMS_CACHE", Path.home() / ".cache" / "mwms")) / "go" / "mod"),
         "GOFLAGS": "-mod=mod",
     }
     try:

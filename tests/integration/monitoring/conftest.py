@@ -15,17 +15,11 @@ REPO = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def cluster(
-    cluster_platform: None, spare_subnet_index: int, tmp_path_factory: pytest.TempPathFactory
+    control_plane_cluster: Any, spare_subnet_index: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator:
-    from mwms_dev.cluster import LocalCluster
-
     state = tmp_path_factory.mktemp("monitoring-cluster")
-    local = LocalCluster(name="monitoring", state_dir=state, subnet_index=spare_subnet_index)
-    local.start()
-    try:
+    with control_plane_cluster("monitoring", state, spare_subnet_index) as local:
         yield local
-    finally:
-        local.stop()
 
 
 @pytest.fixture(scope="module")
