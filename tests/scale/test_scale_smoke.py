@@ -7,7 +7,6 @@ one worker at once. Outcomes only; timings belong to the bench."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,10 @@ import pytest
 # of a worker and failed 2 runs in 3 on the operator's designed retry of a batch it could create only in part
 # (reconciler._create_all deletes what it created and creates the group whole again). It now counts only
 # workers alive at once; until it has been rerun enough to join the lane it runs on request only
-# (MWMS_SCALE_SMOKE=1), so it cannot fail unrelated landings.
+# (MWMS_SCALE_SMOKE=1: tests/scale/conftest.py), so it cannot fail unrelated landings.
 pytestmark = [
     pytest.mark.scale,
     pytest.mark.timeout(600),
-    pytest.mark.skipif(os.environ.get("MWMS_SCALE_SMOKE") != "1", reason="on request: MWMS_SCALE_SMOKE=1"),
 ]
 
 REPO = Path(__file__).resolve().parents[2]
