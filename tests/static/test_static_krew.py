@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -72,3 +73,23 @@ def test_the_sha256_is_the_archives_and_its_shim_runs_the_client(plugin, tmp_pat
     }
     done = subprocess.run([shim, "--help"], capture_output=True, text=True, env=env, check=True)
     assert done.stdout.startswith("usage: kubectl mwms")
+
+
+def test_the_release_builds_attests_and_attaches_the_archive_the_manifest_names(tmp_path):
+    """The release job's own step (run here as written, into a scratch folder) builds the archive and refuses
+    a sha256 other than the manifest's; the job then attests and attaches that file."""
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "release.yml").read_text())
+    steps = [step for job in workflow["jobs"].values() for step in job.get("steps", [])]
+    [build_step] = [step for step in steps if "krew/build.py" in step.get("run", "")]
+    script = build_step["run"].replace("dist", str(tmp_path))
+    env = {
+        **os.environ,
+        "VERSION": VERSION,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=REPO, env=env, check=True)
+    assert (tmp_path / build.archive_name()).read_bytes() == build.archive()
+    attach = next(step["run"] for step in steps if "gh release create" in step.get("run", ""))
+    assert '"dist/kubectl-mwms-v${VERSION}.tar.gz"' in attach
+    attested = next(step["with"]["subject-path"] for step in steps if "subject-path" in step.get("with", {}))
+    assert "dist/*.tar.gz" in attested.split()
