@@ -38,6 +38,11 @@ DRAIN_SECONDS = 5.0  # a grandchild the trainer left behind may hold the pipe op
 # trainer promises (pid1.py): at most 2 s to kill the trainer, these to upload its log.
 STOPPED_DRAIN_SECONDS = 0.3
 STOPPED_UPLOAD_SECONDS = 2.5
+# While the trainer runs, the job's run is looked up at these pauses (then every RUN_LOOKUP_EVERY_SECONDS)
+# until found, so a stopped worker's 2.5 s go to the upload alone: on a busy node the run's search and the
+# upload together did not fit, and a restarted group's logs were lost.
+RUN_LOOKUP_DELAYS_SECONDS = (2.0, 4.0, 8.0, 15.0)
+RUN_LOOKUP_EVERY_SECONDS = 30.0
 PROXIED = "mlflow-artifacts:"
 
 
@@ -96,6 +101,8 @@ class Capture:
         self.log = CappedLog(cap_of(environ))
         self._read = self._write = -1
         self._reader: threading.Thread | None = None
+        self.run: dict[str, Any] | None = None  # the job's run, once found while the trainer runs
+        self._ended = threading.Event()
 
     def open(self) -> None:
         self._read, self._write = os.pipe()
@@ -111,6 +118,17 @@ class Capture:
         os.close(self._write)
         self._reader = threading.Thread(target=self._copy, name="worker-log", daemon=True)
         self._reader.start()
+        threading.Thread(target=self._find_run, name="worker-log-run", daemon=True).start()
+
+    def _find_run(self) -> None:
+        """Look for the job's run (the chief opens it as it starts) until found or the trainer has ended."""
+        pauses = iter(RUN_LOOKUP_DELAYS_SECONDS)
+        while not self._ended.is_set():
+            try:
+                self.run = find_run(self.environ, delays=(), until=time.monotonic() + UPLOAD_SECONDS)
+                return
+            except Exception:  # not there yet, or the server is away: the upload will look again
+                self._ended.wait(next(pauses, RUN_LOOKUP_EVERY_SECONDS))
 
     def _copy(self) -> None:
         while chunk := os.read(self._read, 65536):
@@ -125,11 +143,12 @@ class Capture:
     def finish(self, stopped: bool = False) -> None:
         """After the trainer exited: the rest of its output, then the upload (never raises); sooner when it
         was `stopped` by a signal."""
+        self._ended.set()
         if self._reader is not None:
             self._reader.join(STOPPED_DRAIN_SECONDS if stopped else DRAIN_SECONDS)
         try:
             budget = STOPPED_UPLOAD_SECONDS if stopped else UPLOAD_SECONDS
-            where = upload(self.environ, self.log.text(), budget=budget)
+            where = upload(self.environ, self.log.text(), budget=budget, run=self.run)
             print(f"mwms: this worker's log is in MLflow at {where}", file=sys.stderr, flush=True)
         except Exception as e:  # a lost log must not change how the worker ended
             print(f"mwms: could not upload this worker's log to MLflow: {e}", file=sys.stderr, flush=True)
@@ -222,15 +241,16 @@ def upload(
     text: str,
     delays: tuple[float, ...] = RETRY_DELAYS_SECONDS,
     budget: float | None = None,
+    run: dict[str, Any] | None = None,
 ) -> str:
-    """`text` as this worker's log in the job's run, within `budget` seconds (UPLOAD_SECONDS); its runs:/
-    URI."""
+    """`text` as this worker's log in the job's run (`run`, its `info` when already found), within `budget`
+    seconds (UPLOAD_SECONDS); its runs:/ URI."""
     until = time.monotonic() + (UPLOAD_SECONDS if budget is None else budget)
     from mwms_trainer.cluster import from_tf_config
 
     index = from_tf_config(environ.get(names.ENV_TF_CONFIG)).rank
     path = names.log_artifact_path(int(environ.get(names.ENV_RESTART_COUNT) or 0), index)
-    info = find_run(environ, delays, until)
+    info = run if run is not None else find_run(environ, delays, until)
     root = str(info.get("artifact_uri") or "")
     if not root.startswith(PROXIED):
         raise RuntimeError(
