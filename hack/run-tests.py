@@ -1,23 +1,29 @@
 """`make test`'s runner: the test tiers in two lanes side by side, then one table of every tier.
 
 Why two lanes: the tiers on a real cluster (integration, node, e2e) mostly wait on pods and API servers and
-there is one real node per machine, so they run one after another in the `cluster` lane; the CPU-bound tiers
-(unit, static, images, tf) need no cluster and fill the idle cores in the `compute` lane, at a lower CPU
-priority so the cluster lane's timing stays as when it runs alone. The Go builds only a few tests need
-(Kueue, SeaweedFS, KWOK, promtool) and the MLflow-with-boto3 environment are built meanwhile, at the
-compute lane's priority (its tf tier waits for SeaweedFS); those tests wait on the build's lock
-(hack/build-*.sh), not on a guess.
+there is one real node per machine, so they run in the `cluster` lane; the CPU-bound tiers (unit, static,
+images, tf) need no cluster and fill the idle cores in the `compute` lane, at a lower CPU priority so the
+cluster lane's timing stays as when it runs alone. The Go builds only a few tests need (Kueue, SeaweedFS,
+KWOK, promtool) and the MLflow-with-boto3 environment are built meanwhile, at the compute lane's priority
+(its tf tier waits for SeaweedFS); those tests wait on the build's lock (hack/build-*.sh), not on a guess.
 
-Each lane's output is streamed with its name in front and kept in build/test-results/<lane>.log; each writes
-its tiers' counts (tests/support/tiers.py) to build/test-results/<lane>.json. Exit status: 0 only if every
-lane and build passed. Extra arguments go to both pytest runs (e.g. `-x`, `-k name`).
+The cluster lane starts one shared cluster (a control plane and the real node) and runs the integration tier
+on it in two shards side by side, each in its own namespaces with its own operators (tests/support/shards.py),
+then the tests marked `exclusive` alone; it stops that cluster and runs the node and e2e tiers, which start
+their own. `--shards 1` runs the integration tier as one pytest session instead.
+
+Each pytest run's output is streamed with its name in front and kept in build/test-results/<run>.log; each
+writes its tiers' counts (tests/support/tiers.py) to build/test-results/<run>.json. Exit status: 0 only if
+every run and build passed. Extra arguments go to every pytest run (e.g. `-x`, `-k name`).
 `python hack/run-tests.py --lanes cluster` runs one lane."""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -26,19 +32,21 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "build" / "test-results"
+TEMP_ROOT = Path("/tmp") / f"mwms-{hashlib.sha1(str(REPO).encode()).hexdigest()[:6]}"  # one per checkout
 sys.path.insert(0, str(REPO / "tests"))
-from support.tiers import table, under_ci  # noqa: E402  (tests/ is not a package; pytest puts it on sys.path too)
+from support.shards import SHARDS  # noqa: E402  (tests/ is not a package; pytest puts it on sys.path too)
+from support.tiers import table, under_ci  # noqa: E402
 
-# lane -> (niceness, test folders in the order they run)
-LANES: dict[str, tuple[int, list[str]]] = {
-    "cluster": (0, ["tests/integration", "tests/node", "tests/e2e"]),
-    # static last: its promtool test waits for the last background build; scale (KWOK's fake nodes beside a
-    # control plane of its own, no real node) waits for kwok's
-    # tests/scale is left out until its smoke test's duplicate workers are explained (see its module)
-    "compute": (10, ["tests/unit", "tests/images", "tests/tf", "tests/static"]),
-}
+LANES = ("cluster", "compute")
+CLUSTER_NICE, COMPUTE_NICE = 0, 10
+AFTER_INTEGRATION = ["tests/node", "tests/e2e"]  # each starts its own cluster, after the shared one stopped
+# static last: its promtool test waits for the last background build; scale (KWOK's fake nodes beside a
+# control plane of its own, no real node) waits for kwok's
+# tests/scale is left out until its smoke test's duplicate workers are explained (see its module)
+COMPUTE_TIERS = ["tests/unit", "tests/images", "tests/tf", "tests/static"]
 # make targets, built one after another in this order; their tests wait on the build lock
 BACKGROUND_BUILDS = ["kueue", "mlflow-s3", "seaweedfs", "kwok", "promtool"]
+SHARED_CLUSTER_START_SECONDS = 1200  # a cold node unpacks the images once: minutes on 2 cores
 print_lock = threading.Lock()
 
 
@@ -47,37 +55,159 @@ def say(line: str) -> None:
         print(line, flush=True)
 
 
-def start_lane(name: str, pytest_args: list[str]) -> tuple[subprocess.Popen[bytes], threading.Thread]:
-    niceness, folders = LANES[name]
-    env = {**os.environ, "MWMS_TIER_REPORT": str(RESULTS / f"{name}.json"), "PYTHONUNBUFFERED": "1"}
-    argv = ["nice", "-n", str(niceness), sys.executable, "-m", "pytest", *folders, *pytest_args]
+def run_pytest(name: str, paths: list[str], pytest_args: list[str], nice: int, env: dict[str, str]) -> int:
+    """One pytest session, its output streamed with `[name]` in front and kept in <name>.log."""
+    env = {**os.environ, **env, "MWMS_TIER_REPORT": str(RESULTS / f"{name}.json"), "PYTHONUNBUFFERED": "1"}
+    # A temporary folder of its own: pytest's numbered ones (/tmp/pytest-of-root/pytest-N) are pruned by
+    # whichever session starts next, which may be one running beside this one. Short: sockets live below it.
+    basetemp = TEMP_ROOT / name.rsplit("-", 1)[-1]
+    junit = RESULTS / f"{name}.xml"  # each test's time (tests/support/shards.py's WEIGHTS come from these)
+    argv = ["nice", "-n", str(nice), sys.executable, "-m", "pytest", f"--basetemp={basetemp}"]
+    argv += [f"--junitxml={junit}", *paths, *pytest_args]
     say(f"[{name}] {' '.join(argv[3:])}")
+    started = time.monotonic()
     process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    thread = threading.Thread(target=stream, args=(name, process), daemon=True)
-    thread.start()
-    return process, thread
-
-
-def stream(name: str, process: subprocess.Popen[bytes]) -> None:
-    """Copy the lane's output to its log and to ours, line by line, with the lane's name in front."""
     assert process.stdout is not None
     with (RESULTS / f"{name}.log").open("wb") as log:
         for raw in process.stdout:
             log.write(raw)
             log.flush()
             say(f"[{name}] {raw.decode(errors='replace').rstrip()}")
+    code = process.wait()
+    say(f"[{name}] ended with exit {code} after {(time.monotonic() - started) / 60:.1f} min")
+    return code
+
+
+def in_parallel(*runs: tuple) -> list[int]:
+    """Run `run_pytest(*args)` for each tuple side by side; their exit codes, in order."""
+    codes = [0] * len(runs)
+
+    def run(index: int, args: tuple) -> None:
+        codes[index] = run_pytest(*args)
+
+    threads = [threading.Thread(target=run, args=(i, args)) for i, args in enumerate(runs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return codes
+
+
+def start_shared_cluster() -> tuple[subprocess.Popen[bytes], Path | None]:
+    """The integration tier's shared cluster (tests/support/shards.py serve); its ready file, or None with
+    the reason printed when it did not come up."""
+    ready = RESULTS / "shared-cluster.json"
+    ready.unlink(missing_ok=True)
+    argv = [
+        sys.executable, str(REPO / "tests" / "support" / "shards.py"), "serve",
+        "--state-dir", str(TEMP_ROOT / "shared"),  # short: the node's sockets live below it
+        "--subnet-index", os.environ.get("MWMS_TEST_SUBNET_INDEX", "0"),
+        "--ready-file", str(ready),
+    ]  # fmt: skip
+    log_path = RESULTS / "shared-cluster.log"
+    say(f"[cluster] starting the integration tier's shared cluster (log: {log_path.relative_to(REPO)})")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
+    }
+    owner = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + SHARED_CLUSTER_START_SECONDS
+    while not ready.exists() and owner.poll() is None and time.monotonic() < deadline:
+        time.sleep(1)
+    if ready.exists():
+        return owner, ready
+    say(f"[cluster] the shared cluster did not come up; the end of its log:\n{log_path.read_text()[-3000:]}")
+    return owner, None
+
+
+def stop(owner: subprocess.Popen[bytes]) -> None:
+    if owner.poll() is None:
+        owner.send_signal(signal.SIGTERM)
+        try:
+            owner.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            owner.kill()
+            owner.wait()
+
+
+def integration_tier(pytest_args: list[str]) -> int:
+    """Two shards side by side on one shared cluster, then the `exclusive` tests alone on it."""
+    owner, ready = start_shared_cluster()
+    try:
+        if ready is None:  # the tier's own fixtures then start (or, outside CI, skip) with the reason
+            say("[cluster] running the integration tier unsharded instead")
+            return run_pytest("integration", ["tests/integration"], pytest_args, CLUSTER_NICE, {})
+        shared = {"MWMS_TEST_CLUSTER": str(ready)}
+        codes = in_parallel(
+            *(
+                (f"integration-{shard}", ["tests/integration"], ["-m", "not exclusive", *pytest_args],
+                 CLUSTER_NICE, {**shared, "MWMS_TEST_SHARD": shard})
+                for shard in SHARDS
+            )
+        )  # fmt: skip
+        exclusive = ["-m", "exclusive", *pytest_args]
+        codes.append(
+            run_pytest("integration-exclusive", ["tests/integration"], exclusive, CLUSTER_NICE, shared)
+        )
+        return first_failure(codes)
+    finally:
+        stop(owner)
+
+
+def cluster_lane(pytest_args: list[str], shards: int) -> int:
+    if shards == 1:
+        return run_pytest("cluster", ["tests/integration", *AFTER_INTEGRATION], pytest_args, CLUSTER_NICE, {})
+    integration = integration_tier(pytest_args)
+    return first_failure(
+        [integration, run_pytest("cluster", AFTER_INTEGRATION, pytest_args, CLUSTER_NICE, {})]
+    )
+
+
+def compute_lane(pytest_args: list[str]) -> int:
+    return run_pytest("compute", COMPUTE_TIERS, pytest_args, COMPUTE_NICE, {})
+
+
+def first_failure(codes: list[int]) -> int:
+    return next((code for code in codes if code not in passing_codes()), 0)
+
+
+def passing_codes() -> set[int]:
+    # pytest's 5 is "no test collected": fine for a run that `-k` emptied, a failure under CI.
+    return {0} if under_ci() else {0, 5}
 
 
 def start_builds() -> subprocess.Popen[bytes]:
     log = (RESULTS / "builds.log").open("wb")
-    argv = ["nice", "-n", "10", "make", "--no-print-directory", *BACKGROUND_BUILDS]
+    argv = ["nice", "-n", str(COMPUTE_NICE), "make", "--no-print-directory", *BACKGROUND_BUILDS]
     say(f"[builds] {' '.join(argv[3:])} (log: build/test-results/builds.log)")
     return subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+
+def merged_tiers() -> dict[str, dict[str, float]]:
+    """Every run's tier counts added up (the integration tier comes from three runs)."""
+    tiers: dict[str, dict[str, float]] = {}
+    for report in sorted(RESULTS.glob("*.json")):
+        if report.name == "shared-cluster.json":
+            continue
+        for tier, count in json.loads(report.read_text()).items():
+            if tier not in tiers:
+                tiers[tier] = dict(count)
+                continue
+            total = tiers[tier]
+            for key in ("passed", "failed", "errors", "skipped"):
+                total[key] += count[key]
+            total["started"] = min(total["started"], count["started"])
+            total["ended"] = max(total["ended"], count["ended"])
+    return tiers
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lanes", default=",".join(LANES), help="comma-separated lanes (default: all)")
+    parser.add_argument(
+        "--shards", type=int, choices=[1, len(SHARDS)], default=len(SHARDS),
+        help="the integration tier's shards on one shared cluster (default: %(default)s)",
+    )  # fmt: skip
     parser.add_argument(
         "--no-builds", action="store_true", help=f"do not start {', '.join(BACKGROUND_BUILDS)}"
     )
@@ -87,42 +217,39 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown lane(s) {sorted(unknown)}; lanes: {', '.join(LANES)}")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    for lane in lanes:
-        (RESULTS / f"{lane}.json").unlink(missing_ok=True)
+    for report in RESULTS.glob("*.json"):
+        report.unlink()
 
     started = time.monotonic()
     builds = None if args.no_builds else start_builds()
-    running = {lane: start_lane(lane, pytest_args) for lane in lanes}
+    bodies = {
+        "cluster": lambda: cluster_lane(pytest_args, args.shards),
+        "compute": lambda: compute_lane(pytest_args),
+    }
     codes, walls = {}, {}
-    while running:
-        for lane, (process, thread) in list(running.items()):
-            if process.poll() is not None:
-                thread.join()
-                codes[lane], walls[lane] = process.returncode, time.monotonic() - started
-                say(f"[{lane}] lane ended with exit {process.returncode} after {walls[lane] / 60:.1f} min")
-                del running[lane]
-        time.sleep(1)
+
+    def run_lane(lane: str) -> None:
+        codes[lane] = bodies[lane]()
+        walls[lane] = time.monotonic() - started
+        say(f"[{lane}] lane ended with exit {codes[lane]} after {walls[lane] / 60:.1f} min")
+
+    threads = [threading.Thread(target=run_lane, args=(lane,)) for lane in lanes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     build_code = builds.wait() if builds else 0
     if build_code != 0:
         say(f"[builds] failed ({build_code}); the end of build/test-results/builds.log:")
         say((RESULTS / "builds.log").read_text(errors="replace")[-4000:])
 
-    tiers: dict[str, dict[str, float]] = {}
-    for lane in lanes:
-        report = RESULTS / f"{lane}.json"
-        if report.exists():
-            tiers.update(json.loads(report.read_text()))
-        else:
-            say(f"[{lane}] wrote no tier report (pytest did not get to the end of its session)")
     say("\n==== tiers (both lanes) ====")
-    for line in table(tiers):
+    for line in table(merged_tiers()):
         say(line)
     for lane in lanes:
         say(f"lane {lane:<8} exit {codes[lane]}  {walls[lane] / 60:.1f} min")
     say(f"all lanes: {(time.monotonic() - started) / 60:.1f} min")
-    # pytest's 5 is "no test collected": fine for a lane that `-k` emptied, a failure under CI.
-    ok = {0} if under_ci() else {0, 5}
-    failed = [lane for lane in lanes if codes[lane] not in ok]
+    failed = [lane for lane in lanes if codes[lane] not in passing_codes()]
     if failed or build_code != 0:
         say(f"FAILED: {', '.join(failed + (['builds'] if build_code else []))}")
         return 1

@@ -7,7 +7,8 @@ tier's `cluster` (tests/integration/conftest.py), the node tier's and README's o
 `.apply(manifest_dict)`, `.fresh_namespace()`). `wait_for`: poll a predicate.
 Every run ends with a table of each tier's counts and wall time, and under CI a skip fails (support/tiers.py).
 `subnet_index`: MWMS_TEST_SUBNET_INDEX (default 0, at most 25; helpers developing in parallel use their own):
-the integration tier's cluster takes it, the node tier's +20, a test's spare cluster +10, README's own +30.
+the integration tier's cluster takes it, the node tier's +20, a test's spare cluster +10 (+15 in the
+integration tier's shard b), README's own +30.
 Environment: MWMS_TEST_STATE_DIR (keep the cluster's state and logs there instead of pytest's tmp dir),
 MWMS_KUBECTL (default: the pinned kubectl hack/tools.sh links into .venv/bin, else PATH)."""
 
@@ -20,12 +21,12 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from support.shards import current_shard, namespace_name
 from support.tiers import TierReport
 
 
@@ -105,7 +106,7 @@ class Kubectl:
     @contextmanager
     def fresh_namespace(self, prefix: str = "t") -> Iterator[str]:
         """A new namespace, ready for pods; deleted (without waiting) afterwards."""
-        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        name = namespace_name(prefix)  # under the shard's prefix when sharded (support/shards.py)
         self("create", "namespace", name)
         # Pods are refused until the service-account controller has made the namespace's `default` account.
         wait_for(
@@ -164,8 +165,9 @@ def subnet_index() -> int:
 
 @pytest.fixture(scope="session")
 def spare_subnet_index() -> int:
-    """A subnet index for a test's own extra cluster, next to the session's."""
-    return cluster_subnet_index() + 10
+    """A subnet index for a test's own extra cluster, next to the session's (shard b's is 5 further, so the
+    integration tier's two shards never start one on the same bridge)."""
+    return cluster_subnet_index() + 10 + (5 if current_shard() == "b" else 0)
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -50,6 +50,9 @@ class Lab:
     trainer_epochs: int = 3
     # The stand-in worker, for experiments about the operator alone (operator kill, lost node).
     standin: dict[str, Any] | None = None
+    # Put before every namespace an experiment makes: the test suite's shard ("a-"), whose operators watch
+    # only namespaces that start with it.
+    namespace_prefix: str = ""
 
     def __post_init__(self) -> None:
         if self.standin is None:
@@ -153,7 +156,7 @@ def wait(predicate: Callable[[], Any], timeout: float, what: str, interval: floa
 
 
 def new_namespace(lab: Lab, prefix: str) -> str:
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    name = f"{lab.namespace_prefix}{prefix}-{uuid.uuid4().hex[:6]}"
     lab.kubectl("create", "namespace", name)
     wait(
         lambda: lab.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,

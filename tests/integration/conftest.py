@@ -2,25 +2,48 @@
 
 `cluster` (package: the node stops when this tier ends, before the node tier starts its own; only one real
 node runs per machine): on subnet index MWMS_TEST_SUBNET_INDEX, with the project's images from build/images/
-(`make images`). `kubectl` (package): kubectl as its admin. `namespace`: a fresh namespace per test, deleted
-afterwards. `trainer_image`: the project's trainer image loaded on the node, which the stand-in workers run in
-(skips without `make images`).
+(`make images`); or, under hack/run-tests.py, the shared cluster both shards of this tier attach to
+(support/shards.py: MWMS_TEST_CLUSTER, MWMS_TEST_SHARD; each shard runs its own modules). `kubectl`
+(package): kubectl as its admin. `namespace`: a fresh namespace per test, deleted afterwards.
+`trainer_image`: the project's trainer image loaded on the node, which the stand-in workers run in (skips
+without `make images`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from support.shards import AttachedCluster, assign, current_shard
 from support.standin import trainer_image as find_trainer_image
+
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Sharded (MWMS_TEST_SHARD): keep this shard's modules of this tier, and every test of other tiers."""
+    shard = current_shard()
+    if not shard:
+        return
+    ours = [item for item in items if item.path.is_relative_to(HERE)]
+    shards = assign(sorted({str(item.path.relative_to(HERE)) for item in ours}))
+    dropped = [item for item in ours if shards[str(item.path.relative_to(HERE))] != shard]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item not in set(dropped)]
 
 
 @pytest.fixture(scope="package")
 def cluster(
     real_node_cluster: Callable[..., Any], subnet_index: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator:
+    shared = os.environ.get("MWMS_TEST_CLUSTER")
+    if shared:  # hack/run-tests.py's shared cluster: its owner stops it after both shards
+        yield AttachedCluster.load(shared)
+        return
     state_dir = os.environ.get("MWMS_TEST_STATE_DIR") or tmp_path_factory.mktemp("cluster")
     with real_node_cluster("test", state_dir, subnet_index) as local:
         yield local
@@ -39,4 +62,7 @@ def namespace(kubectl: Any) -> Iterator[str]:
 
 @pytest.fixture(scope="package")
 def trainer_image(cluster: Any) -> str:
-    return find_trainer_image(cluster.kubelet_nodes["node-1"].images())
+    loaded = (
+        cluster.images if isinstance(cluster, AttachedCluster) else cluster.kubelet_nodes["node-1"].images()
+    )
+    return find_trainer_image(loaded)

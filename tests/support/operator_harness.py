@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from mwms_dev.cluster import free_port
+from support.shards import watched_namespaces
 
 REPO = Path(__file__).resolve().parents[2]
 OPERATOR_NAMESPACE = "mwms-system"
@@ -39,6 +40,8 @@ class OperatorProcess:
             "MWMS_RECONCILE_INTERVAL_SECONDS": "1",
             "MWMS_PROGRESS_INTERVAL_SECONDS": "2",
             "MWMS_LOG_LEVEL": "INFO",
+            # Sharded, the shard's namespaces only: the other shard's jobs are its operators' (shards.py).
+            **({"MWMS_WATCH_NAMESPACES": watched} if (watched := watched_namespaces()) else {}),
             **self.extra_env,
         }
         env.pop("KUBERNETES_SERVICE_HOST", None)

@@ -5,6 +5,7 @@ project's trainer image. Only fixtures here: what they call lives in tests/suppo
 
 from __future__ import annotations
 
+import fnmatch
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 from support.mlflow_server import MlflowServer
 from support.operator_harness import REPO, OperatorProcess, apply_operator_rbac, service_account_kubeconfig
+from support.shards import watched_namespaces
 from support.standin import standin_container
 from support.trainjobs import trainjob
 
@@ -72,8 +74,19 @@ def operator(
     process.start()
     try:
         yield process
-        # Tidy up while the operator runs (TrainJobs carry no finalizer: this works without it too).
-        kubectl("delete", "trainjobs", "--all", "-A", "--wait=true", "--timeout=60s", check=False)
+        # Tidy up while the operator runs (TrainJobs carry no finalizer: this works without it too); sharded,
+        # only this shard's namespaces (the other shard's jobs are still running).
+        for job_namespace in namespaces_of_trainjobs(kubectl):
+            kubectl(
+                "delete",
+                "trainjobs",
+                "--all",
+                "-n",
+                job_namespace,
+                "--wait=true",
+                "--timeout=60s",
+                check=False,
+            )
     finally:
         process.stop()
     log = process.log()
@@ -83,6 +96,13 @@ def operator(
         line for line in log.splitlines() if "forbidden: User" in line or "cannot " in line and "403" in line
     ]
     assert not denied, "the operator hit RBAC limits:\n" + "\n".join(denied[:20])
+
+
+def namespaces_of_trainjobs(kubectl: Any) -> list[str]:
+    """The namespaces holding TrainJobs that this process's operators serve (all of them unless sharded)."""
+    listed = kubectl("get", "trainjobs", "-A", "-o", "jsonpath={.items[*].metadata.namespace}", check=False)
+    glob = watched_namespaces()
+    return sorted({ns for ns in listed.stdout.split() if glob is None or fnmatch.fnmatch(ns, glob)})
 
 
 @pytest.fixture(scope="package")

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.shards import namespace_prefix
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +33,10 @@ def chaos():
 
 @pytest.fixture
 def lab(chaos, cluster, kubectl, operator, standin):
-    return chaos.Lab(kubectl, operator, cluster, standin, random.Random(20261202))
+    # Its namespaces under the shard's prefix: the shard's operators watch only those (support/shards.py).
+    return chaos.Lab(
+        kubectl, operator, cluster, standin, random.Random(20261202), namespace_prefix=namespace_prefix()
+    )
 
 
 def test_a_killed_worker_restarts_the_whole_group_and_the_job_succeeds(chaos, lab):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
+from support.shards import namespace_name
 from support.trainjobs import trainjob
 
 from mwms_contract.names import GROUP, PLURAL, RESERVED_ENV, VERSION
@@ -227,8 +227,7 @@ class Hostile:
 @pytest.fixture(scope="module")
 def hostile(cluster, kubectl, operator, make_standin, standin, wait_for) -> Iterator[Hostile]:
     client = kubernetes.config.new_client_from_config(str(cluster.kubeconfig))
-    suffix = uuid.uuid4().hex[:8]
-    namespace, bystander_ns = f"hostile-{suffix}", f"bystander-{suffix}"
+    namespace, bystander_ns = namespace_name("hostile"), namespace_name("bystander")
     for ns in (namespace, bystander_ns):
         kubectl("create", "namespace", ns)
         wait_for(

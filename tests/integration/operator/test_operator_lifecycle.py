@@ -94,6 +94,9 @@ def test_a_worker_stuck_terminating_is_named_while_the_new_group_waits(
     wait_for(lambda: phase(kubectl, namespace, "stuck") == "Running", timeout=120, what="running again")
 
 
+# Deleting the CRD deletes every TrainJob in the cluster: under hack/run-tests.py this runs alone, after both
+# shards of the tier (support/shards.py).
+@pytest.mark.exclusive
 def test_the_crd_deletes_with_jobs_present_while_the_operator_is_stopped(
     operator, make_standin, kubectl, namespace, wait_for
 ):

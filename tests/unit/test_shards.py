@@ -1,0 +1,115 @@
+"""The integration tier's shards (tests/support/shards.py): every module in exactly one shard, the same split
+in both shard processes, namespaces and operators kept apart by the shard's prefix."""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import shards
+
+REPO = Path(__file__).resolve().parents[2]
+INTEGRATION = REPO / "tests" / "integration"
+
+
+def integration_modules() -> list[str]:
+    return sorted(str(p.relative_to(INTEGRATION)) for p in INTEGRATION.rglob("test_*.py"))
+
+
+def test_every_module_goes_to_exactly_one_shard_and_the_split_does_not_depend_on_order():
+    modules = integration_modules()
+    split = shards.assign(modules)
+    assert sorted(split) == modules
+    assert set(split.values()) == set(shards.SHARDS)
+    assert shards.assign(list(reversed(modules))) == split
+
+
+def test_the_shards_carry_about_the_same_work():
+    split = shards.assign(integration_modules())
+    load = {
+        s: sum(shards.WEIGHTS.get(m, shards.DEFAULT_WEIGHT) for m, t in split.items() if t == s)
+        for s in split.values()
+    }
+    heaviest = max(shards.WEIGHTS.values())
+    assert max(load.values()) - min(load.values()) <= heaviest
+
+
+def test_every_weighed_module_exists():
+    """A renamed module would keep its stale weight and fall back to the default unnoticed."""
+    assert set(shards.WEIGHTS) <= set(integration_modules())
+
+
+def test_a_shard_names_its_namespaces_and_its_operators_watch_only_those(monkeypatch):
+    monkeypatch.setenv("MWMS_TEST_SHARD", "b")
+    name = shards.namespace_name("t")
+    assert name.startswith("b-t-")
+    assert fnmatch.fnmatch(name, shards.watched_namespaces())
+    monkeypatch.setenv("MWMS_TEST_SHARD", "a")
+    assert not fnmatch.fnmatch(name, shards.watched_namespaces())
+
+
+def test_unsharded_nothing_changes(monkeypatch):
+    monkeypatch.delenv("MWMS_TEST_SHARD", raising=False)
+    assert shards.namespace_name("t").startswith("t-")
+    assert shards.watched_namespaces() is None
+
+
+def test_an_unknown_shard_is_refused(monkeypatch):
+    monkeypatch.setenv("MWMS_TEST_SHARD", "c")
+    with pytest.raises(ValueError, match="MWMS_TEST_SHARD"):
+        shards.current_shard()
+
+
+def collected(shard: str | None) -> set[str]:
+    """The integration tier's test ids that pytest collects for a shard (None: unsharded)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MWMS_TEST_SHARD", "CI")}
+    if shard:
+        env["MWMS_TEST_SHARD"] = shard
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--collect-only",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "tests/integration",
+    ]
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return {line for line in done.stdout.splitlines() if line.startswith("tests/integration/")}
+
+
+def test_the_two_shards_collect_every_test_of_the_tier_once():
+    whole, a, b = collected(None), collected("a"), collected("b")
+    assert whole and a and b
+    assert a | b == whole
+    assert not a & b
+
+
+def run_tests_module():
+    spec = importlib.util.spec_from_file_location("run_tests", REPO / "hack" / "run-tests.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_runner_adds_up_a_tier_that_several_sessions_ran(tmp_path, monkeypatch):
+    run_tests = run_tests_module()
+    monkeypatch.setattr(run_tests, "RESULTS", tmp_path)
+    count = {"passed": 3, "failed": 1, "errors": 0, "skipped": 0, "started": 100.0, "ended": 160.0}
+    (tmp_path / "integration-a.json").write_text(json.dumps({"integration": count}))
+    later = {**count, "passed": 2, "failed": 0, "started": 130.0, "ended": 400.0}
+    (tmp_path / "integration-b.json").write_text(json.dumps({"integration": later, "controlplane": count}))
+    (tmp_path / "shared-cluster.json").write_text(json.dumps({"kubeconfig": "/x"}))  # not a tier report
+    tiers = run_tests.merged_tiers()
+    assert tiers["integration"] == {**count, "passed": 5, "failed": 1, "started": 100.0, "ended": 400.0}
+    assert tiers["controlplane"] == count
+    assert run_tests.first_failure([0, 1, 2]) == 1
+    assert run_tests.first_failure([0, 0]) == 0
