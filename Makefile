@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml contract/pyproject.toml c
 export MWMS_CACHE ?= $(HOME)/.cache/mwms
 export PIP_CACHE_DIR := $(MWMS_CACHE)/pip
 
-.PHONY: deps-demo deps-test setup venv tools control-plane images lock kueue kwok seaweedfs mlflow-s3 promtool node demo test \
+.PHONY: deps-demo deps-test setup builds venv tools control-plane images lock kueue kwok seaweedfs mlflow-s3 promtool node demo test \
 	test-unit test-integration test-node test-kueue lint clean
 
 # The host's prerequisites first (Debian packages, Go, root), so nothing long starts on a machine that lacks
@@ -69,14 +69,19 @@ mlflow-s3:
 node:
 	bash hack/build-node.sh
 
+# The three long builds side by side: the images' build waits mostly on downloads and disk, the control
+# plane's and node's Go builds on CPU (each has its own lock and cache folder; docs/benchmarks.md has the times).
+builds: venv tools
+	$(MAKE) --no-print-directory -j3 control-plane images node
+
 # The real node runs the images users deploy: `make images` and the node's parts first (both cached).
-demo: deps-demo setup images node
+demo: deps-demo builds
 	$(VENV)/bin/mwms demo
 
 # The tiers in two lanes side by side (the cluster tiers, and the CPU-bound ones), Kueue, SeaweedFS, promtool
 # and the MLflow-S3 environment built meanwhile; ends with each tier's counts and wall time (hack/run-tests.py).
 # `.venv/bin/python -m pytest tests` runs the same tests one after another.
-test: deps-test setup images node
+test: deps-test builds
 	$(PY) hack/run-tests.py $(PYTEST_ARGS)
 
 # The Kueue test alone: real Kueue beside the local control plane (`make test` runs it too).

@@ -95,13 +95,14 @@ def test_a_gated_group_waits_past_the_startup_timeout_then_runs(
     job = make_standin(
         "gated",
         2,
-        # Long enough for the ungated group to start and join (Ready: the readiness probe runs every 5 s).
-        runPolicy={"startupTimeoutSeconds": 15},
+        # Long enough for the ungated group to start and join (Ready: the readiness probe runs every 5 s),
+        # also on a node busy with the other shard's pods and the tf tier (15 s was not, once).
+        runPolicy={"startupTimeoutSeconds": 30},
         template={"spec": {"schedulingGates": [{"name": "example.com/hold"}]}},
     )
     kubectl.apply(job, "-n", namespace)
     wait_condition(kubectl, namespace, "gated", "Created")
-    time.sleep(18)  # past startupTimeoutSeconds while gated (a queue such as Kueue holding the group)
+    time.sleep(33)  # past startupTimeoutSeconds while gated (a queue such as Kueue holding the group)
     assert get_job(kubectl, namespace, "gated")["status"]["phase"] == "Pending"
     for pod in pods_of(kubectl, namespace, "gated"):
         kubectl("patch", "pod", pod["metadata"]["name"], "-n", namespace, "--type=json",
