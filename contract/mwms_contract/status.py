@@ -212,6 +212,11 @@ class TrainJobStatus:
             replica_statuses=ReplicaCounts.from_dict(counts) if isinstance(counts, Mapping) else None,
         )
 
+    @classmethod
+    def of(cls, trainjob: Mapping[str, Any]) -> TrainJobStatus:
+        """The status of a TrainJob object (as the API server gives it)."""
+        return cls.from_dict(trainjob.get("status"))
+
     def condition(self, type_: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)
 
