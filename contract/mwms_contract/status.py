@@ -254,3 +254,8 @@ def run_patch(*, progress: Progress | None = None, mlflow: MlflowRun | None = No
     if mlflow is not None:
         patch[STATUS_KEYS["mlflow"]] = mlflow.to_dict()
     return patch
+
+
+def typed(status: TrainJobStatus | Mapping[str, Any] | None) -> TrainJobStatus:
+    """The status typed: as it is, or parsed from the dict the API server (or a decision's patch) holds."""
+    return status if isinstance(status, TrainJobStatus) else TrainJobStatus.from_dict(status)
