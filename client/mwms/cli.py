@@ -189,8 +189,8 @@ def cmd_runs(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         return EXIT_OK
     rows = [["NAME", "PHASE", "RUN ID", "EXPERIMENT", "MODEL URI"]]
     rows += [
-        [f["name"], f["phase"], *(f[k] or "<none>" for k in ("runId", "experimentId", "modelUri"))]
-        for f in fields
+        [job.name, job.phase, *(v or "<none>" for v in (run.run_id, run.experiment_id, run.model_uri))]
+        for job, run in ((job, job.mlflow) for job in jobs)
     ]
     out.write(table(rows) + "\n")
     return EXIT_OK

@@ -11,12 +11,15 @@ from typing import IO, Any
 
 from mwms.jobs import TERMINAL, Job, job_from
 from mwms.kube import JobClient, NotFound, SubmitError
+from mwms_contract.conditions import PENDING, RESTARTING, RUNNING
 from mwms_contract.names import CONTAINER_NAME
+from mwms_contract.status import FALSE, Progress, TrainJobStatus
 
 
-def progress_line(progress: Mapping[str, Any], tty: bool) -> str:
-    epoch, epochs = progress.get("epoch"), progress.get("epochs")
-    metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted((progress.get("metrics") or {}).items())[:4])
+def progress_line(progress: Progress | Mapping[str, Any], tty: bool) -> str:
+    progress = progress if isinstance(progress, Progress) else Progress.from_dict(progress)
+    epoch, epochs = progress.epoch, progress.epochs
+    metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted(progress.metrics.items())[:4])
     if tty and epochs:
         done = int(20 * min(epoch or 0, epochs) / epochs)
         return f"epoch {epoch}/{epochs} [{'#' * done}{'.' * (20 - done)}] {metrics}"
@@ -65,17 +68,17 @@ class Follower:
                     job = self.client.get_trainjob(self.name)
                 except NotFound:
                     raise SubmitError(f"TrainJob {self.name} was deleted") from None
-                status = job.get("status") or {}
-                if status.get("phase") != phase:
-                    phase = status.get("phase")
+                status = TrainJobStatus.of(job)
+                if status.phase != phase:
+                    phase = status.phase
                     if phase:
                         self._print(f"{self.name}: {phase}")
                 if pending_reason(status) not in ("", waiting):  # e.g. "Insufficient nvidia.com/gpu"
                     waiting = pending_reason(status)
                     self._print(f"{self.name}: {waiting}")
-                if status.get("restarts", 0) != restarts and phase in ("Running", "Restarting", *TERMINAL):
+                if status.restarts != restarts and phase in (RUNNING, RESTARTING, *TERMINAL):
                     # A (re)started group: follow the new chief's log.
-                    restarts = status.get("restarts", 0)
+                    restarts = status.restarts
                     stop.set()
                     if streamer is not None:
                         streamer.join(timeout=5)
@@ -86,9 +89,9 @@ class Follower:
                         daemon=True,
                     )
                     streamer.start()
-                progress = status.get("progress") or {}
-                if progress.get("epoch") is not None and progress.get("epoch") != epoch:
-                    epoch = progress["epoch"]
+                progress = status.progress
+                if progress is not None and progress.epoch is not None and progress.epoch != epoch:
+                    epoch = progress.epoch
                     self._show_progress(progress_line(progress, self.tty))
                 if phase in TERMINAL:
                     if streamer is not None:
@@ -103,12 +106,12 @@ class Follower:
             stop.set()
 
 
-def pending_reason(status: Mapping[str, Any]) -> str:
+def pending_reason(status: TrainJobStatus) -> str:
     """Why a Pending job's workers do not run yet (its Running condition's message), "" otherwise."""
-    if status.get("phase") != "Pending":
+    if status.phase != PENDING:
         return ""
-    running = [c for c in status.get("conditions") or [] if c.get("type") == "Running"]
-    return str(running[0].get("message") or "") if running and running[0].get("status") == "False" else ""
+    running = status.condition(RUNNING)
+    return running.message if running is not None and running.status == FALSE else ""
 
 
 # -- `mwms logs -f`: a worker's (default: the chief's) log, and why it ended ------------------------------
@@ -137,7 +140,7 @@ def _who(index: int) -> str:
 def _why_waiting(job: Mapping[str, Any], pod: Mapping[str, Any] | None, index: int = 0) -> str:
     """What `logs -f` waits for, in words: the pod not created yet, or what keeps its container waiting."""
     name = (job.get("metadata") or {}).get("name", "")
-    phase = (job.get("status") or {}).get("phase") or "Pending"
+    phase = TrainJobStatus.of(job).phase or PENDING
     if pod is None:
         return f"pod {worker_pod(name, index)} to be created (trainjob/{name} is {phase})"
     reasons = []
@@ -164,8 +167,8 @@ def _ended(
         job = client.get_trainjob(name)
     except NotFound:
         raise NotFound(f"trainjob/{name} was deleted while its {who}'s log was followed") from None
-    status = job.get("status") or {}
-    phase, now = status.get("phase") or "Pending", int(status.get("restarts") or 0)
+    status = TrainJobStatus.of(job)
+    phase, now = status.phase or PENDING, status.restarts
     pod = client.get_pod(worker_pod(name, index))
     new_uid = ((pod or {}).get("metadata") or {}).get("uid")
     if new_uid == uid and (now == restarts or running):
@@ -202,7 +205,7 @@ def chief_log(
         pod = client.get_pod(pod_name)
         if pod is not None and _started(pod):
             break
-        phase = (job.get("status") or {}).get("phase")
+        phase = TrainJobStatus.of(job).phase
         if pod is None and phase in TERMINAL:
             say(f"trainjob/{name} is {phase} and its {who} pod {pod_name} is gone: no log to follow")
             return
@@ -217,7 +220,7 @@ def chief_log(
             told = why
         time.sleep(poll)
     uid = (pod.get("metadata") or {}).get("uid") or ""
-    restarts = int((job.get("status") or {}).get("restarts") or 0)
+    restarts = TrainJobStatus.of(job).restarts
     lines: queue.Queue[str | None] = queue.Queue()
     stop = threading.Event()
 

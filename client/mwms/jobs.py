@@ -1,8 +1,10 @@
-"""The typed objects the SDK returns, read from a TrainJob's status (pure functions of plain dicts)."""
+"""The typed objects the SDK returns, read from a TrainJob's status as the contract parses it (pure functions
+of plain dicts)."""
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import urllib.parse
@@ -12,35 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mwms_contract import names, termination
-from mwms_contract.conditions import SUCCEEDED, TERMINAL
+from mwms_contract.conditions import PENDING, SUCCEEDED, TERMINAL
+from mwms_contract.status import Condition as Condition  # re-exported: the SDK's types are the contract's
+from mwms_contract.status import MlflowRun, TrainJobStatus
+from mwms_contract.status import Progress as Progress
 
-
-@dataclass(frozen=True)
-class Condition:
-    type: str
-    status: str
-    reason: str = ""
-    message: str = ""
-    last_transition_time: str | None = None
-
-
-@dataclass(frozen=True)
-class Progress:
-    """Per-epoch progress the operator reads from the MLflow run while the job runs (may lag)."""
-
-    epoch: int | None = None
-    epochs: int | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-    update_time: str | None = None
-
-
-@dataclass(frozen=True)
-class Run:
-    """The job's one MLflow run and its model (None until the chief has opened it / logged one)."""
-
-    run_id: str | None = None
-    experiment_id: str | None = None
-    model_uri: str | None = None
+Run = MlflowRun  # status.mlflow: the job's one MLflow run and its model
 
 
 @dataclass(frozen=True)
@@ -74,39 +53,23 @@ class Job:
 
 
 def job_from(obj: Mapping[str, Any]) -> Job:
-    metadata, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-    mlflow, progress = status.get("mlflow") or {}, status.get("progress")
+    metadata, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    typed = TrainJobStatus.of(obj)
+    mlflow, progress = typed.mlflow or Run(), typed.progress
     return Job(
         name=metadata.get("name", ""),
         namespace=metadata.get("namespace", ""),
-        phase=status.get("phase") or "Pending",
+        phase=typed.phase or PENDING,
         replicas=int(spec.get("replicas") or 0),
-        restarts=int(status.get("restarts") or 0),
+        restarts=typed.restarts,
         uid=metadata.get("uid", ""),
         created=metadata.get("creationTimestamp"),
-        conditions=tuple(
-            Condition(
-                type=c.get("type", ""),
-                status=c.get("status", ""),
-                reason=c.get("reason", ""),
-                message=c.get("message", ""),
-                last_transition_time=c.get("lastTransitionTime"),
-            )
-            for c in status.get("conditions") or []
-        ),
-        mlflow=Run(
-            run_id=mlflow.get("runId") or (progress or {}).get("runId"),
-            experiment_id=mlflow.get("experimentId"),
-            model_uri=mlflow.get("modelUri"),
-        ),
+        conditions=typed.conditions,
+        # The run the progress found names the job's run before the chief's message does.
+        mlflow=dataclasses.replace(mlflow, run_id=mlflow.run_id or (progress.run_id if progress else None)),
         progress=None
         if progress is None
-        else Progress(
-            epoch=progress.get("epoch"),
-            epochs=progress.get("epochs"),
-            metrics=dict(progress.get("metrics") or {}),
-            update_time=progress.get("updateTime"),
-        ),
+        else dataclasses.replace(progress, run_id=None),  # job.mlflow has it
         raw=dict(obj),
     )
 

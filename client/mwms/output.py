@@ -12,6 +12,7 @@ import yaml
 
 import mwms.kubectl as kubectl
 from mwms.jobs import Job
+from mwms_contract.status import RUN_KEYS
 
 
 def age(created: str | None, now: datetime.datetime) -> str:
@@ -86,14 +87,9 @@ def show_jobs(
 
 
 def run_fields(job: Job) -> dict[str, Any]:
-    return {
-        "name": job.name,
-        "namespace": job.namespace,
-        "phase": job.phase,
-        "runId": job.mlflow.run_id,
-        "experimentId": job.mlflow.experiment_id,
-        "modelUri": job.mlflow.model_uri,
-    }
+    """`mwms runs -o json`: the job and its status.mlflow, each key shown (null when not known yet)."""
+    run = {key: getattr(job.mlflow, name) for name, key in RUN_KEYS.items()}
+    return {"name": job.name, "namespace": job.namespace, "phase": job.phase, **run}
 
 
 def show_watched(jobs: Iterable[Job], output: str | None, out: IO[str], all_namespaces: bool) -> None:

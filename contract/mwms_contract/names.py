@@ -101,6 +101,23 @@ TRAINER_IMAGE = "ghcr.io/mwms-dev/mwms-trainer"
 
 # MLflow: the chief tags its run with the TrainJob's uid, so the operator finds it for status.progress.
 MLFLOW_TAG_JOB_UID = "mwms.dev/job-uid"
+MLFLOW_TAG_JOB_NAME = "mwms.dev/job-name"
+MLFLOW_TAG_JOB_NAMESPACE = "mwms.dev/job-namespace"
+MLFLOW_TAG_RESTART_COUNT = "mwms.dev/restart-count"  # the group that last wrote the run
+MLFLOW_TAG_RESUMED_FROM_EPOCH = "mwms.dev/resumed-from-epoch"  # a restarted group went on from a checkpoint
+# How many epochs' metrics MLflow refused or missed (the fit goes on without them): counted in the run, over
+# every group of the job, so a gap in the curves is explained where the curves are.
+MLFLOW_TAG_DROPPED_METRICS = "mwms.dev/dropped-epoch-metrics"
+MLFLOW_TAGS = (
+    MLFLOW_TAG_JOB_UID,
+    MLFLOW_TAG_JOB_NAME,
+    MLFLOW_TAG_JOB_NAMESPACE,
+    MLFLOW_TAG_RESTART_COUNT,
+    MLFLOW_TAG_RESUMED_FROM_EPOCH,
+    MLFLOW_TAG_DROPPED_METRICS,
+)
+# The run's parameter that holds the epochs in all (the built-in fit logs it): status.progress.epochs.
+MLFLOW_PARAM_EPOCHS = "epochs"
 
 # Every worker's log, uploaded when it exits into the job's one MLflow run (`mwms logs` reads it once the pods
 # are gone): LOG_ARTIFACT_DIR/group-<restart>/worker-<index>.log: each (re)start of the group keeps its own.

@@ -26,6 +26,7 @@ from mwms_contract.conditions import (
     TEMPLATE_VALID,
     WEBHOOK_UNAVAILABLE,
 )
+from mwms_contract.status import FALSE, TRUE
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.builders import pod_name
 from mwms_operator.pods import Failure, WorkerPod, classify, replica_statuses, startup_clock
@@ -42,7 +43,7 @@ from mwms_operator.status import (
 )
 
 # The clocks of a group's start (startup timeout, container errors): stopped whenever that group ends.
-STOPPED_STARTUP_CLOCKS = {"stalledSince": None, "containerErrorSince": None}
+STOPPED_STARTUP_CLOCKS = {"stalled_since": None, "container_error_since": None}
 # A counted group restart waits 10 s, doubling with each counted restart up to 5 min (as Kubernetes Jobs do).
 RESTART_BACKOFF_SECONDS, RESTART_BACKOFF_MAX_SECONDS = 10, 300
 # What the Running condition's message starts with for each reason creation was refused for now.
@@ -102,12 +103,12 @@ class Facts:
 
     @property
     def restarts(self) -> int:
-        return int(self.b.status["restarts"])
+        return self.b.status.restarts
 
     @property
     def counted_restarts(self) -> int:
         """Restarts that spend backoffLimit: all but those caused by disruptions."""
-        return self.restarts - int(self.b.status["disruptions"])
+        return self.restarts - self.b.status.disruptions
 
     @property
     def parsed(self) -> TrainJobSpec | None:
@@ -153,8 +154,8 @@ class Facts:
 
     def terminal(self, phase: str, reason: str, message: str, *, remove_active: bool = False) -> Decision:
         self.b.phase(phase, reason, message)
-        self.b.status["completionTime"] = self.b.status["completionTime"] or format_time(self.now)
-        self.b.status.update(STOPPED_STARTUP_CLOCKS, nextRestartTime=None)
+        done = self.b.status.completion_time or format_time(self.now)
+        self.b.set(**STOPPED_STARTUP_CLOCKS, completion_time=done, next_restart_time=None)
         names = cleanup(self.parsed, self.pods, remove_active=remove_active)
         if names:
             self.b.actions.append(DeletePods(names))
@@ -163,7 +164,7 @@ class Facts:
     def restart(self, first: Failure, reason: str, plan: str) -> Decision:
         """The next group: every pod of this one goes, and the restart is counted in the status."""
         assert self.parsed is not None
-        self.b.status.update(STOPPED_STARTUP_CLOCKS, restarts=self.restarts + 1, groupStartTime=None)
+        self.b.set(**STOPPED_STARTUP_CLOCKS, restarts=self.restarts + 1, group_start_time=None)
         names = tuple(p.name for p in self.pods if not p.deleting)
         if names:
             self.b.actions.append(DeletePods(names))
@@ -187,11 +188,11 @@ def mark_said(f: Facts) -> None:
     """The conditions a look at the tracking server decided, each with one event when its status or reason
     changes. A ProgressUnavailable that was never True is not added just to say progress flows."""
     for said in f.said:
-        previous = next((c for c in f.b.conditions if c["type"] == said.type), None)
+        previous = f.b.find(said.type)
         if previous is None and said.type == PROGRESS_UNAVAILABLE and not said.status:
             continue
-        value = "True" if said.status else "False"
-        if previous is None or (previous["status"], previous["reason"]) != (value, said.reason):
+        value = TRUE if said.status else FALSE
+        if previous is None or (previous.status, previous.reason) != (value, said.reason):
             f.b.events.append(Event("Warning" if said.warning else "Normal", said.reason, said.message))
         f.b.condition(said.type, said.status, said.reason, truncate(said.message))
 
@@ -201,7 +202,7 @@ def _mark_created(f: Facts) -> None:
     finds them finished. No event here: the handler posts one `PodsCreated` per batch, naming the pods."""
     assert f.parsed is not None
     created = {p.index for p in f.current} >= set(range(f.parsed.replicas))
-    if created and not any(c["type"] == CREATED and c["status"] == "True" for c in f.b.conditions):
+    if created and not f.b.holds(CREATED):
         f.b.condition(CREATED, True, PODS_CREATED, f"Service and {f.parsed.replicas} worker pods created")
         f.b.all_pods_created = True
 
@@ -209,16 +210,16 @@ def _mark_created(f: Facts) -> None:
 def _mark_template(f: Facts) -> None:
     """An edit of spec.template is checked when it is made, but only the next group uses it,
     so an invalid one is said in a condition (and one event) and leaves the running group alone."""
-    previous = next((c for c in f.b.conditions if c["type"] == TEMPLATE_ACCEPTED), None)
+    previous = f.b.find(TEMPLATE_ACCEPTED)
     if f.template_error is not None:
         message = truncate(
             f"invalid TrainJob: {f.template_error}; the workers that run are left alone, "
             "the next group (a restart or a resume) needs a valid template"
         )
-        if f.current and (previous is None or previous["status"] != "False"):  # no group: it fails below
+        if f.current and (previous is None or previous.status != FALSE):  # no group: it fails below
             f.b.events.append(Event("Warning", INVALID_SPEC, message))
         f.b.condition(TEMPLATE_ACCEPTED, False, INVALID_SPEC, message)
-    elif previous is not None and previous["status"] == "False":
+    elif previous is not None and previous.status == FALSE:
         f.b.condition(TEMPLATE_ACCEPTED, True, TEMPLATE_VALID, "spec.template is valid again")
 
 
@@ -229,9 +230,11 @@ def _stall_clocks(f: Facts) -> None:
     running, pulled = startup_clock(f.current)
     erring = any(p.container_error or p.not_starting for p in waiting)
     status = f.b.status
-    since = max(filter(None, (parse_time(status["stalledSince"]) or f.now, pulled)))
-    status["stalledSince"] = format_time(since) if running else None
+    since = max(filter(None, (parse_time(status.stalled_since) or f.now, pulled)))
     # A pod that has just pulled its image has its container still to make: it counts from the pull's end.
     ended = [p.events.pulled_at for p in waiting if p.not_starting and p.events and p.events.pulled_at]
-    erring_since = max([parse_time(status["containerErrorSince"]) or f.now, *ended])
-    status["containerErrorSince"] = format_time(erring_since) if erring else None
+    erring_since = max([parse_time(status.container_error_since) or f.now, *ended])
+    f.b.set(
+        stalled_since=format_time(since) if running else None,
+        container_error_since=format_time(erring_since) if erring else None,
+    )

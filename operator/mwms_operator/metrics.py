@@ -23,6 +23,7 @@ from mwms_contract.conditions import (
     SUCCEEDED,
     WORKER_FAILED,
 )
+from mwms_contract.status import TrainJobStatus, typed
 from mwms_operator import __version__
 
 # Why a job failed, as the alerts split it: the platform's fault (a worker could not start, the API server
@@ -131,22 +132,24 @@ def count_request(method: str, path: str, code: str, seconds: float) -> None:
     API_LATENCY.labels(verb=verb, resource=resource).observe(seconds)
 
 
-def failed_reason(status: Mapping[str, Any]) -> str:
-    condition = next((c for c in status.get("conditions") or [] if c.get("type") == FAILED), None)
-    return str((condition or {}).get("reason") or "Unknown")
+def failed_reason(status: TrainJobStatus | Mapping[str, Any]) -> str:
+    condition = typed(status).condition(FAILED)
+    return (condition.reason if condition is not None else "") or "Unknown"
 
 
-def count_transitions(namespace: str, previous: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+def count_transitions(
+    namespace: str, previous: TrainJobStatus | Mapping[str, Any], status: TrainJobStatus | Mapping[str, Any]
+) -> None:
     """Count what a status write changed: a group restart, a job that finished. Counted on the write that
     made the change, so an operator restart (which rereads finished jobs) counts nothing twice."""
-    if int(status.get("restarts") or 0) > int(previous.get("restarts") or 0):
+    was, now = typed(previous), typed(status)
+    if now.restarts > was.restarts:
         RESTARTS.labels(namespace=namespace).inc()
-    phase = status.get("phase")
-    if phase != previous.get("phase"):
-        if phase == SUCCEEDED:
+    if now.phase != was.phase:
+        if now.phase == SUCCEEDED:
             SUCCEEDED_JOBS.labels(namespace=namespace).inc()
-        elif phase == FAILED:
-            FAILED_JOBS.labels(namespace=namespace, reason=failed_reason(status)).inc()
+        elif now.phase == FAILED:
+            FAILED_JOBS.labels(namespace=namespace, reason=failed_reason(now)).inc()
 
 
 def held_by_queue(phase: str, pods: Iterable[Any]) -> bool:

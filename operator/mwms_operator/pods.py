@@ -19,6 +19,7 @@ from mwms_contract.conditions import (
     TERMINAL,
     WORKER_FAILED,
 )
+from mwms_contract.status import ReplicaCounts, TrainJobStatus, typed
 from mwms_operator.builders import READINESS_PROBE
 from mwms_operator.status import parse_time, truncate
 
@@ -292,24 +293,26 @@ def why_pending(pod: WorkerPod) -> str:
     return "; ".join(part for part in (pod.waiting, note) if part) or pod.phase
 
 
-def replica_statuses(pods: Sequence[WorkerPod]) -> dict[str, int]:
+def replica_statuses(pods: Sequence[WorkerPod]) -> ReplicaCounts:
     """By the trainer container: a worker whose trainer exited is done even while a sidecar keeps its pod."""
     live = [p for p in pods if not p.deleting]
-    return {
-        "active": sum(p.active and p.trainer_exit is None for p in live),
-        "ready": sum(p.phase == RUNNING and p.ready and p.trainer_exit is None for p in live),
-        "succeeded": sum(p.trainer_exit == 0 for p in live),
-        "failed": sum(p.failed for p in live),
-    }
+    return ReplicaCounts(
+        active=sum(p.active and p.trainer_exit is None for p in live),
+        ready=sum(p.phase == RUNNING and p.ready and p.trainer_exit is None for p in live),
+        succeeded=sum(p.trainer_exit == 0 for p in live),
+        failed=sum(p.failed for p in live),
+    )
 
 
-def startup_unexplained(pods: Sequence[WorkerPod], previous: Mapping[str, Any]) -> list[WorkerPod]:
+def startup_unexplained(
+    pods: Sequence[WorkerPod], previous: TrainJobStatus | Mapping[str, Any]
+) -> list[WorkerPod]:
     """The pods of the current group whose events the startup clock needs: those not joined while another
     worker runs (is a peer still pulling its image? what did each last say?). Empty while the clock cannot
     run, so a healthy, wholly pending, suspended or finished group costs no lookup."""
-    restarts = int(previous.get("restarts") or 0)
-    live = [p for p in pods if p.restart == restarts and not p.deleting]
-    if previous.get("phase") in (*TERMINAL, SUSPENDED) or not any(p.started for p in live):
+    was = typed(previous)
+    live = [p for p in pods if p.restart == was.restarts and not p.deleting]
+    if was.phase in (*TERMINAL, SUSPENDED) or not any(p.started for p in live):
         return []
     return [p for p in live if not p.joined]
 

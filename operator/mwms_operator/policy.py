@@ -29,6 +29,7 @@ from mwms_contract.conditions import (
     WAITING_FOR_OLD_PODS,
     WORKERS_PENDING,
 )
+from mwms_contract.status import TrainJobStatus
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.facts import (
     REFUSALS,
@@ -67,7 +68,7 @@ def _rule_finished(f: Facts) -> Decision | None:
     if names:
         f.b.actions.append(DeletePods(names))
     mark_said(f)  # the run's end
-    done = parse_time(f.b.status["completionTime"])
+    done = parse_time(f.b.status.completion_time)
     ttl = f.parsed.ttl_seconds_after_finished if f.parsed is not None else None
     if ttl is not None and done is not None and f.now >= done + timedelta(seconds=ttl):
         f.b.actions.append(DeleteJob())
@@ -96,7 +97,7 @@ def _rule_suspended(f: Facts) -> Decision | None:
     names = tuple(p.name for p in f.pods if not p.deleting)
     if names:
         f.b.actions.append(DeletePods(names))
-    f.b.status.update(STOPPED_STARTUP_CLOCKS, startTime=None, groupStartTime=None, nextRestartTime=None)
+    f.b.set(**STOPPED_STARTUP_CLOCKS, start_time=None, group_start_time=None, next_restart_time=None)
     f.b.phase(SUSPENDED, SUSPENDED, "spec.runPolicy.suspend is true: worker pods deleted")
     return f.finish()
 
@@ -106,14 +107,15 @@ def _rule_chief_succeeded(f: Facts) -> Decision | None:
     chief = next((p for p in f.current if p.index == 0 and not p.deleting), None)
     if chief is None or chief.trainer_exit != 0:
         return None
-    f.b.status["mlflow"] = chief_mlflow(chief.message) or f.b.status["mlflow"]
-    run = f.b.status["mlflow"]["runId"] if f.b.status["mlflow"] else "unknown (no termination message)"
+    f.b.set(mlflow=chief_mlflow(chief.message) or f.b.status.mlflow)
+    mlflow = f.b.status.mlflow
+    run = mlflow.run_id if mlflow is not None else "unknown (no termination message)"
     return f.terminal(SUCCEEDED, CHIEF_SUCCEEDED, f"worker 0 ({chief.name}) exited 0; MLflow run {run}")
 
 
 def _rule_deadline_exceeded(f: Facts) -> Decision | None:
     assert f.parsed is not None
-    start = parse_time(f.b.status["startTime"])
+    start = parse_time(f.b.status.start_time)
     deadline = f.parsed.active_deadline_seconds
     if start is None or deadline is None or f.now < start + timedelta(seconds=deadline):
         return None
@@ -162,7 +164,7 @@ def _rule_disrupted_restart(f: Facts) -> Decision | None:
     disrupted = [x for x in f.failures if x.pod.disruption]
     if not disrupted:
         return None
-    f.b.status.update(disruptions=int(f.b.status["disruptions"]) + 1, nextRestartTime=None)
+    f.b.set(disruptions=f.b.status.disruptions + 1, next_restart_time=None)
     plan = "now (a disruption: not counted against spec.runPolicy.backoffLimit)"
     return f.restart(min(disrupted, key=lambda x: x.pod.index), DISRUPTED, plan)
 
@@ -193,7 +195,7 @@ def _rule_group_restart(f: Facts) -> Decision | None:
     counted, limit = f.counted_restarts, f.parsed.backoff_limit
     delay = restart_backoff(counted + 1)
     due = format_time(f.now + timedelta(seconds=delay))
-    f.b.status["nextRestartTime"] = due
+    f.b.set(next_restart_time=due)
     plan = f"at {due} after a {delay}s back-off (restart {counted + 1} of at most {limit})"
     return f.restart(min(f.failures, key=lambda x: x.pod.index), GROUP_RESTARTING, plan)
 
@@ -227,11 +229,11 @@ def _rule_template_invalid(f: Facts) -> Decision | None:
 
 def _rule_restart_backoff(f: Facts) -> Decision | None:
     """A counted restart waits until status.nextRestartTime before it creates the new group."""
-    due = parse_time(f.b.status["nextRestartTime"])
+    due = parse_time(f.b.status.next_restart_time)
     if due is None:
         return None
     if f.current or f.now >= due:
-        f.b.status["nextRestartTime"] = None
+        f.b.set(next_restart_time=None)
         return None
     message = f"restarting the group at {format_time(due)} (exponential back-off after a failure)"
     f.b.condition(RUNNING, False, RESTART_BACKOFF, message)
@@ -248,9 +250,9 @@ def _rule_create_missing(f: Facts) -> Decision | None:
     if not missing:
         return None
     b.actions.append(CreatePods(missing, f.restarts))
-    b.status["startTime"] = b.status["startTime"] or format_time(f.now)
+    b.set(start_time=b.status.start_time or format_time(f.now))
     if not f.current:
-        b.status["groupStartTime"] = format_time(f.now)
+        b.set(group_start_time=format_time(f.now))
     if f.resuming:
         b.phase(PENDING, RESUMED, "spec.runPolicy.suspend is false: recreating the worker pods")
     elif b.previous_phase is None:
@@ -262,7 +264,7 @@ def _rule_all_running(f: Facts) -> Decision | None:
     assert f.parsed is not None
     if any(not p.started for p in f.current):
         return None
-    if f.b.status["phase"] != RUNNING:
+    if f.b.status.phase != RUNNING:
         message = f"all {f.parsed.replicas} workers are running (restart {f.restarts})"
         f.b.phase(RUNNING, ALL_WORKERS_RUNNING, message)
     return f.finish()
@@ -325,7 +327,7 @@ def decide(
     *,
     service_exists: bool,
     now: datetime,
-    previous: Mapping[str, Any] | None = None,
+    previous: TrainJobStatus | Mapping[str, Any] | None = None,
     refused: str | None = None,
     creation_refused: CreationRefused | None = None,
     template_error: SpecError | None = None,
@@ -339,7 +341,7 @@ def decide(
     decision saw them disrupted; `said`: conditions a look at the job's tracking server decided."""
     b = Builder(meta, previous or {}, now)
     ordered = sorted(pods, key=lambda p: (p.restart, p.index))
-    restarts = b.status["restarts"]
+    restarts = b.status.restarts
     current = [p for p in ordered if p.restart == restarts]
     facts = Facts(
         meta,

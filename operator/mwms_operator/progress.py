@@ -6,6 +6,7 @@ tracking.py).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import urllib.parse
@@ -20,6 +21,8 @@ from mwms_contract.conditions import (
     RUN_ENDED_BY_OPERATOR,
     TRACKING_SERVER_NOT_ALLOWED,
 )
+from mwms_contract.names import MLFLOW_PARAM_EPOCHS
+from mwms_contract.status import MlflowRun, Progress, TrainJobStatus, run_patch, typed
 from mwms_operator import mlflow_api
 from mwms_operator.status import Said
 from mwms_operator.tracking import TrackingAccess, without_userinfo
@@ -47,43 +50,44 @@ def find_run(
 
 
 def progress_from_run(run: Mapping[str, Any], epochs: int | None) -> dict[str, Any]:
-    """Epochs finished = the highest metric step + 1 (Keras logs one step per epoch, from 0)."""
+    """status.progress as read from the run (and, for status.mlflow, its experimentId). Epochs finished =
+    the highest metric step + 1 (Keras logs one step per epoch, from 0)."""
     data = run.get("data") or {}
     metrics = data.get("metrics") or []
     params = {p.get("key"): p.get("value") for p in data.get("params") or []}
     info = run.get("info") or {}
-    progress: dict[str, Any] = {
-        "runId": info.get("run_id"),
+    total = params.get(MLFLOW_PARAM_EPOCHS) or epochs
+    progress = Progress(
+        epoch=max(int(m.get("step") or 0) for m in metrics) + 1 if metrics else None,
+        # user code may log any "epochs" param: one that is no count is left out
+        epochs=int(total) if total is not None and str(total).strip().isdigit() else None,
         # JSON (and so the API server) has no NaN or infinity: a diverged loss is left out.
-        "metrics": {
+        metrics={
             m["key"]: float(m["value"])
             for m in metrics
             if "key" in m and isinstance(m.get("value"), int | float) and math.isfinite(m["value"])
         },
-    }
-    if info.get("experiment_id") is not None:  # for status.mlflow (status_patch), not status.progress
-        progress["experimentId"] = str(info["experiment_id"])
-    if metrics:
-        progress["epoch"] = max(int(m.get("step") or 0) for m in metrics) + 1
-    total = params.get("epochs") or epochs
-    if total is not None and str(total).strip().isdigit():  # user code may log any "epochs" param: skip it
-        progress["epochs"] = int(total)
-    return progress
+        run_id=info.get("run_id"),
+    )
+    experiment = info.get("experiment_id")
+    run_of = MlflowRun(experiment_id=None if experiment is None else str(experiment))
+    return {**progress.to_dict(), **run_of.to_dict()}  # for status.mlflow (status_patch), not status.progress
 
 
-def status_patch(found: Mapping[str, Any], status: Mapping[str, Any], now: str) -> dict[str, Any]:
+def status_patch(
+    found: Mapping[str, Any], status: TrainJobStatus | Mapping[str, Any], now: str
+) -> dict[str, Any]:
     """The status fields a read of the run changes: `progress` (stamped `now`), and `mlflow.runId` and
     `experimentId` as soon as the chief has opened the run (the chief's final message adds modelUri)."""
-    patch: dict[str, Any] = {}
-    progress = {k: v for k, v in found.items() if k != "experimentId" and v is not None}
-    shown = {k: v for k, v in (status.get("progress") or {}).items() if k != "updateTime"}
-    if progress != shown:
-        patch["progress"] = {**progress, "updateTime": now}
-    run = {k: found[k] for k in ("runId", "experimentId") if found.get(k)}
-    mlflow = status.get("mlflow") or {}
-    if run and not mlflow.get("runId"):
-        patch["mlflow"] = run
-    return patch
+    was = typed(status)
+    progress, run = Progress.from_dict(found), MlflowRun.from_dict(found)
+    shown = None if was.progress is None else dataclasses.replace(was.progress, update_time=None)
+    changed = progress != shown
+    opened = (run.run_id or run.experiment_id) and not (was.mlflow and was.mlflow.run_id)
+    return run_patch(
+        progress=dataclasses.replace(progress, update_time=now) if changed else None,
+        mlflow=MlflowRun(run.run_id or None, run.experiment_id or None) if opened else None,
+    )
 
 
 def fetch_progress(

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from mwms_contract.conditions import POD_EVENTS_FORBIDDEN, PODS_CREATED, SUSPENDED, TERMINAL
+from mwms_contract.conditions import PENDING, POD_EVENTS_FORBIDDEN, PODS_CREATED, SUSPENDED, TERMINAL
+from mwms_contract.status import TrainJobStatus, typed
 from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator import builders, k8s, metrics, refusals
@@ -108,7 +109,7 @@ class Reconciler:
         came. A suspended or finished job changes only on an event (its spec, a pod, its deletion; a TTL is
         scheduled for when it falls due), so it costs nothing here."""
         for key in list(self.state.jobs):
-            if self.state.status(key).get("phase") not in AT_REST:
+            if typed(self.state.status(key)).phase not in AT_REST:
                 self.queue.add(key)
 
     # --- one reconcile
@@ -176,11 +177,11 @@ class Reconciler:
             self.queue.add(key)
         for event in decision.events:
             await asyncio.to_thread(self.kube.post_event, body, event.type, event.reason, event.message)
-        self._schedule(key, spec, decision.status)
+        self._schedule(key, spec, decision.new)
         if creation_refused is not None and creation_refused.wait_seconds > 0:
             self.queue.add_after(key, creation_refused.wait_seconds + DUE_MARGIN_SECONDS)
         metrics.RECONCILE.observe(time.monotonic() - started)
-        phase = decision.status["phase"]
+        phase = decision.new.phase or PENDING
         self.phases.set(key.uid, phase, key.namespace, queued=metrics.held_by_queue(phase, pods))
         if decision.all_pods_created:
             created = parse_time(body["metadata"].get("creationTimestamp"))
@@ -227,7 +228,7 @@ class Reconciler:
         log.warning("%s/%s: %s", key.namespace, key.name, message)
         await asyncio.to_thread(self.kube.post_event, body, "Warning", POD_EVENTS_FORBIDDEN, message)
 
-    def _schedule(self, key: JobKey, spec: TrainJobSpec | SpecError, status: Mapping[str, Any]) -> None:
+    def _schedule(self, key: JobKey, spec: TrainJobSpec | SpecError, status: TrainJobStatus) -> None:
         due = next_due(spec, status)
         if due is not None:
             delay = (due - datetime.now(UTC)).total_seconds() + DUE_MARGIN_SECONDS
@@ -250,13 +251,14 @@ class Reconciler:
         self, meta: JobMeta, key: JobKey, decision: Decision, previous: Mapping[str, Any]
     ) -> bool:
         """Write the decided status if it changed; False if the TrainJob is gone."""
-        if all(previous.get(k) == v for k, v in decision.status.items()):
+        patch = decision.status
+        if all(previous.get(k) == v for k, v in patch.items()):
             return True
-        response = await asyncio.to_thread(self.kube.patch_status, meta.namespace, meta.name, decision.status)
+        response = await asyncio.to_thread(self.kube.patch_status, meta.namespace, meta.name, patch)
         if response is None:
             return False
         self.state.wrote(key, response)
-        metrics.count_transitions(meta.namespace, previous, decision.status)
+        metrics.count_transitions(meta.namespace, previous, decision.new)
         return True
 
     async def _act(

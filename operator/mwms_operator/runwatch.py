@@ -17,6 +17,7 @@ from mwms_contract.conditions import (
     RUNNING,
     TERMINAL,
 )
+from mwms_contract.status import TrainJobStatus, typed
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator import k8s, refusals
 from mwms_operator.config import OperatorConfig
@@ -59,14 +60,16 @@ class RunWatch:
         self._said.pop(key, None)
         self._end_tries.pop(key, None)
 
-    def schedule(self, key: JobKey, spec: TrainJobSpec | SpecError, status: Mapping[str, Any]) -> None:
+    def schedule(
+        self, key: JobKey, spec: TrainJobSpec | SpecError, status: TrainJobStatus | Mapping[str, Any]
+    ) -> None:
         """After a reconcile: poll a running job's progress; look once at an ended job's run."""
         if not isinstance(spec, TrainJobSpec) or not spec.tracking_uri.startswith(("http://", "https://")):
             return
-        phase = status.get("phase")
-        if phase == RUNNING and not self.queue.scheduled(key):
+        now = typed(status)
+        if now.phase == RUNNING and not self.queue.scheduled(key):
             self.queue.add_after(key, self.config.progress_interval_seconds)
-        elif phase in TERMINAL and key not in self._end_tries and not _run_ended(status):
+        elif now.phase in TERMINAL and key not in self._end_tries and not now.holds(MLFLOW_RUN_ENDED):
             self._end_tries[key] = 0
             self.queue.add(key)
 
@@ -80,21 +83,21 @@ class RunWatch:
 
     async def poll(self, key: JobKey) -> None:
         body = self.state.jobs.get(key)
-        status = self.state.status(key) if body is not None else {}
         if body is None or self.state.namespace_ending(key.namespace):
             return  # gone or going
+        status = typed(self.state.status(key))
         spec, _ = parse_for_group(body, self.config)
         if isinstance(spec, SpecError):
             return
-        if status.get("phase") == RUNNING:
+        if status.phase == RUNNING:
             self.queue.add_after(key, self.config.progress_interval_seconds)
             await self._progress(key, body, spec, status)
-        elif status.get("phase") in TERMINAL and not _run_ended(status):
+        elif status.phase in TERMINAL and not status.holds(MLFLOW_RUN_ENDED):
             await self._end_run(key, spec, status)
         # Otherwise (pending, restarting, suspended): no polling until it runs again.
 
     async def _progress(
-        self, key: JobKey, body: Mapping[str, Any], spec: TrainJobSpec, status: Mapping[str, Any]
+        self, key: JobKey, body: Mapping[str, Any], spec: TrainJobSpec, status: TrainJobStatus
     ) -> None:
         epochs = spec.trainer.get("epochs")
         found = await asyncio.to_thread(
@@ -115,7 +118,7 @@ class RunWatch:
             self._tell(key, Said(PROGRESS_UNAVAILABLE, True, found.reason, message, warning=True))
             return
         # Cleared once something was said (here, or before an operator restart: in the status).
-        said = PROGRESS_UNAVAILABLE in self._said.get(key, {}) or _condition(status, PROGRESS_UNAVAILABLE)
+        said = PROGRESS_UNAVAILABLE in self._said.get(key, {}) or status.holds(PROGRESS_UNAVAILABLE)
         if found is not None or said:
             self._tell(key, Said(PROGRESS_UNAVAILABLE, False, PROGRESS_FLOWING, "status.progress is read"))
         patch = status_patch(found, status, format_time(datetime.now(UTC))) if found else {}
@@ -124,10 +127,10 @@ class RunWatch:
             if response is not None:
                 self.state.wrote(key, response)
 
-    async def _end_run(self, key: JobKey, spec: TrainJobSpec, status: Mapping[str, Any]) -> None:
-        run_id = (status.get("mlflow") or {}).get("runId")
+    async def _end_run(self, key: JobKey, spec: TrainJobSpec, status: TrainJobStatus) -> None:
+        run_id = status.mlflow.run_id if status.mlflow is not None else None
         said = await asyncio.to_thread(
-            self.reader.end_run, key.uid, spec.tracking_uri, spec.experiment, status["phase"], run_id
+            self.reader.end_run, key.uid, spec.tracking_uri, spec.experiment, status.phase or "", run_id
         )
         tries = self._end_tries[key] = self._end_tries.get(key, 0) + 1
         if said is None:
@@ -135,11 +138,3 @@ class RunWatch:
         self._tell(key, said)
         if not said.status and tries < RUN_END_TRIES:
             self.queue.add_after(key, self.config.progress_interval_seconds)
-
-
-def _condition(status: Mapping[str, Any], type_: str) -> bool:
-    return any(c.get("type") == type_ and c.get("status") == "True" for c in status.get("conditions") or [])
-
-
-def _run_ended(status: Mapping[str, Any]) -> bool:
-    return _condition(status, MLFLOW_RUN_ENDED)

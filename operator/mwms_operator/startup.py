@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from mwms_contract.conditions import CONTAINER_ERROR, FAILED, STARTUP_TIMEOUT, SUSPENDED, TERMINAL
+from mwms_contract.status import TrainJobStatus, typed
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.facts import Facts
 from mwms_operator.pods import (
@@ -24,19 +25,22 @@ from mwms_operator.status import Decision, parse_time, truncate
 
 
 def events_wanted(
-    spec: TrainJobSpec | SpecError, pods: Sequence[WorkerPod], previous: Mapping[str, Any], now: datetime
+    spec: TrainJobSpec | SpecError,
+    pods: Sequence[WorkerPod],
+    previous: TrainJobStatus | Mapping[str, Any],
+    now: datetime,
 ) -> list[WorkerPod]:
     """The pods whose events the next decision needs: those the startup clock asks about, and, once the
     container-error clock is over, the scheduled pods that have not started (is one still pulling? what did
     the kubelet last say: FailedMount, FailedCreatePodSandBox?). One lookup per grace while a pull lasts."""
-    wanted = startup_unexplained(pods, previous)
-    since = parse_time(previous.get("containerErrorSince"))
-    if not isinstance(spec, TrainJobSpec) or since is None or previous.get("phase") in (*TERMINAL, SUSPENDED):
+    was = typed(previous)
+    wanted = startup_unexplained(pods, was)
+    since = parse_time(was.container_error_since)
+    if not isinstance(spec, TrainJobSpec) or since is None or was.phase in (*TERMINAL, SUSPENDED):
         return wanted
     if now < since + timedelta(seconds=spec.container_error_grace_seconds):
         return wanted
-    restarts = int(previous.get("restarts") or 0)
-    return wanted + [p for p in pods if p.restart == restarts and p.not_starting and p not in wanted]
+    return wanted + [p for p in pods if p.restart == was.restarts and p.not_starting and p not in wanted]
 
 
 def _cannot_start(f: Facts, pod: WorkerPod) -> str:
@@ -58,7 +62,7 @@ def rule_container_error(f: Facts) -> Decision | None:
     for as long (a volume that does not mount, a sandbox that cannot be made), fails the job, with the
     container's or the kubelet's message."""
     assert f.parsed is not None
-    since = parse_time(f.b.status["containerErrorSince"])
+    since = parse_time(f.b.status.container_error_since)
     grace = timedelta(seconds=f.parsed.container_error_grace_seconds)
     lasting = since is not None and f.now >= since + grace
     for pod in f.current:
@@ -76,7 +80,7 @@ def rule_container_error(f: Facts) -> Decision | None:
 
 def rule_startup_timeout(f: Facts) -> Decision | None:
     assert f.parsed is not None
-    stalled = parse_time(f.b.status["stalledSince"])
+    stalled = parse_time(f.b.status.stalled_since)
     timeout = f.parsed.startup_timeout_seconds
     if stalled is None or f.now < stalled + timedelta(seconds=timeout):
         return None

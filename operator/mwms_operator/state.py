@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from mwms_contract import names
 from mwms_contract.conditions import NAME_CONFLICT
+from mwms_contract.status import typed
 from mwms_operator.facts import CreationRefused
 from mwms_operator.pods import WorkerPod
 
@@ -237,7 +238,7 @@ class State:
     def leaving(self, key: JobKey, grace: float) -> tuple[list[WorkerPod], list[WorkerPod]]:
         """(all, overdue): pods of an earlier group or being deleted, and those of them known as such for
         longer than `grace` seconds. The status's restart count says which group is current."""
-        restarts = int(self.status(key).get("restarts") or 0)
+        restarts = typed(self.status(key)).restarts
         now, leaving, overdue = self.clock(), [], []
         for pod in self.pods_of(key):
             mark = (key, pod.name)

@@ -8,6 +8,7 @@ between the two is repaired by the next decision (e.g. pods of an older restart 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,7 @@ from typing import Any
 
 from mwms_contract import termination
 from mwms_contract.conditions import FAILED, PENDING, PHASE_CONDITIONS, RESTARTING, SUSPENDED, TERMINAL
+from mwms_contract.status import FALSE, TRUE, Condition, MlflowRun, ReplicaCounts, TrainJobStatus, typed
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.builders import pod_name
 
@@ -88,22 +90,27 @@ class Said:
 
 @dataclass(frozen=True)
 class Decision:
-    # Our status fields; None means "remove the field" (the handler sends it as a JSON merge patch).
-    status: dict[str, Any]
+    new: TrainJobStatus  # the decided status; its progress is the run watch's to write (runwatch.py)
     actions: tuple[Action, ...] = ()
     events: tuple[Event, ...] = ()
     # Set when the whole group of this (re)start has just been seen to exist: for the creation→pods metric.
     all_pods_created: bool = False
     rule: str = ""  # the name of the rule in RULES that decided
 
+    @property
+    def status(self) -> dict[str, Any]:
+        """What is written: a JSON merge patch of every field but progress; None removes a field."""
+        return self.new.to_patch(progress=False)
 
-def chief_mlflow(message: str) -> dict[str, str] | None:
+
+def chief_mlflow(message: str) -> MlflowRun | None:
     """The run the chief's termination message names (runId, experimentId, modelUri); else None."""
-    return termination.run(message)  # the trainer writes it with the same module
+    run = termination.run(message)  # the trainer writes it with the same module
+    return None if run is None else MlflowRun.from_dict(run)
 
 
 def set_condition(
-    conditions: list[dict[str, Any]],
+    conditions: list[Condition],
     type_: str,
     status: bool,
     reason: str,
@@ -112,56 +119,55 @@ def set_condition(
     generation: int,
 ) -> None:
     """Update in place; lastTransitionTime changes only when the status does."""
-    value = "True" if status else "False"
-    for condition in conditions:
-        if condition.get("type") == type_:
-            if condition.get("status") != value:
-                condition["lastTransitionTime"] = format_time(now)
-            condition.update(status=value, reason=reason, message=message, observedGeneration=generation)
+    value = TRUE if status else FALSE
+    new = Condition(type_, value, reason, message, format_time(now), generation)
+    for i, condition in enumerate(conditions):
+        if condition.type == type_:
+            since = condition.last_transition_time if condition.status == value else new.last_transition_time
+            conditions[i] = dataclasses.replace(new, last_transition_time=since)
             return
-    conditions.append(
-        {
-            "type": type_,
-            "status": value,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": format_time(now),
-            "observedGeneration": generation,
-        }
-    )
+    conditions.append(new)
 
 
 class Builder:
     """Collects the new status, actions and events of one decision."""
 
-    def __init__(self, meta: JobMeta, previous: Mapping[str, Any], now: datetime) -> None:
+    def __init__(self, meta: JobMeta, previous: TrainJobStatus | Mapping[str, Any], now: datetime) -> None:
         self.meta, self.now = meta, now
-        self.previous_phase = previous.get("phase")
-        self.conditions = [dict(c) for c in previous.get("conditions") or []]
-        self.status: dict[str, Any] = {
-            "phase": self.previous_phase or PENDING,
-            "restarts": int(previous.get("restarts") or 0),
-            "disruptions": int(previous.get("disruptions") or 0),
-            "nextRestartTime": previous.get("nextRestartTime"),
-            "stalledSince": previous.get("stalledSince"),
-            "containerErrorSince": previous.get("containerErrorSince"),
-            "startTime": previous.get("startTime"),
-            "groupStartTime": previous.get("groupStartTime"),
-            "completionTime": previous.get("completionTime"),
-            "chiefPod": pod_name(meta.name, 0),
-            "mlflow": previous.get("mlflow"),
-            "observedGeneration": meta.generation,
-        }
+        was = typed(previous)
+        self.previous_phase = was.phase
+        self.conditions = list(was.conditions)
+        # The decision's own fields: status.progress is left to the run watch, the counts are recounted.
+        self.status = dataclasses.replace(
+            was,
+            phase=was.phase or PENDING,
+            chief_pod=pod_name(meta.name, 0),
+            observed_generation=meta.generation,
+            progress=None,
+            conditions=(),
+            replica_statuses=None,
+        )
         self.actions: list[Action] = []
         self.events: list[Event] = []
         self.all_pods_created = False
 
+    def set(self, **fields: Any) -> None:
+        """Change fields of the new status (TrainJobStatus's names)."""
+        self.status = dataclasses.replace(self.status, **fields)
+
+    def find(self, type_: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+    def holds(self, type_: str) -> bool:
+        found = self.find(type_)
+        return found is not None and found.true
+
     def phase(self, phase: str, reason: str, message: str, *, event_type: str | None = None) -> None:
-        self.status["phase"] = phase
+        self.set(phase=phase)
         for type_ in PHASE_CONDITIONS:
             if type_ == phase:
                 self.condition(type_, True, reason, message)
-            elif any(c["type"] == type_ and c["status"] == "True" for c in self.conditions):
+            elif self.holds(type_):
                 self.condition(type_, False, reason, message)
         if phase != self.previous_phase:
             kind = event_type or ("Warning" if phase in (FAILED, RESTARTING) else "Normal")
@@ -170,12 +176,12 @@ class Builder:
     def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
         set_condition(self.conditions, type_, status, reason, message, self.now, self.meta.generation)
 
-    def finish(self, replicas: dict[str, int]) -> Decision:
-        status = dict(self.status, conditions=self.conditions, replicaStatuses=replicas)
-        return Decision(status, tuple(self.actions), tuple(self.events), self.all_pods_created)
+    def finish(self, replicas: ReplicaCounts) -> Decision:
+        new = dataclasses.replace(self.status, conditions=tuple(self.conditions), replica_statuses=replicas)
+        return Decision(new, tuple(self.actions), tuple(self.events), self.all_pods_created)
 
 
-def next_due(spec: TrainJobSpec | SpecError, status: Mapping[str, Any]) -> datetime | None:
+def next_due(spec: TrainJobSpec | SpecError, status: TrainJobStatus | Mapping[str, Any]) -> datetime | None:
     """When a deadline of this status falls due (active deadline, startup timeout, container-error grace,
     restart back-off, TTL): the moment to look again though nothing changed. None: only a change can move
     the job on."""
@@ -183,17 +189,17 @@ def next_due(spec: TrainJobSpec | SpecError, status: Mapping[str, Any]) -> datet
         return None
     candidates: list[datetime] = []
 
-    def after(field: str, seconds: int | None) -> None:
-        moment = parse_time(status.get(field))
+    def after(moment_text: str | None, seconds: int | None) -> None:
+        moment = parse_time(moment_text)
         if moment is not None and seconds is not None:
             candidates.append(moment + timedelta(seconds=seconds))
 
-    phase = status.get("phase")
-    if phase in TERMINAL:
-        after("completionTime", spec.ttl_seconds_after_finished)
-    elif phase != SUSPENDED:
-        after("startTime", spec.active_deadline_seconds)
-        after("stalledSince", spec.startup_timeout_seconds)
-        after("containerErrorSince", spec.container_error_grace_seconds)
-        after("nextRestartTime", 0)
+    now = typed(status)
+    if now.phase in TERMINAL:
+        after(now.completion_time, spec.ttl_seconds_after_finished)
+    elif now.phase != SUSPENDED:
+        after(now.start_time, spec.active_deadline_seconds)
+        after(now.stalled_since, spec.startup_timeout_seconds)
+        after(now.container_error_since, spec.container_error_grace_seconds)
+        after(now.next_restart_time, 0)
     return min(candidates, default=None)

@@ -23,14 +23,13 @@ from mwms_trainer.retries import RETRY_DELAYS_SECONDS, came_from_mlflow, with_re
 log = logging.getLogger("mwms_trainer")
 T = TypeVar("T")
 
-TAG_JOB_NAME = "mwms.dev/job-name"
-TAG_JOB_NAMESPACE = "mwms.dev/job-namespace"
+# The run's tags, named in the contract (the operator and the client find the run by them).
+TAG_JOB_NAME = names.MLFLOW_TAG_JOB_NAME
+TAG_JOB_NAMESPACE = names.MLFLOW_TAG_JOB_NAMESPACE
 TAG_JOB_UID = names.MLFLOW_TAG_JOB_UID
-TAG_RESTART_COUNT = "mwms.dev/restart-count"
-TAG_RESUMED_FROM_EPOCH = "mwms.dev/resumed-from-epoch"
-# How many epochs' metrics MLflow refused or missed (the fit goes on without them): counted in the run, over
-# every group of the job, so a gap in the curves is explained where the curves are.
-TAG_DROPPED_METRICS = "mwms.dev/dropped-epoch-metrics"
+TAG_RESTART_COUNT = names.MLFLOW_TAG_RESTART_COUNT
+TAG_RESUMED_FROM_EPOCH = names.MLFLOW_TAG_RESUMED_FROM_EPOCH
+TAG_DROPPED_METRICS = names.MLFLOW_TAG_DROPPED_METRICS
 MODEL_NAME = "model"
 # A pyfunc model from code around the Keras model: MLflow's tensorflow flavour takes only a tensor signature
 # of one dtype, which refuses float64 rows, DataFrames and lists.

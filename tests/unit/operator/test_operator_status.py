@@ -1,15 +1,40 @@
-"""The status: when its deadlines fall due, and the contract's condition reasons."""
+"""The status: what a decision writes (the contract's typed status, rendered), when its deadlines fall due,
+and the contract's condition reasons."""
 
 import re
 from datetime import timedelta
 from pathlib import Path
 
-from support.decisions import T0, spec
+from support.decisions import RUN, T0, group, pod, running_status, spec, step
 
 from mwms_contract import conditions
+from mwms_contract.status import STATUS_KEYS, MlflowRun, Progress, TrainJobStatus
 from mwms_contract.trainjob import SpecError
 from mwms_operator.facts import REFUSALS
 from mwms_operator.status import format_time, next_due
+
+
+def test_a_decision_writes_every_status_key_but_progress_and_reads_back_the_same():
+    new = step(None, [], service=False)
+    running = step(new.status, group(), at=5)
+    done = step(running.status, [pod(0, "Succeeded", exit_code=0, message=RUN), *group()[1:]], at=9)
+    for d in (new, running, done):
+        assert list(d.status) == [key for key in STATUS_KEYS.values() if key != "progress"]
+        assert TrainJobStatus.from_dict(d.status) == d.new
+        assert TrainJobStatus.from_dict(d.status).to_patch(progress=False) == d.status
+    assert done.new.mlflow == MlflowRun("r123", "7", "models:/m/1") and done.new.phase == "Succeeded"
+
+
+def test_a_decision_leaves_progress_to_the_run_watch_and_reads_an_older_status():
+    shown = {"epoch": 2, "metrics": {"loss": 0.5}, "runId": "r", "updateTime": format_time(T0)}
+    d = step({**running_status(), "progress": shown}, group(), at=5)
+    assert "progress" not in d.status and d.new.progress is None
+    assert TrainJobStatus.from_dict({"progress": shown}).progress == Progress(
+        2, None, {"loss": 0.5}, shown["updateTime"], "r"
+    )
+    # An older operator's status (no counts, no disruptions, a phase only) still decides.
+    old = step({"phase": "Running", "conditions": [{"type": "Running", "status": "True"}]}, group(), at=5)
+    assert old.status["restarts"] == old.status["disruptions"] == 0 and old.status["phase"] == "Running"
 
 
 def test_next_due_is_the_earliest_deadline_of_the_status():
