@@ -90,15 +90,6 @@ def phases(env: Any, namespace: str) -> dict[str, str]:
     return {name: status.get("phase", "") for name, status in env.jobs(namespace).items()}
 
 
-def groups_running(env: Any, namespace: str, replicas: int, restart: str = "0") -> dict[str, list]:
-    """job -> its group's pod records, for the groups `restart` whose every worker has been seen Running."""
-    out = {}
-    for (_, job, group), records in env.watcher.groups(namespace).items():
-        if group == restart and len(records) >= replicas and all(r.running for r in records):
-            out[job] = records
-    return out
-
-
 def operator_requests(env: Any) -> dict[tuple[str, str], float]:
     out: dict[tuple[str, str], float] = {}
     for (_, labels), value in env.operator_metrics("mwms_api_requests_total").items():
@@ -106,6 +97,30 @@ def operator_requests(env: Any) -> dict[tuple[str, str], float]:
         key = (label.get("verb", ""), label.get("resource", ""))
         out[key] = out.get(key, 0.0) + value
     return out
+
+
+def operator_answers(env: Any) -> dict[tuple[str, str], float]:
+    """(call, answer) -> requests, and (call, "seconds") -> their summed latency; a call: "verb resource"."""
+    out: dict[tuple[str, str], float] = {}
+    for (name, labels), value in env.operator_metrics("mwms_api_request").items():
+        label = dict(labels)
+        call = f"{label.get('verb', '')} {label.get('resource', '')}"
+        if name == "mwms_api_requests_total":
+            out[(call, label.get("code", ""))] = out.get((call, label.get("code", "")), 0.0) + value
+        elif name == "mwms_api_request_duration_seconds_sum":
+            out[(call, "seconds")] = value
+    return out
+
+
+def answers_summary(counts: dict[tuple[str, str], float]) -> dict[str, Any]:
+    """What the API server answered the operator other than 2xx, and each call's mean latency."""
+    calls: dict[str, float] = {}
+    for (call, code), n in counts.items():
+        if code != "seconds":
+            calls[call] = calls.get(call, 0.0) + n
+    failed = {f"{call} {code}": int(n) for (call, code), n in counts.items() if code[0] not in "2s"}
+    latency = {call: round(counts.get((call, "seconds"), 0.0) / n, 3) for call, n in calls.items() if n}
+    return {"not_2xx": dict(sorted(failed.items())), "mean_latency_s": dict(sorted(latency.items()))}
 
 
 def per_job(counts: dict[tuple[str, str], float], jobs: int) -> dict[str, Any]:
@@ -129,11 +144,12 @@ def stage_burst(env: Any, a: argparse.Namespace, count: int, timeout: float) -> 
     ns = env.namespace("burst")
     jobs = [run.trainjob(f"b-{i}", a.replicas, WorkerScript(run_for=a.fit)) for i in range(count)]
     ours, theirs, cpu = operator_requests(env), env.apiserver_requests(), env.footprint()["cpu_s"]
+    answers = operator_answers(env)
     started = time.monotonic()
     sent = create_all(env, ns, jobs)
     created_s = time.monotonic() - started
     running = run.wait(
-        lambda: (g := groups_running(env, ns, a.replicas)) and len(g) == count and g,
+        lambda: (g := env.watcher.running(ns, a.replicas)) and len(g) == count and g,
         timeout,
         "burst Running",
         0.5,
@@ -157,6 +173,7 @@ def stage_burst(env: Any, a: argparse.Namespace, count: int, timeout: float) -> 
     api = {
         "operator_per_job": per_job(run.delta(ours, operator_requests(env)), count),
         "apiserver_per_job_all_clients": per_job(run.delta(theirs, env.apiserver_requests()), count),
+        "operator_answers": answers_summary(run.delta(answers, operator_answers(env))),
     }
     result = {
         "jobs": count,
@@ -243,7 +260,7 @@ def stage_storm(env: Any, a: argparse.Namespace, count: int, timeout: float) -> 
     ]
     create_all(env, ns, jobs)
     running = run.wait(
-        lambda: (g := groups_running(env, ns, a.replicas)) and len(g) == count and g,
+        lambda: (g := env.watcher.running(ns, a.replicas)) and len(g) == count and g,
         timeout,
         "storm Running",
         0.5,
@@ -255,7 +272,7 @@ def stage_storm(env: Any, a: argparse.Namespace, count: int, timeout: float) -> 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda job: env.kwok.lose(ns, pods[job]), victims))
     restarted = run.wait(
-        lambda: (g := groups_running(env, ns, a.replicas, "1")) and set(victims) <= set(g) and g,
+        lambda: (g := env.watcher.running(ns, a.replicas, "1")) and set(victims) <= set(g) and g,
         timeout,
         "storm restarts Running",
         0.5,
@@ -264,8 +281,8 @@ def stage_storm(env: Any, a: argparse.Namespace, count: int, timeout: float) -> 
     times = [max(r.running for r in restarted[job]) - lost_at for job in victims]
     statuses = env.jobs(ns)
     restarts = {name: s.get("restarts", 0) for name, s in statuses.items()}
-    groups = env.watcher.groups(ns)
-    wrong_size = [f"{job}/{g}" for (_, job, g), records in groups.items() if len(records) != a.replicas]
+    workers = env.watcher.workers(ns)
+    wrong_size = [f"{job}/{g}" for (_, job, g), indices in workers.items() if len(indices) != a.replicas]
     return {
         "jobs": count,
         "lost": len(victims),

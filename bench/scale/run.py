@@ -167,9 +167,6 @@ class PodWatcher:
     def stop(self) -> None:
         self._stop.set()
 
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
     def groups(self, namespace: str | None = None) -> dict[GROUP_KEY, list[PodRecord]]:
         out: dict[GROUP_KEY, list[PodRecord]] = defaultdict(list)
         with self.lock:
@@ -197,6 +194,17 @@ class PodWatcher:
             )
             if overlapping:
                 out[key] = overlapping + 1
+        return out
+
+    def running(self, namespace: str, replicas: int, restart: str = "0") -> dict[str, list[PodRecord]]:
+        """job -> its group `restart`'s pods, for the groups whose every worker has been seen Running. A pod
+        deleted before it ran is left out: the operator deleted a batch it could create only in part and
+        created the group whole again (its replacement is the worker's pod)."""
+        out = {}
+        for (_, job, group), records in self.groups(namespace).items():
+            live = [r for r in records if r.running is not None or r.deleting is None]
+            if group == restart and len(live) >= replicas and all(r.running for r in live):
+                out[job] = live
         return out
 
     def workers(self, namespace: str | None = None) -> dict[GROUP_KEY, set[str]]:
@@ -353,7 +361,10 @@ class ScaleEnv:
         )
 
     def namespace(self, name: str) -> str:
+        """A new namespace, once it has its `default` ServiceAccount: pods are refused (403) until then."""
         self.kubectl("create", "namespace", name)
+        accounts = self.core.list_namespaced_service_account
+        wait(lambda: accounts(name, field_selector="metadata.name=default").items, 60, f"{name}'s SA", 0.2)
         return name
 
     def jobs(self, namespace: str) -> dict[str, dict[str, Any]]:

@@ -78,11 +78,7 @@ def test_a_thousand_simulated_workers_end_as_their_scripts_dictate(env: Any) -> 
     scale.apply(ns, jobs)
 
     def groups_running(restart: str) -> set[str]:
-        return {
-            job
-            for (_, job, group), records in scale.watcher.groups(ns).items()
-            if group == restart and len(records) == REPLICAS and all(r.running for r in records)
-        }
+        return set(scale.watcher.running(ns, REPLICAS, restart))
 
     losers = {f"lose-{i}" for i in range(CLASSES["lose"])}
     run.wait(lambda: losers <= groups_running("0"), 300, "the `lose` jobs' workers Running", 0.5)
