@@ -33,9 +33,8 @@ from support.tiers import table, under_ci  # noqa: E402  (tests/ is not a packag
 LANES: dict[str, tuple[int, list[str]]] = {
     "cluster": (0, ["tests/integration", "tests/node", "tests/e2e"]),
     # static last: its promtool test waits for the last background build; scale (KWOK's fake nodes beside a
-    # control plane of its own, no real node) waits for kwok's
-    # tests/scale is left out until its smoke test's duplicate workers are explained (see its module)
-    "compute": (10, ["tests/unit", "tests/images", "tests/tf", "tests/static"]),
+    # control plane of its own, no real node) waits for kwok's, the one before
+    "compute": (10, ["tests/unit", "tests/images", "tests/tf", "tests/scale", "tests/static"]),
 }
 # make targets, built one after another in this order; their tests wait on the build lock
 BACKGROUND_BUILDS = ["kueue", "mlflow-s3", "seaweedfs", "kwok", "promtool"]
