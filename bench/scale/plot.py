@@ -37,7 +37,7 @@ def plot(results: dict[str, Any], path: Path) -> str | None:
     axes[3].plot(pods, cpu, marker="o", label="burst, per 1,000 jobs")
     titles = ("create burst", "operator API requests", "operator RSS", "operator CPU")
     for ax, title, unit in zip(axes, titles, ("seconds", "per job", "MiB", "CPU-seconds"), strict=True):
-        ax.set(xlabel="worker pods", ylabel=unit, title=title, xscale="log")
+        ax.set(xlabel="worker pods", ylabel=unit, title=title, xscale="log", ylim=(0, None))
         ax.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=90)
