@@ -16,10 +16,10 @@ Stages, in one cluster, each in its own namespace:
    the end.
 4. failure storm: pods/replicas running jobs, then one worker of 10% of them lost at once (exit 75): time to
    each group's restart all Running (it includes the operator's first 10 s restart back-off), restarts
-   counted against backoffLimit, duplicate workers.
-5. footprint: operator RSS and CPU seconds after each stage.
-Results go to bench/results/scale.json under --label (default `<pods>p-<nodes>n-<replicas>r`), and
-bench/results/scale.png plots each stage's figures against the number of pods. Needs root and `make kwok`.
+   counted against backoffLimit, duplicate workers. 5. footprint: operator RSS and CPU after each stage.
+Results go to bench/results/scale.json under --label (default `<pods>p-<nodes>n-<replicas>r`; a run of some
+--stages keeps the others' earlier figures, each stage dated in measured_at), and bench/results/scale.png
+plots the burst's figures against the number of pods. Needs root and `make kwok`.
 """
 
 from __future__ import annotations
@@ -41,16 +41,25 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "scale.json"
 PLOT = HERE / "results" / "scale.png"
-_spec = importlib.util.spec_from_file_location("mwms_scale_run", HERE / "scale" / "run.py")
-assert _spec is not None and _spec.loader is not None
-run = importlib.util.module_from_spec(_spec)
-sys.modules["mwms_scale_run"] = run
-_spec.loader.exec_module(run)
+
+
+def _load(name: str) -> Any:
+    """bench/scale/<name>.py (bench/ is no package)."""
+    spec = importlib.util.spec_from_file_location(f"mwms_scale_{name}", HERE / "scale" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run, plots = _load("run"), _load("plot")
 
 from mwms_contract import names  # noqa: E402
 from mwms_dev.kwok import WorkerScript  # noqa: E402
 
 WRITES = ("create", "update", "patch", "delete", "deletecollection", "post", "put")
+STAGE_KEYS = ("burst", "api", "churn", "storm")  # an entry's figures by stage
+DEFAULT_LABEL = "{pods}p-{nodes}n-{replicas}r"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -90,15 +99,6 @@ def phases(env: Any, namespace: str) -> dict[str, str]:
     return {name: status.get("phase", "") for name, status in env.jobs(namespace).items()}
 
 
-def groups_running(env: Any, namespace: str, replicas: int, restart: str = "0") -> dict[str, list]:
-    """job -> its group's pod records, for the groups `restart` whose every worker has been seen Running."""
-    out = {}
-    for (_, job, group), records in env.watcher.groups(namespace).items():
-        if group == restart and len(records) >= replicas and all(r.running for r in records):
-            out[job] = records
-    return out
-
-
 def operator_requests(env: Any) -> dict[tuple[str, str], float]:
     out: dict[tuple[str, str], float] = {}
     for (_, labels), value in env.operator_metrics("mwms_api_requests_total").items():
@@ -106,6 +106,30 @@ def operator_requests(env: Any) -> dict[tuple[str, str], float]:
         key = (label.get("verb", ""), label.get("resource", ""))
         out[key] = out.get(key, 0.0) + value
     return out
+
+
+def operator_answers(env: Any) -> dict[tuple[str, str], float]:
+    """(call, answer) -> requests, and (call, "seconds") -> their summed latency; a call: "verb resource"."""
+    out: dict[tuple[str, str], float] = {}
+    for (name, labels), value in env.operator_metrics("mwms_api_request").items():
+        label = dict(labels)
+        call = f"{label.get('verb', '')} {label.get('resource', '')}"
+        if name == "mwms_api_requests_total":
+            out[(call, label.get("code", ""))] = out.get((call, label.get("code", "")), 0.0) + value
+        elif name == "mwms_api_request_duration_seconds_sum":
+            out[(call, "seconds")] = value
+    return out
+
+
+def answers_summary(counts: dict[tuple[str, str], float]) -> dict[str, Any]:
+    """What the API server answered the operator other than 2xx, and each call's mean latency."""
+    calls: dict[str, float] = {}
+    for (call, code), n in counts.items():
+        if code != "seconds":
+            calls[call] = calls.get(call, 0.0) + n
+    failed = {f"{call} {code}": int(n) for (call, code), n in counts.items() if code[0] not in "2s"}
+    latency = {call: round(counts.get((call, "seconds"), 0.0) / n, 3) for call, n in calls.items() if n}
+    return {"not_2xx": dict(sorted(failed.items())), "mean_latency_s": dict(sorted(latency.items()))}
 
 
 def per_job(counts: dict[tuple[str, str], float], jobs: int) -> dict[str, Any]:
@@ -129,11 +153,12 @@ def stage_burst(env: Any, a: argparse.Namespace, count: int, timeout: float) -> 
     ns = env.namespace("burst")
     jobs = [run.trainjob(f"b-{i}", a.replicas, WorkerScript(run_for=a.fit)) for i in range(count)]
     ours, theirs, cpu = operator_requests(env), env.apiserver_requests(), env.footprint()["cpu_s"]
+    answers = operator_answers(env)
     started = time.monotonic()
     sent = create_all(env, ns, jobs)
     created_s = time.monotonic() - started
     running = run.wait(
-        lambda: (g := groups_running(env, ns, a.replicas)) and len(g) == count and g,
+        lambda: (g := env.watcher.running(ns, a.replicas)) and len(g) == count and g,
         timeout,
         "burst Running",
         0.5,
@@ -157,6 +182,7 @@ def stage_burst(env: Any, a: argparse.Namespace, count: int, timeout: float) -> 
     api = {
         "operator_per_job": per_job(run.delta(ours, operator_requests(env)), count),
         "apiserver_per_job_all_clients": per_job(run.delta(theirs, env.apiserver_requests()), count),
+        "operator_answers": answers_summary(run.delta(answers, operator_answers(env))),
     }
     result = {
         "jobs": count,
@@ -243,7 +269,7 @@ def stage_storm(env: Any, a: argparse.Namespace, count: int, timeout: float) -> 
     ]
     create_all(env, ns, jobs)
     running = run.wait(
-        lambda: (g := groups_running(env, ns, a.replicas)) and len(g) == count and g,
+        lambda: (g := env.watcher.running(ns, a.replicas)) and len(g) == count and g,
         timeout,
         "storm Running",
         0.5,
@@ -255,7 +281,7 @@ def stage_storm(env: Any, a: argparse.Namespace, count: int, timeout: float) -> 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda job: env.kwok.lose(ns, pods[job]), victims))
     restarted = run.wait(
-        lambda: (g := groups_running(env, ns, a.replicas, "1")) and set(victims) <= set(g) and g,
+        lambda: (g := env.watcher.running(ns, a.replicas, "1")) and set(victims) <= set(g) and g,
         timeout,
         "storm restarts Running",
         0.5,
@@ -264,8 +290,8 @@ def stage_storm(env: Any, a: argparse.Namespace, count: int, timeout: float) -> 
     times = [max(r.running for r in restarted[job]) - lost_at for job in victims]
     statuses = env.jobs(ns)
     restarts = {name: s.get("restarts", 0) for name, s in statuses.items()}
-    groups = env.watcher.groups(ns)
-    wrong_size = [f"{job}/{g}" for (_, job, g), records in groups.items() if len(records) != a.replicas]
+    workers = env.watcher.workers(ns)
+    wrong_size = [f"{job}/{g}" for (_, job, g), indices in workers.items() if len(indices) != a.replicas]
     return {
         "jobs": count,
         "lost": len(victims),
@@ -280,46 +306,9 @@ def stage_storm(env: Any, a: argparse.Namespace, count: int, timeout: float) -> 
     }
 
 
-def plot(results: dict[str, Any]) -> str:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed: no plot"
-    runs = sorted(results.values(), key=lambda r: r["params"]["pods"])
-    pods = [r["params"]["pods"] for r in runs]
-    figure, axes = plt.subplots(1, 3, figsize=(14, 4))
-    for key, label in (("to_all_bound", "create -> bound p95"), ("to_all_running", "create -> Running p95")):
-        axes[0].plot(pods, [r["burst"][key].get("p95") for r in runs], marker="o", label=label)
-    axes[0].plot(
-        pods,
-        [r["burst"]["to_pods_created_operator"].get("p95") for r in runs],
-        marker="o",
-        label="operator p95",
-    )
-    axes[0].set(xlabel="worker pods", ylabel="seconds", title="create burst")
-    axes[1].plot(pods, [r["api"]["operator_per_job"]["total"] for r in runs], marker="o", label="requests")
-    axes[1].plot(pods, [r["api"]["operator_per_job"]["writes"] for r in runs], marker="o", label="writes")
-    axes[1].set(xlabel="worker pods", ylabel="per job", title="operator API requests")
-    axes[2].plot(
-        pods, [r["burst"]["footprint_all_running"]["rss_mib"] for r in runs], marker="o", label="RSS"
-    )
-    axes[2].set(xlabel="worker pods", ylabel="MiB", title="operator RSS, all Running")
-    for ax in axes:
-        ax.legend()
-        ax.set_xscale("log")
-    figure.tight_layout()
-    figure.savefig(PLOT, dpi=90)
-    return str(PLOT.relative_to(HERE.parent))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--pods", type=int, default=1000, help="worker pods per stage (jobs = pods / replicas)"
-    )
+    parser.add_argument("--pods", type=int, default=1000, help="worker pods a stage (jobs = pods / replicas)")
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--replicas", type=int, default=4, help="workers per job")
     parser.add_argument("--fit", default="15s", help="how long a simulated fit runs (a Go duration)")
@@ -331,7 +320,7 @@ def main() -> None:
     )
     parser.add_argument("--label", default="")
     a = parser.parse_args()
-    label = a.label or f"{a.pods}p-{a.nodes}n-{a.replicas}r"
+    label = a.label or DEFAULT_LABEL.format(pods=a.pods, nodes=a.nodes, replicas=a.replicas)
     count = a.pods // a.replicas
     timeout = 300 + a.pods * 0.5
     stages = a.stages.split(",")
@@ -370,10 +359,18 @@ def main() -> None:
 def save(label: str, out: dict[str, Any], *, partial: bool) -> None:
     """Write (or rewrite) this run's entry after each stage, so a run cut short keeps what it measured."""
     out["partial"] = partial
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    out["measured_at"] = {stage: now for stage in STAGE_KEYS if stage in out} | out.get("measured_at", {})
     progress(**{k: v for k, v in out.items() if k not in ("params", "machine")})
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    earlier = results.get(label, {})  # a run of some stages keeps the others' figures, with their date
+    for stage in STAGE_KEYS:
+        if stage not in out and stage in earlier:
+            out[stage], out["measured_at"][stage] = earlier[stage], earlier.get("measured_at", {}).get(stage)
     results[label] = out
-    out["plot"] = plot({k: v for k, v in results.items() if "burst" in v and "api" in v})
+    sizes = {k: v for k, v in results.items() if k == DEFAULT_LABEL.format(**v["params"]) and "api" in v}
+    # the sizes' own runs, not a comparison's (another --label)
+    out["plot"] = plots.plot(sizes, PLOT) or str(PLOT.relative_to(HERE.parent))
     RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     progress(written=str(RESULTS), plot=out["plot"])
 

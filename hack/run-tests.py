@@ -41,9 +41,8 @@ LANES = ("cluster", "compute")
 CLUSTER_NICE, COMPUTE_NICE = 0, 10
 AFTER_INTEGRATION = ["tests/node", "tests/e2e"]  # each starts its own cluster, after the shared one stopped
 # static last: its promtool test waits for the last background build; scale (KWOK's fake nodes beside a
-# control plane of its own, no real node) waits for kwok's
-# tests/scale is left out until its smoke test's duplicate workers are explained (see its module)
-COMPUTE_TIERS = ["tests/unit", "tests/images", "tests/tf", "tests/static"]
+# control plane of its own, no real node) waits for kwok's, the one before
+COMPUTE_TIERS = ["tests/unit", "tests/images", "tests/tf", "tests/scale", "tests/static"]
 # make targets, built one after another in this order; their tests wait on the build lock
 BACKGROUND_BUILDS = ["kueue", "mlflow-s3", "seaweedfs", "kwok", "promtool"]
 SHARED_CLUSTER_START_SECONDS = 1200  # a cold node unpacks the images once: minutes on 2 cores

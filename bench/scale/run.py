@@ -1,16 +1,17 @@
 """The scale bench's machinery, shared by bench/scale_bench.py and its smoke test (tests/scale/): a
 LocalCluster without a real node, KWOK's fake nodes (mwms_dev.kwok), the operator as a local process,
-TrainJobs whose simulated workers follow bench/scale/stages/, and a pod watcher that records when each pod
-was created, bound and Running and catches duplicate workers. It measures and reports; it asserts nothing."""
+TrainJobs whose simulated workers follow bench/scale/stages/, and a pod watcher (watch.py) that records when
+each pod was created, bound and Running and catches duplicate workers. It measures and reports; it asserts
+nothing."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import ssl
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections import defaultdict
@@ -20,15 +21,20 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
 from mwms_contract import names
 from mwms_dev.cluster import LocalCluster, free_port
 from mwms_dev.kwok import Kwok, WorkerScript, fake_nodes
 
+_spec = importlib.util.spec_from_file_location("mwms_scale_watch", Path(__file__).with_name("watch.py"))
+assert _spec is not None and _spec.loader is not None
+watch = importlib.util.module_from_spec(_spec)
+sys.modules["mwms_scale_watch"] = watch
+_spec.loader.exec_module(watch)
+PodWatcher = watch.PodWatcher
+
 REPO = Path(__file__).resolve().parents[2]
-GROUP_KEY = tuple[str, str, str]  # (namespace, job, restart)
 
 
 def trainjob(
@@ -64,144 +70,6 @@ def trainjob(
             },
         },
     }
-
-
-@dataclass
-class PodRecord:
-    namespace: str
-    job: str
-    restart: str
-    index: str
-    added: float
-    bound: float | None = None
-    running: float | None = None
-    ended: float | None = None
-    deleting: float | None = None  # a deletion was asked for (deletionTimestamp) or the pod is gone
-
-
-class PodWatcher:
-    """One watch on the operator's pods in every namespace, on its own thread: when each pod (by uid) was
-    first seen, bound to a node and Running, as this process received the events."""
-
-    def __init__(self, core: Any) -> None:
-        self.core = core
-        self.pods: dict[str, PodRecord] = {}
-        self.lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> PodWatcher:
-        """Lists before returning, so no pod the caller creates next can end before the watch sees it."""
-        self._version = self._relist(f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY}")
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        selector = f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY}"
-        version = self._version
-        while not self._stop.is_set():
-            watch = kubernetes.watch.Watch()
-            try:
-                for event in watch.stream(
-                    self.core.list_pod_for_all_namespaces,
-                    label_selector=selector,
-                    resource_version=version,
-                    timeout_seconds=30,
-                    allow_watch_bookmarks=True,
-                ):
-                    if event["type"] == "ERROR":  # 410 Gone: the version is too old to watch from
-                        version = self._relist(selector)
-                        break
-                    pod = event["object"]
-                    if isinstance(pod, dict):  # undecoded (a BOOKMARK, at times)
-                        version = pod["metadata"]["resourceVersion"]
-                        continue
-                    version = pod.metadata.resource_version
-                    if event["type"] != "BOOKMARK":  # a decoded BOOKMARK has metadata only
-                        self._seen(pod, time.monotonic(), gone=event["type"] == "DELETED")
-                    if self._stop.is_set():
-                        break
-            except kubernetes.client.ApiException as error:
-                if error.status == 410:
-                    version = self._relist(selector)
-                else:  # e.g. 429 "storage is (re)initializing" from a fresh API server: try again shortly
-                    self._stop.wait(1)
-            except (urllib3.exceptions.HTTPError, OSError) as error:
-                if self._stop.is_set():
-                    return  # the cluster is going away
-                # A dropped connection: watch again from the last version seen (a dead watch would leave
-                # the bench waiting for pods it can no longer see)
-                print(f"pod watch: {error!r}; watching again", file=sys.stderr, flush=True)
-                self._stop.wait(1)
-
-    def _relist(self, selector: str) -> str:
-        """List and record (at the start, and after a 410 Gone, when events were missed: a pod first seen
-        then is recorded late); the version to watch from."""
-        listed = self.core.list_pod_for_all_namespaces(label_selector=selector)
-        for pod in listed.items:
-            self._seen(pod, time.monotonic())
-        return str(listed.metadata.resource_version)
-
-    def _seen(self, pod: Any, now: float, gone: bool = False) -> None:
-        labels = pod.metadata.labels or {}
-        with self.lock:
-            record = self.pods.get(pod.metadata.uid)
-            if record is None:
-                record = self.pods[pod.metadata.uid] = PodRecord(
-                    pod.metadata.namespace,
-                    labels.get(names.LABEL_JOB_NAME, ""),
-                    labels.get(names.LABEL_RESTART, "0"),
-                    labels.get(names.LABEL_REPLICA_INDEX, ""),
-                    now,
-                )
-            if record.bound is None and pod.spec.node_name:
-                record.bound = now
-            phase = pod.status.phase if pod.status else None
-            if record.running is None and phase in ("Running", "Succeeded", "Failed"):
-                record.running = now
-            if record.ended is None and phase in ("Succeeded", "Failed"):
-                record.ended = now
-            if record.deleting is None and (gone or pod.metadata.deletion_timestamp):
-                record.deleting = now
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def groups(self, namespace: str | None = None) -> dict[GROUP_KEY, list[PodRecord]]:
-        out: dict[GROUP_KEY, list[PodRecord]] = defaultdict(list)
-        with self.lock:
-            for record in self.pods.values():
-                if namespace is None or record.namespace == namespace:
-                    out[(record.namespace, record.job, record.restart)].append(record)
-        return out
-
-    def duplicates(self, namespace: str | None = None) -> dict[str, int]:
-        """Workers of the same job, group and index alive at the same time (a second created before the first
-        was being deleted): `job/restart/index` -> how many overlapped. A worker created again after the
-        first was deleted is no duplicate: the operator deletes a batch it could create only in part (a
-        refused or failed create) and creates it whole again, before any worker ran its fit."""
-        by_worker: dict[str, list[PodRecord]] = defaultdict(list)
-        for (_, job, restart), records in self.groups(namespace).items():
-            for record in records:
-                by_worker[f"{job}/{restart}/{record.index}"].append(record)
-        out = {}
-        for key, records in by_worker.items():
-            records.sort(key=lambda r: r.added)
-            overlapping = sum(
-                1
-                for earlier, later in zip(records, records[1:], strict=False)
-                if earlier.deleting is None or later.added < earlier.deleting
-            )
-            if overlapping:
-                out[key] = overlapping + 1
-        return out
-
-    def workers(self, namespace: str | None = None) -> dict[GROUP_KEY, set[str]]:
-        """The worker indices each group had (every index once, however often it was created)."""
-        return {key: {r.index for r in records} for key, records in self.groups(namespace).items()}
 
 
 def metric_samples(text: str, prefix: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -353,7 +221,10 @@ class ScaleEnv:
         )
 
     def namespace(self, name: str) -> str:
+        """A new namespace, once it has its `default` ServiceAccount: pods are refused (403) until then."""
         self.kubectl("create", "namespace", name)
+        accounts = self.core.list_namespaced_service_account
+        wait(lambda: accounts(name, field_selector="metadata.name=default").items, 60, f"{name}'s SA", 0.2)
         return name
 
     def jobs(self, namespace: str) -> dict[str, dict[str, Any]]:

@@ -42,6 +42,10 @@ class OperatorConfig:
     progress_interval_seconds: float = 15.0
     # Events drive reconciles; this slow resync of every running or pending TrainJob is only a safety net.
     reconcile_interval_seconds: float = 60.0
+    # Blocking API calls in flight at once: each runs on its own thread with its own keep-alive connection
+    # (k8s.py). asyncio's default pool, min(32, CPUs + 4) threads, is 6 on 2 cores: 8 reconcile workers
+    # creating their groups' pods at once queued behind it.
+    api_threads: int = 32
     log_level: str = "INFO"
     log_format: str = "text"  # or "json": one object a line, with the job's namespace and name (logs.py)
     # Tracking servers (base URIs) besides tracking_uri whose progress the operator may read; "*" allows any.
@@ -150,6 +154,7 @@ class OperatorConfig:
             reconcile_interval_seconds=number(
                 "MWMS_RECONCILE_INTERVAL_SECONDS", 60.0, minimum=0.1, integer=False
             ),
+            api_threads=int(number("MWMS_API_THREADS", 32, minimum=1, integer=True)),
             log_level=log_level,
             log_format=log_format,
             allowed_tracking_uris=allowed,

@@ -41,6 +41,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         # still receive, parse and drop every pod of the cluster).
         for resource in ("pods", "services"):
             settings.watching.label_selectors[resource] = names.LABEL_JOB_NAME
+        k8s.use_api_threads(config.api_threads)
         memo.reconciler = Reconciler(k8s.Kube.connect(settings), config)
         memo.reconciler.start()
         metrics.serve(config.metrics_port)

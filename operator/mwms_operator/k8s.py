@@ -2,14 +2,17 @@
 http.client) on the credentials kopf logs in with, so the operator has one source of credentials. The
 `kubernetes` client is not used: its generated models cost ~30 MiB of memory for the seven calls below.
 
-Calls are blocking; handlers run them with asyncio.to_thread, and each of those threads keeps one keep-alive
-connection. Creates are idempotent (a 409 for an object this job owns means it is there; one it does not own
-is a NameTaken), deletes too (404 means it is gone) and carry the uid they mean, so a retried or repeated
-reconcile is harmless and never touches an object that is not the job's.
+Calls are blocking; handlers run them with asyncio.to_thread, on the pool that use_api_threads sizes at
+startup, and each of those threads keeps one keep-alive connection. Creates are idempotent (a 409 for an
+object this job owns means it is there; one it does not own is a NameTaken), deletes too (404 means it is
+gone) and carry the uid they mean, so a retried or repeated reconcile is harmless and never touches an object
+that is not the job's.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
 import http.client
 import json
@@ -45,6 +48,13 @@ TRAINJOBS_PATH = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{{namespace}}/
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ApiError, OSError, http.client.HTTPException)
 # What a keep-alive connection the server has closed meanwhile raises: sent again on a new connection.
 _STALE_CONNECTION = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+
+
+def use_api_threads(count: int) -> None:
+    """Run the blocking calls (asyncio.to_thread) on `count` threads: set once, at startup, on the running
+    loop. asyncio's own default, min(32, CPUs + 4) threads, would cap the calls in flight by the CPUs."""
+    pool = concurrent.futures.ThreadPoolExecutor(count, thread_name_prefix="api")
+    asyncio.get_running_loop().set_default_executor(pool)
 
 
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

@@ -1,8 +1,9 @@
 """The scale bench's smoke version (bench/scale_bench.py is the full one): 1,000 simulated workers on 100
 KWOK nodes beside a control plane with no real node, the operator's whole lifecycle on them at once. Every
 job must end as its workers' script dictates (success, a permanent failure, retries up to backoffLimit,
-removal by TTL, a lost worker's group restart) with every worker index of each group and never two pods of
-one worker at once. Outcomes only; timings belong to the bench."""
+removal by TTL, a lost worker's group restart) with every worker index of each group, never two pods of one
+worker at once, nor more pods of a job than replicas. Outcomes only; timings belong to the bench. The pod
+watch's counting is checked on its own in test_scale_watch.py."""
 
 from __future__ import annotations
 
@@ -13,15 +14,9 @@ from typing import Any
 
 import pytest
 
-# Not in `make test` yet (hack/run-tests.py leaves tests/scale out): its first version counted every creation
-# of a worker and failed 2 runs in 3 on the operator's designed retry of a batch it could create only in part
-# (reconciler._create_all deletes what it created and creates the group whole again). It now counts only
-# workers alive at once; until it has been rerun enough to join the lane it runs on request only
-# (MWMS_SCALE_SMOKE=1: tests/scale/conftest.py), so it cannot fail unrelated landings.
-pytestmark = [
-    pytest.mark.scale,
-    pytest.mark.timeout(600),
-]
+# func_only: the fixture may wait on a cold KWOK build in `make test`'s background (hack/build-kwok.sh's
+# lock), bounded by mwms_dev.kwok.build's own timeout; the test itself takes ~1 minute, 2 at load ~14.
+pytestmark = [pytest.mark.scale, pytest.mark.timeout(600, func_only=True)]
 
 REPO = Path(__file__).resolve().parents[2]
 REPLICAS = 4
@@ -44,9 +39,12 @@ def load_run() -> Any:
 def env(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from conftest import cluster_subnet_index, platform_problem
 
+    from mwms_dev.kwok import build
+
     if problem := platform_problem():
         pytest.skip(problem)
     run = load_run()
+    build()  # before the control plane starts: a cold build in the background may take minutes
     # The integration tier's cluster runs beside this lane on the session's index (+10, +20, +30 are its
     # spare, node and README clusters): +5 is free.
     with run.ScaleEnv(
@@ -78,11 +76,7 @@ def test_a_thousand_simulated_workers_end_as_their_scripts_dictate(env: Any) -> 
     scale.apply(ns, jobs)
 
     def groups_running(restart: str) -> set[str]:
-        return {
-            job
-            for (_, job, group), records in scale.watcher.groups(ns).items()
-            if group == restart and len(records) == REPLICAS and all(r.running for r in records)
-        }
+        return set(scale.watcher.running(ns, REPLICAS, restart))
 
     losers = {f"lose-{i}" for i in range(CLASSES["lose"])}
     run.wait(lambda: losers <= groups_running("0"), 300, "the `lose` jobs' workers Running", 0.5)
@@ -90,6 +84,9 @@ def test_a_thousand_simulated_workers_end_as_their_scripts_dictate(env: Any) -> 
         scale.kwok.lose(ns, f"{job}-worker-{i % REPLICAS}")
 
     def settled() -> dict[str, dict] | None:
+        # The groups, then the statuses: the operator writes `Restarting` before it creates a new group, so
+        # a `Running` read after the new group was seen running is the new group's.
+        restarted = losers <= groups_running("1")
         jobs = scale.jobs(ns)
         ended = all(
             jobs.get(name, {}).get("phase") in ("Succeeded", "Failed")
@@ -97,7 +94,8 @@ def test_a_thousand_simulated_workers_end_as_their_scripts_dictate(env: Any) -> 
             for name in (f"{kind}-{i}" for i in range(CLASSES[kind]))
         )
         ttl_gone = not any(name.startswith("ttl-") for name in jobs)
-        return jobs if ended and ttl_gone and losers <= groups_running("1") else None
+        running = restarted and all(jobs.get(name, {}).get("phase") == "Running" for name in losers)
+        return jobs if ended and ttl_gone and running else None
 
     jobs = run.wait(settled, 300, "every job to end as its script dictates", 1)
     assert scale.operator.poll() is None, scale.operator_log_tail()
@@ -118,10 +116,15 @@ def test_a_thousand_simulated_workers_end_as_their_scripts_dictate(env: Any) -> 
         assert failed["reason"] == "BackoffLimitExceeded", failed
     assert not of("ttl")  # deleted once their TTL ran out
     assert {s["phase"] for s in of("lose").values()} == {"Running"}
-    assert {s["restarts"] for s in of("lose").values()} == {1}
+    # At least one restart each: KWOK (v0.8.0) deletes pods by name, not UID, and a late delete of a lost pod
+    # can hit its same-named successor, a second loss the operator rightly restarts again. Exactly one restart
+    # per loss is the integration tier's to prove, on a real kubelet.
+    assert all(s["restarts"] >= 1 for s in of("lose").values()), of("lose")
 
     groups = scale.watcher.workers(ns)
     assert scale.watcher.duplicates(ns) == {}  # never two pods of one worker at once
+    most = scale.watcher.most_alive(ns)
+    assert {job: n for job, n in most.items() if n > REPLICAS} == {}  # nor more pods of a job than replicas
     wrong = {f"{job}/{group}": sorted(i) for (_, job, group), i in groups.items() if len(i) != REPLICAS}
     assert wrong == {}
     seen = {(job, group) for (_, job, group) in groups}

@@ -20,6 +20,7 @@ def test_defaults_match_the_documented_settings():
     assert (config.metrics_port, config.health_port) == (8000, 8080)
     assert config.progress_interval_seconds == 15
     assert config.log_level == "INFO"
+    assert config.api_threads == 32
     assert not config.leader_election  # a process started by hand is the only operator
 
 
@@ -41,6 +42,7 @@ def test_every_setting_is_read():
             "MWMS_PROGRESS_INTERVAL_SECONDS": "2.5",
             "MWMS_RECONCILE_INTERVAL_SECONDS": "1",
             "MWMS_LOG_LEVEL": "debug",
+            "MWMS_API_THREADS": "64",
         }
     )
     assert config == OperatorConfig(
@@ -53,6 +55,7 @@ def test_every_setting_is_read():
         progress_interval_seconds=2.5,
         reconcile_interval_seconds=1.0,
         log_level="DEBUG",
+        api_threads=64,
     )
 
 
@@ -70,6 +73,8 @@ def test_config_is_frozen():
         ({"MWMS_PROGRESS_INTERVAL_SECONDS": "soon"}, "MWMS_PROGRESS_INTERVAL_SECONDS"),
         ({"MWMS_RECONCILE_INTERVAL_SECONDS": "0"}, "MWMS_RECONCILE_INTERVAL_SECONDS"),
         ({"MWMS_LOG_LEVEL": "LOUD"}, "MWMS_LOG_LEVEL"),
+        ({"MWMS_API_THREADS": "0"}, "MWMS_API_THREADS"),
+        ({"MWMS_API_THREADS": "many"}, "MWMS_API_THREADS"),
         ({"MWMS_ALLOWED_TRACKING_URIS": "mlflow.example:5000"}, "MWMS_ALLOWED_TRACKING_URIS"),
         ({"MWMS_ALLOWED_TRACKING_URIS": "file:///mlruns"}, "MWMS_ALLOWED_TRACKING_URIS"),
         ({"MWMS_ALLOWED_TRACKING_URIS": "http://host:port"}, "MWMS_ALLOWED_TRACKING_URIS"),

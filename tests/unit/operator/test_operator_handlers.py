@@ -1,12 +1,15 @@
-"""The kopf wiring: which handlers exist, and that none makes kopf put a finalizer on a TrainJob."""
+"""The kopf wiring: which handlers exist, that none makes kopf put a finalizer on a TrainJob, and what the
+startup handler sets up."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from typing import Any
 
 import kopf
 
-from mwms_operator import handlers
+from mwms_operator import handlers, k8s
 from mwms_operator.config import OperatorConfig
 
 
@@ -25,3 +28,34 @@ def test_every_handler_runs_on_the_event_loop_not_in_kopfs_thread_pool():
     handlers.register(registry, OperatorConfig())
     registered = [*registry._watching.get_all_handlers(), *registry._indexing.get_all_handlers()]
     assert registered and all(asyncio.iscoroutinefunction(h.fn) for h in registered)
+
+
+class FakeReconciler:
+    def __init__(self, *args: Any) -> None:
+        pass
+
+    def start(self) -> None:
+        pass
+
+
+def test_startup_runs_the_blocking_api_calls_on_as_many_threads_as_configured(monkeypatch):
+    """asyncio's default pool has min(32, CPUs + 4) threads: 6 on 2 cores held pod creates back."""
+    monkeypatch.setattr(k8s.Kube, "connect", classmethod(lambda cls, settings: None))
+    monkeypatch.setattr(handlers, "Reconciler", FakeReconciler)
+    monkeypatch.setattr(handlers.metrics, "serve", lambda port: None)
+    threads = 33  # more than the default pool ever has
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, OperatorConfig(api_threads=threads))
+    startup = next(h for h in registry._activities.get_all_handlers() if h.id == "startup")
+    all_in_flight = threading.Barrier(threads, timeout=10)
+
+    def call() -> str:
+        all_in_flight.wait()  # BrokenBarrierError unless every call runs at once
+        return threading.current_thread().name
+
+    async def main() -> list[str]:
+        await startup.fn(settings=kopf.OperatorSettings(), memo=kopf.Memo())
+        return await asyncio.gather(*(asyncio.to_thread(call) for _ in range(threads)))
+
+    names = asyncio.run(main())
+    assert len(set(names)) == threads and all(name.startswith("api") for name in names)

@@ -1,0 +1,44 @@
+"""The scale bench's plot (bench/scale_bench.py): how each cost of a create burst grows with the number of
+worker pods, one point per size run (bench/results/scale.json)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+# the burst's p95 figures drawn, and their labels
+BURST = {
+    "to_all_bound": "create -> bound p95",
+    "to_all_running": "create -> Running p95",
+    "to_pods_created_operator": "operator p95",
+    "pods_created_to_bound_scheduler": "scheduler p95",
+}
+
+
+def plot(results: dict[str, Any], path: Path) -> str | None:
+    """The sizes' figures against their number of pods, as a PNG at `path`; None, or why there is none."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plot"
+    runs = sorted(results.values(), key=lambda r: r["params"]["pods"])
+    pods = [r["params"]["pods"] for r in runs]
+    figure, axes = plt.subplots(1, 4, figsize=(18, 4))
+    for key, label in BURST.items():
+        axes[0].plot(pods, [r["burst"][key].get("p95") for r in runs], marker="o", label=label)
+    for key in ("total", "writes"):
+        axes[1].plot(pods, [r["api"]["operator_per_job"][key] for r in runs], marker="o", label=key)
+    rss = [r["burst"]["footprint_all_running"]["rss_mib"] for r in runs]
+    axes[2].plot(pods, rss, marker="o", label="RSS, all Running")
+    cpu = [r["burst"]["operator_cpu_s"] / r["burst"]["jobs"] * 1000 for r in runs]
+    axes[3].plot(pods, cpu, marker="o", label="burst, per 1,000 jobs")
+    titles = ("create burst", "operator API requests", "operator RSS", "operator CPU")
+    for ax, title, unit in zip(axes, titles, ("seconds", "per job", "MiB", "CPU-seconds"), strict=True):
+        ax.set(xlabel="worker pods", ylabel=unit, title=title, xscale="log", ylim=(0, None))
+        ax.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    return None
