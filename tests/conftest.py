@@ -98,6 +98,11 @@ class Kubectl:
     def json(self, *args: str) -> dict:
         return json.loads(self(*args, "-o", "json").stdout)
 
+    def stream(self, *args: str) -> subprocess.Popen[str]:
+        """kubectl in the background, its stdout a pipe (`get ... --watch`); the caller stops it."""
+        argv = [KUBECTL, f"--kubeconfig={self.kubeconfig}", *args]
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
     def apply(self, manifest: dict | list[dict], *extra: str, check: bool = True):
         if isinstance(manifest, list):  # kubectl reads one JSON document from stdin: wrap several in a List
             manifest = {"apiVersion": "v1", "kind": "List", "items": manifest}

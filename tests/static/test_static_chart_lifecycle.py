@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from static_support import CHART, KUBE_VERSIONS, MANIFESTS, REPO, find, helm_template, load_all, run
+from support.install_doc import kustomize_uninstall_script
 
 pytestmark = pytest.mark.static
 
@@ -119,14 +120,6 @@ KINDS = {
 }
 
 
-def _documented_kustomize_uninstall() -> str:
-    text = (REPO / "docs" / "install.md").read_text()
-    section = text.split("## Uninstalling and keeping your TrainJobs", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
-    (block,) = [b for b in blocks if "kubectl" in b and "delete" in b]
-    return block.replace("\\\n", " ")
-
-
 def _deleted(script: str) -> set[tuple[str, str | None, str]]:
     """(kind, namespace, name) of each object the `kubectl delete` commands of script delete."""
     deleted = set()
@@ -158,7 +151,7 @@ def test_documented_kustomize_uninstall_leaves_only_the_crd_and_the_trainjobs(ku
     expected.add(("Lease", namespace, env["MWMS_LEADER_ELECTION_LEASE_NAME"]))
     crds = {o for o in expected if o[0] == "CustomResourceDefinition"}
     assert crds
-    script = _documented_kustomize_uninstall()
+    script = kustomize_uninstall_script()
     deleted = _deleted(script)
     assert not crds & deleted, "the documented uninstall deletes the CRD, and with it every TrainJob"
     assert expected - crds <= deleted, f"left behind: {sorted(expected - crds - deleted)}"
