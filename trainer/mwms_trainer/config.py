@@ -176,9 +176,7 @@ def load(environ: Mapping[str, str]) -> Settings:
     tracking_uri = environ.get(names.ENV_TRACKING_URI, "").strip()
     if not tracking_uri:
         # Checked on every worker, so the whole group fails the same way before anything starts.
-        raise ConfigError(
-            names.ENV_TRACKING_URI, "is not set; the chief logs the run and the model there"
-        )
+        raise ConfigError(names.ENV_TRACKING_URI, "is not set; the chief logs the run and the model there")
     return Settings(
         cluster=cluster,
         trainer=trainer,
@@ -194,8 +192,7 @@ def load(environ: Mapping[str, str]) -> Settings:
         startup_timeout_seconds=_env_number(
             environ, names.ENV_STARTUP_TIMEOUT, DEFAULT_STARTUP_TIMEOUT_SECONDS, 1
         ),
-        termination_log=environ.get(names.ENV_TERMINATION_LOG, "").strip()
-        or names.TERMINATION_MESSAGE_PATH,
+        termination_log=environ.get(names.ENV_TERMINATION_LOG, "").strip() or names.TERMINATION_MESSAGE_PATH,
         threads=cpus.thread_count(environ),
         peer_wait_seconds=peer_wait_seconds(environ),
     )

@@ -55,4 +55,3 @@ def summary_fields(value: Any, log_text: Callable[[str, str], str | None]) -> di
             f"operator's) to return up to 1 MiB, or {KEEP_IT_SMALL}"
         )
     return {termination.RESULT_ARTIFACT: uri, termination.RESULT_BYTES: size}
-
