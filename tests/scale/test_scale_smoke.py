@@ -36,19 +36,17 @@ def load_run() -> Any:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from conftest import cluster_subnet_index, platform_problem
-
+def env(tmp_path_factory: pytest.TempPathFactory, cluster_platform: None, subnet_index: int) -> Any:
+    # (tests/conftest.py's fixtures, not an import of it: in a session that also runs tests/unit, the module
+    # named `conftest` may be another folder's)
     from mwms_dev.kwok import build
 
-    if problem := platform_problem():
-        pytest.skip(problem)
     run = load_run()
     build()  # before the control plane starts: a cold build in the background may take minutes
     # The integration tier's cluster runs beside this lane on the session's index (+10, +20, +30 are its
     # spare, node and README clusters): +5 is free.
     with run.ScaleEnv(
-        state_dir=tmp_path_factory.mktemp("scale"), subnet_index=cluster_subnet_index() + 5, nodes=NODES
+        state_dir=tmp_path_factory.mktemp("scale"), subnet_index=subnet_index + 5, nodes=NODES
     ) as scale:
         yield run, scale
 
