@@ -95,7 +95,8 @@ def in_parallel(*runs: tuple) -> list[int]:
 def start_shared_cluster() -> tuple[subprocess.Popen[bytes], Path | None]:
     """The integration tier's shared cluster (tests/support/shards.py serve); its ready file, or None with
     the reason printed when it did not come up."""
-    ready = RESULTS / "shared-cluster.json"
+    ready = TEMP_ROOT / "shared-cluster.json"  # beside its state, not among the tier reports in RESULTS
+    ready.parent.mkdir(parents=True, exist_ok=True)
     ready.unlink(missing_ok=True)
     argv = [
         sys.executable, str(REPO / "tests" / "support" / "shards.py"), "serve",
@@ -115,6 +116,7 @@ def start_shared_cluster() -> tuple[subprocess.Popen[bytes], Path | None]:
         time.sleep(1)
     if ready.exists():
         return owner, ready
+    stop(owner)  # one that is still starting would hold the node the unsharded run needs
     say(f"[cluster] the shared cluster did not come up; the end of its log:\n{log_path.read_text()[-3000:]}")
     return owner, None
 
@@ -186,8 +188,6 @@ def merged_tiers() -> dict[str, dict[str, float]]:
     """Every run's tier counts added up (the integration tier comes from three runs)."""
     tiers: dict[str, dict[str, float]] = {}
     for report in sorted(RESULTS.glob("*.json")):
-        if report.name == "shared-cluster.json":
-            continue
         for tier, count in json.loads(report.read_text()).items():
             if tier not in tiers:
                 tiers[tier] = dict(count)

@@ -33,7 +33,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     dropped = [item for item in ours if shards[str(item.path.relative_to(HERE))] != shard]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if item not in set(dropped)]
+        kept = set(items) - set(dropped)
+        items[:] = [item for item in items if item in kept]
 
 
 @pytest.fixture(scope="package")

@@ -25,12 +25,13 @@ import signal
 import sys
 import threading
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 SHARDS = ("a", "b")
-# Seconds each module took in a full run on 2 cores (tests/integration/...); a module missing here weighs
-# DEFAULT_WEIGHT. Stale figures only unbalance the shards, they never drop a module.
+# Seconds each module takes on 2 cores (tests/integration/...), estimated from the slowest tests of earlier
+# full runs; each run's build/test-results/integration-*.xml has the measured times to refine them. A module
+# missing here weighs DEFAULT_WEIGHT. Stale figures only unbalance the shards, they never drop a module.
 WEIGHTS = {
     "operator/test_operator_jobs.py": 330,
     "operator/test_operator_chaos_short.py": 270,
@@ -81,8 +82,8 @@ def namespace_name(prefix: str) -> str:
 
 def watched_namespaces() -> str | None:
     """What an operator of this shard watches (a glob of its namespaces), or None: all of them."""
-    shard = current_shard()
-    return f"{shard}-*" if shard else None
+    prefix = namespace_prefix()
+    return f"{prefix}*" if prefix else None
 
 
 def assign(modules: list[str]) -> dict[str, str]:
@@ -132,8 +133,7 @@ def serve(state_dir: Path, subnet_index: int, ready_file: Path) -> int:
             cluster.kubeconfig, cluster.server, cluster.ca_file, cluster.pod_api_host, cluster.pod_api_port,
             node.images(),
         )  # fmt: skip
-        ready_file.write_text(json.dumps({**attached.__dict__, "kubeconfig": str(attached.kubeconfig),
-                                          "ca_file": str(attached.ca_file)}))  # fmt: skip
+        ready_file.write_text(json.dumps(asdict(attached), default=str))  # Paths as strings
         print(f"shared cluster ready: {ready_file}", file=sys.stderr, flush=True)
         stopping.wait()
     shutil.rmtree(cluster.state_dir / "nodes", ignore_errors=True)  # unpacked images, pods' files: GBs

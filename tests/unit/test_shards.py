@@ -107,7 +107,6 @@ def test_the_runner_adds_up_a_tier_that_several_sessions_ran(tmp_path, monkeypat
     (tmp_path / "integration-a.json").write_text(json.dumps({"integration": count}))
     later = {**count, "passed": 2, "failed": 0, "started": 130.0, "ended": 400.0}
     (tmp_path / "integration-b.json").write_text(json.dumps({"integration": later, "controlplane": count}))
-    (tmp_path / "shared-cluster.json").write_text(json.dumps({"kubeconfig": "/x"}))  # not a tier report
     tiers = run_tests.merged_tiers()
     assert tiers["integration"] == {**count, "passed": 5, "failed": 1, "started": 100.0, "ended": 400.0}
     assert tiers["controlplane"] == count
