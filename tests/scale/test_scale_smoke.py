@@ -7,18 +7,15 @@ watch's counting is checked on its own in test_scale_watch.py."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
+from support import modules
 
 # func_only: the fixture may wait on a cold KWOK build in `make test`'s background (hack/build-kwok.sh's
 # lock), bounded by mwms_dev.kwok.build's own timeout; the test itself takes ~1 minute, 2 at load ~14.
 pytestmark = [pytest.mark.scale, pytest.mark.timeout(600, func_only=True)]
 
-REPO = Path(__file__).resolve().parents[2]
 REPLICAS = 4
 NODES = 100
 # class -> number of 4-worker jobs: 250 jobs, 1,000 workers
@@ -27,12 +24,7 @@ FAILURE = "failed: simulated: the loss went to NaN"
 
 
 def load_run() -> Any:
-    spec = importlib.util.spec_from_file_location("mwms_scale_run", REPO / "bench" / "scale" / "run.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["mwms_scale_run"] = module
-    spec.loader.exec_module(module)
-    return module
+    return modules.load("mwms_scale_run", "bench/scale/run.py")
 
 
 @pytest.fixture(scope="module")

@@ -4,24 +4,15 @@ made by hand, no cluster."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from support import modules
 
 
 @pytest.fixture(scope="module")
 def watch() -> Any:
-    spec = importlib.util.spec_from_file_location("mwms_scale_watch", REPO / "bench" / "scale" / "watch.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["mwms_scale_watch"] = module
-    spec.loader.exec_module(module)
-    return module
+    return modules.load("mwms_scale_watch", "bench/scale/watch.py")
 
 
 def watcher(watch: Any, *pods: tuple[str, str, str, float, float | None, float | None]) -> Any:

@@ -3,22 +3,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 from static_support import REPO
+from support import modules
 
 pytestmark = pytest.mark.static
 
 
 def _chaos_run():
-    spec = importlib.util.spec_from_file_location("mwms_chaos_run", REPO / "bench" / "chaos" / "run.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return modules.load("mwms_chaos_run", "bench/chaos/run.py")
 
 
 def test_the_committed_doc_has_its_hand_written_part():

@@ -4,7 +4,6 @@ in both shard processes, namespaces and operators kept apart by the shard's pref
 from __future__ import annotations
 
 import fnmatch
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import shards
+from support import modules, shards
 
 REPO = Path(__file__).resolve().parents[2]
 INTEGRATION = REPO / "tests" / "integration"
@@ -94,10 +93,7 @@ def test_the_two_shards_collect_every_test_of_the_tier_once():
 
 
 def run_tests_module():
-    spec = importlib.util.spec_from_file_location("run_tests", REPO / "hack" / "run-tests.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return modules.load("run_tests", "hack/run-tests.py")
 
 
 def test_the_runner_adds_up_a_tier_that_several_sessions_ran(tmp_path, monkeypatch):

@@ -5,25 +5,17 @@ twice; nothing in status is lost or repeated. The seed is fixed, so CI draws the
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
 
 import pytest
+from support import modules
 from support.shards import namespace_prefix
 
 pytestmark = pytest.mark.integration
 
-EXPERIMENTS = Path(__file__).resolve().parents[3] / "bench" / "chaos" / "experiments.py"
-
 
 def load_experiments():
-    spec = importlib.util.spec_from_file_location("mwms_chaos_experiments", EXPERIMENTS)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return modules.load("mwms_chaos_experiments", "bench/chaos/experiments.py")
 
 
 @pytest.fixture(scope="module")
