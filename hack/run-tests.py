@@ -8,9 +8,9 @@ KWOK, promtool) and the MLflow-with-boto3 environment are built meanwhile, at th
 (its tf tier waits for SeaweedFS); those tests wait on the build's lock (hack/build-*.sh), not on a guess.
 
 The cluster lane starts one shared cluster (a control plane and the real node) and runs the integration tier
-on it in two shards side by side, each in its own namespaces with its own operators (tests/support/shards.py),
-then the tests marked `exclusive` alone; it stops that cluster and runs the node and e2e tiers, which start
-their own. `--shards 1` runs the integration tier as one pytest session instead.
+on it in three shards side by side, each in its own namespaces with its own operators
+(tests/support/shards.py), then the tests marked `exclusive` alone; it stops that cluster and runs the node
+and e2e tiers, which start their own. `--shards 1` runs the integration tier as one pytest session instead.
 
 Each pytest run's output is streamed with its name in front and kept in build/test-results/<run>.log; each
 writes its tiers' counts (tests/support/tiers.py) to build/test-results/<run>.json. Exit status: 0 only if
@@ -132,7 +132,7 @@ def stop(owner: subprocess.Popen[bytes]) -> None:
 
 
 def integration_tier(pytest_args: list[str]) -> int:
-    """Two shards side by side on one shared cluster, then the `exclusive` tests alone on it."""
+    """The shards side by side on one shared cluster, then the `exclusive` tests alone on it."""
     owner, ready = start_shared_cluster()
     try:
         if ready is None:  # the tier's own fixtures then start (or, outside CI, skip) with the reason

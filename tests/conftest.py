@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from support.shards import current_shard, namespace_name
+from support.shards import namespace_name, spare_subnet_offset
 from support.tiers import TierReport
 
 
@@ -170,9 +170,9 @@ def subnet_index() -> int:
 
 @pytest.fixture(scope="session")
 def spare_subnet_index() -> int:
-    """A subnet index for a test's own extra cluster, next to the session's (shard b's is 5 further, so the
-    integration tier's two shards never start one on the same bridge)."""
-    return cluster_subnet_index() + 10 + (5 if current_shard() == "b" else 0)
+    """A subnet index for a test's own extra cluster, next to the session's (each integration shard has its
+    own, so two shards never start one on the same bridge)."""
+    return cluster_subnet_index() + spare_subnet_offset()
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -1,14 +1,14 @@
-"""The integration tier split in two shards that run side by side on one shared cluster (hack/run-tests.py).
+"""The integration tier split in shards that run side by side on one shared cluster (hack/run-tests.py).
 
 Why: the tier mostly waits on pods and API servers, and one real node runs per machine (kube-proxy's nftables
-tables have fixed names), so two pytest processes share one cluster instead of each starting its own.
+tables have fixed names), so the shards' pytest processes share one cluster instead of each starting its own.
 
 How they keep out of each other's way:
 - `MWMS_TEST_CLUSTER` names the JSON file the shared cluster's owner wrote (`python tests/support/shards.py
   serve`): the tier's `cluster` fixture attaches to it instead of starting one (AttachedCluster).
-- `MWMS_TEST_SHARD` (`a` or `b`) puts every namespace a test makes under `<shard>-` (namespace_name) and every
-  operator the test kit starts on those namespaces only (`MWMS_WATCH_NAMESPACES=<shard>-*`, unless the test
-  sets its own), so neither shard's operators touch the other's TrainJobs.
+- `MWMS_TEST_SHARD` (`a`, `b` or `c`) puts every namespace a test makes under `<shard>-` (namespace_name) and
+  every operator the test kit starts on those namespaces only (`MWMS_WATCH_NAMESPACES=<shard>-*`, unless the
+  test sets its own), so no shard's operators touch another's TrainJobs.
 - Each module goes to one shard (assign: longest first by the weights below, each to the lighter shard). A
   module marked `exclusive` (it changes what every job shares: it deletes the CRD) runs alone afterwards.
 Without those variables (plain `pytest tests/integration`) nothing changes: one cluster, cluster-wide
@@ -28,35 +28,36 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-SHARDS = ("a", "b")
-# Seconds each module takes on 2 cores (tests/integration/...), estimated from the slowest tests of earlier
-# full runs; each run's build/test-results/integration-*.xml has the measured times to refine them. A module
-# missing here weighs DEFAULT_WEIGHT. Stale figures only unbalance the shards, they never drop a module.
+SHARDS = ("a", "b", "c")
+# Seconds each module took on 2 cores (tests/integration/...) in a warm run of the whole suite (2026-12-05,
+# two shards beside the compute lane): each run's build/test-results/integration-*.xml has the measured times
+# to refine them. A module missing here weighs DEFAULT_WEIGHT. Stale figures only unbalance the shards, they
+# never drop a module.
 WEIGHTS = {
-    "operator/test_operator_jobs.py": 330,
-    "operator/test_operator_chaos_short.py": 270,
-    "operator/test_operator_submit.py": 260,
-    "operator/test_operator_outcomes.py": 170,
-    "operator/test_operator_leader.py": 120,
-    "operator/test_operator_refusals.py": 120,
-    "operator/test_operator_kueue.py": 120,
-    "operator/test_operator_hostile.py": 90,
-    "operator/test_operator_lifecycle.py": 90,
-    "operator/test_operator_object_storage.py": 80,
-    "operator/test_client_install.py": 70,
-    "operator/test_operator_startup.py": 60,
-    "operator/test_operator_tracking.py": 60,
-    "operator/test_operator_worker_logs.py": 60,
-    "operator/test_operator_load_short.py": 50,
+    "operator/test_operator_chaos_short.py": 259,
+    "operator/test_operator_jobs.py": 230,
+    "operator/test_operator_outcomes.py": 157,
+    "operator/test_operator_submit.py": 121,
+    "operator/test_operator_refusals.py": 104,
+    "operator/test_operator_kueue.py": 98,
+    "operator/test_operator_lifecycle.py": 89,
+    "operator/test_operator_tracking.py": 86,
+    "operator/test_operator_leader.py": 85,
+    "operator/test_operator_worker_logs.py": 70,
+    "operator/test_client_install.py": 67,
+    "operator/test_operator_object_storage.py": 56,
     "operator/test_operator_rbac_modes.py": 50,
-    "operator/test_client_on_the_node.py": 50,
-    "operator/test_client_never_hangs.py": 40,
-    "controlplane/test_controlplane.py": 40,
-    "operator/test_operator_security.py": 40,
-    "operator/test_operator_crd.py": 20,
-    "operator/test_operator_namespaces.py": 20,
-    "client/test_client_api_server.py": 30,
-    "monitoring/test_monitoring_live.py": 20,
+    "operator/test_operator_hostile.py": 44,
+    "operator/test_operator_load_short.py": 44,
+    "operator/test_operator_security.py": 32,
+    "operator/test_operator_startup.py": 27,
+    "client/test_client_api_server.py": 24,
+    "operator/test_client_never_hangs.py": 16,
+    "controlplane/test_controlplane.py": 14,
+    "monitoring/test_monitoring_live.py": 14,
+    "operator/test_client_on_the_node.py": 11,
+    "operator/test_operator_namespaces.py": 9,
+    "operator/test_operator_crd.py": 7,
 }
 DEFAULT_WEIGHT = 60
 
@@ -78,6 +79,16 @@ def namespace_prefix() -> str:
 def namespace_name(prefix: str) -> str:
     """A fresh namespace name, under this shard's prefix when sharded."""
     return f"{namespace_prefix()}{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+# A test's own extra cluster goes on the session's subnet index + this, one bridge per shard (the node tier
+# takes +20, the README test +30, the scale smoke test +5).
+SPARE_SUBNET_OFFSETS = {"": 10, "a": 10, "b": 15, "c": 25}
+
+
+def spare_subnet_offset() -> int:
+    """Where this shard's spare cluster goes, relative to the session's subnet index."""
+    return SPARE_SUBNET_OFFSETS[current_shard()]
 
 
 def watched_namespaces() -> str | None:

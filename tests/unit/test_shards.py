@@ -1,5 +1,5 @@
 """The integration tier's shards (tests/support/shards.py): every module in exactly one shard, the same split
-in both shard processes, namespaces and operators kept apart by the shard's prefix."""
+in every shard process, namespaces and operators kept apart by the shard's prefix."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_unsharded_nothing_changes(monkeypatch):
 
 
 def test_an_unknown_shard_is_refused(monkeypatch):
-    monkeypatch.setenv("MWMS_TEST_SHARD", "c")
+    monkeypatch.setenv("MWMS_TEST_SHARD", "d")
     with pytest.raises(ValueError, match="MWMS_TEST_SHARD"):
         shards.current_shard()
 
@@ -85,11 +85,21 @@ def collected(shard: str | None) -> set[str]:
     return {line for line in done.stdout.splitlines() if line.startswith("tests/integration/")}
 
 
-def test_the_two_shards_collect_every_test_of_the_tier_once():
-    whole, a, b = collected(None), collected("a"), collected("b")
-    assert whole and a and b
-    assert a | b == whole
-    assert not a & b
+def test_the_shards_together_collect_every_test_of_the_tier_once():
+    whole = collected(None)
+    parts = [collected(shard) for shard in shards.SHARDS]
+    assert whole and all(parts)
+    assert set().union(*parts) == whole
+    assert sum(len(part) for part in parts) == len(whole)
+
+
+def test_each_shard_starts_its_spare_clusters_on_a_bridge_of_its_own(monkeypatch):
+    offsets = set()
+    for shard in shards.SHARDS:
+        monkeypatch.setenv("MWMS_TEST_SHARD", shard)
+        offsets.add(shards.spare_subnet_offset())
+    # Not on the node tier's (+20), the README test's (+30) or the scale smoke test's (+5) bridge either.
+    assert len(offsets) == len(shards.SHARDS) and not offsets & {0, 5, 20, 30}
 
 
 def run_tests_module():
