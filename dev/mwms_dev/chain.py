@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from mwms_contract.names import API_VERSION, LABEL_JOB_NAME, MLFLOW_TAG_JOB_UID, PLURAL
+from mwms_contract.status import TrainJobStatus
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "mwms-operator"
@@ -108,16 +109,16 @@ class Chain:
             job = self.kubectl_json(
                 "wait", "get", f"{PLURAL}.{API_VERSION.split('/')[0]}", name, "-n", self.job_namespace
             )
-            status = job.get("status") or {}
-            phase = status.get("phase")
+            status = TrainJobStatus.of(job)
+            phase = status.phase
             if phase != last_phase:
-                self.log(f"[wait] phase {phase} {json.dumps(status.get('progress') or {})}")
+                progress = status.progress.to_dict() if status.progress else {}
+                self.log(f"[wait] phase {phase} {json.dumps(progress)}")
                 last_phase = phase
             if phase == "Failed":
-                raise ChainError(
-                    f"wait: trainjob/{name} Failed: {json.dumps(status.get('conditions'), indent=1)}"
-                )
-            if _condition_true(status, "Succeeded"):
+                conditions = [c.to_dict() for c in status.conditions]
+                raise ChainError(f"wait: trainjob/{name} Failed: {json.dumps(conditions, indent=1)}")
+            if status.holds("Succeeded"):
                 # The same check users run, so the documented command is proven too.
                 self.run(
                     "wait",
@@ -229,10 +230,6 @@ class Chain:
             raise ChainError(f"uninstall: left behind {left}")
 
 
-def _condition_true(status: dict, kind: str) -> bool:
-    return any(c.get("type") == kind and c.get("status") == "True" for c in status.get("conditions") or [])
-
-
 # -- MLflow checks (REST API, as users and the kind workflow do) ---------------------------------------------
 def mlflow_get(base_url: str, path: str, params: dict | None = None, timeout: float = 10) -> dict:
     url = f"{base_url.rstrip('/')}/api/2.0/mlflow/{path}"
@@ -272,9 +269,10 @@ def logged_models_of_run(base_url: str, experiment_id: str, run_id: str) -> list
 def check_mlflow(base_url: str, job: dict) -> dict:
     """One run tagged with the job's uid, with params and per-epoch metrics, and one logged model."""
     uid = job["metadata"]["uid"]
-    status_mlflow = (job.get("status") or {}).get("mlflow") or {}
-    if not status_mlflow.get("runId") or not status_mlflow.get("modelUri"):
-        raise ChainError(f"mlflow: status.mlflow lacks runId/modelUri: {status_mlflow}")
+    status_mlflow = TrainJobStatus.of(job).mlflow
+    if status_mlflow is None or not status_mlflow.run_id or not status_mlflow.model_uri:
+        shown = status_mlflow.to_dict() if status_mlflow else None
+        raise ChainError(f"mlflow: status.mlflow lacks runId/modelUri: {shown}")
     try:
         runs = runs_of_job(base_url, uid)
     except (urllib.error.URLError, OSError) as exc:
@@ -283,8 +281,8 @@ def check_mlflow(base_url: str, job: dict) -> dict:
         raise ChainError(f"mlflow: expected one run tagged {MLFLOW_TAG_JOB_UID}={uid}, found {len(runs)}")
     run = runs[0]
     run_id = run["info"]["run_id"]
-    if run_id != status_mlflow["runId"]:
-        raise ChainError(f"mlflow: status.mlflow.runId {status_mlflow['runId']} is not the run {run_id}")
+    if run_id != status_mlflow.run_id:
+        raise ChainError(f"mlflow: status.mlflow.runId {status_mlflow.run_id} is not the run {run_id}")
     params = {p["key"]: p["value"] for p in run["data"].get("params", [])}
     metrics = {m["key"]: m["value"] for m in run["data"].get("metrics", [])}
     history = mlflow_get(base_url, "metrics/get-history", {"run_id": run_id, "metric_key": "loss"})
@@ -294,7 +292,7 @@ def check_mlflow(base_url: str, job: dict) -> dict:
     return {
         "runId": run_id,
         "experimentId": run["info"]["experiment_id"],
-        "modelUri": status_mlflow["modelUri"],
+        "modelUri": status_mlflow.model_uri,
         "params": params,
         "metrics": metrics,
         "lossHistory": [m["value"] for m in history.get("metrics", [])],
