@@ -92,9 +92,16 @@ class RunWatch:
         if status.phase == RUNNING:
             self.queue.add_after(key, self.config.progress_interval_seconds)
             await self._progress(key, body, spec, status)
-        elif status.phase in TERMINAL and not status.holds(MLFLOW_RUN_ENDED):
+        elif status.phase in TERMINAL and not status.holds(MLFLOW_RUN_ENDED) and not self._run_ended(key):
             await self._end_run(key, spec, status)
         # Otherwise (pending, restarting, suspended): no polling until it runs again.
+
+    def _run_ended(self, key: JobKey) -> bool:
+        """A look already ended the run or found it ended. A second look (a poll queued while the job ran)
+        before the decision has written that would find the run the operator ended no longer RUNNING, and
+        credit the chief with it."""
+        said = self._said.get(key, {}).get(MLFLOW_RUN_ENDED)
+        return said is not None and said.status
 
     async def _progress(
         self, key: JobKey, body: Mapping[str, Any], spec: TrainJobSpec, status: TrainJobStatus
