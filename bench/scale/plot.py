@@ -1,5 +1,6 @@
 """The scale bench's plot (bench/scale_bench.py): how each cost of a create burst grows with the number of
-worker pods, one point per size run (bench/results/scale.json)."""
+worker pods, one point per size run (bench/results/scale.json); training-operator's runs, where there are
+any, beside ours (dashed, square markers)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ BURST = {
 }
 
 
-def plot(results: dict[str, Any], path: Path) -> str | None:
-    """The sizes' figures against their number of pods, as a PNG at `path`; None, or why there is none."""
+def plot(results: dict[str, Any], path: Path, peer: dict[str, Any] | None = None) -> str | None:
+    """Ours' (and the peer's) figures against their number of pods, as a PNG at `path`; None, or why there is
+    none."""
     try:
         import matplotlib
 
@@ -24,21 +26,24 @@ def plot(results: dict[str, Any], path: Path) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed: no plot"
-    runs = sorted(results.values(), key=lambda r: r["params"]["pods"])
-    pods = [r["params"]["pods"] for r in runs]
-    figure, axes = plt.subplots(1, 4, figsize=(18, 4))
-    for key, label in BURST.items():
-        axes[0].plot(pods, [r["burst"][key].get("p95") for r in runs], marker="o", label=label)
-    for key in ("total", "writes"):
-        axes[1].plot(pods, [r["api"]["operator_per_job"][key] for r in runs], marker="o", label=key)
-    rss = [r["burst"]["footprint_all_running"]["rss_mib"] for r in runs]
-    axes[2].plot(pods, rss, marker="o", label="RSS, all Running")
-    cpu = [r["burst"]["operator_cpu_s"] / r["burst"]["jobs"] * 1000 for r in runs]
-    axes[3].plot(pods, cpu, marker="o", label="burst, per 1,000 jobs")
+    figure, axes = plt.subplots(1, 4, figsize=(20, 4.5))
+    for name, entries, style in (("", results, "-o"), (" (training-operator)", peer or {}, "--s")):
+        runs = sorted(entries.values(), key=lambda r: r["params"]["pods"])
+        if not runs:
+            continue
+        pods = [r["params"]["pods"] for r in runs]
+        for key, label in BURST.items():
+            axes[0].plot(pods, [r["burst"][key].get("p95") for r in runs], style, label=label + name)
+        for key in ("total", "writes"):
+            axes[1].plot(pods, [r["api"]["operator_per_job"][key] for r in runs], style, label=key + name)
+        rss = [r["burst"]["footprint_all_running"]["rss_mib"] for r in runs]
+        axes[2].plot(pods, rss, style, label="RSS, all Running" + name)
+        cpu = [r["burst"]["operator_cpu_s"] / r["burst"]["jobs"] * 1000 for r in runs]
+        axes[3].plot(pods, cpu, style, label="burst, per 1,000 jobs" + name)
     titles = ("create burst", "operator API requests", "operator RSS", "operator CPU")
     for ax, title, unit in zip(axes, titles, ("seconds", "per job", "MiB", "CPU-seconds"), strict=True):
         ax.set(xlabel="worker pods", ylabel=unit, title=title, xscale="log", ylim=(0, None))
-        ax.legend()
+        ax.legend(fontsize="small")
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     return None
