@@ -32,14 +32,16 @@ def plot(results: dict[str, Any], path: Path, peer: dict[str, Any] | None = None
         if not runs:
             continue
         pods = [r["params"]["pods"] for r in runs]
-        for key, label in BURST.items():
-            axes[0].plot(pods, [r["burst"][key].get("p95") for r in runs], style, label=label + name)
-        for key in ("total", "writes"):
-            axes[1].plot(pods, [r["api"]["operator_per_job"][key] for r in runs], style, label=key + name)
+        for i, (key, label) in enumerate(BURST.items()):  # a figure's colour is the same for both operators
+            p95 = [r["burst"][key].get("p95") for r in runs]
+            axes[0].plot(pods, p95, style, color=f"C{i}", label=label + name)
+        for i, key in enumerate(("total", "writes")):
+            per_job = [r["api"]["operator_per_job"][key] for r in runs]
+            axes[1].plot(pods, per_job, style, color=f"C{i}", label=key + name)
         rss = [r["burst"]["footprint_all_running"]["rss_mib"] for r in runs]
-        axes[2].plot(pods, rss, style, label="RSS, all Running" + name)
+        axes[2].plot(pods, rss, style, color="C0", label="RSS, all Running" + name)
         cpu = [r["burst"]["operator_cpu_s"] / r["burst"]["jobs"] * 1000 for r in runs]
-        axes[3].plot(pods, cpu, style, label="burst, per 1,000 jobs" + name)
+        axes[3].plot(pods, cpu, style, color="C0", label="burst, per 1,000 jobs" + name)
     titles = ("create burst", "operator API requests", "operator RSS", "operator CPU")
     for ax, title, unit in zip(axes, titles, ("seconds", "per job", "MiB", "CPU-seconds"), strict=True):
         ax.set(xlabel="worker pods", ylabel=unit, title=title, xscale="log", ylim=(0, None))
