@@ -66,6 +66,7 @@ WRITES = ("create", "update", "patch", "delete", "deletecollection", "post", "pu
 STAGE_KEYS = ("burst", "api", "churn", "storm")  # an entry's figures by stage
 DEFAULT_LABEL = "{pods}p-{nodes}n-{replicas}r"
 PEER_SUFFIX = "-training-operator"  # the default label of a run of training-operator in place of ours
+BESIDE_SUFFIX = "-beside-training-operator"  # the --label of ours run right after it, for the plot
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -340,10 +341,10 @@ def save(label: str, out: dict[str, Any], *, partial: bool) -> None:
     # the sizes' own runs, not a comparison's (another --label); ours, and training-operator's beside them
     sizes = {
         suffix: {k: v for k, v in results.items() if k == DEFAULT_LABEL.format(**v["params"]) + suffix}
-        for suffix in ("", PEER_SUFFIX)
+        for suffix in ("", PEER_SUFFIX, BESIDE_SUFFIX)
     }
-    ours, peer = ({k: v for k, v in runs.items() if "api" in v} for runs in sizes.values())
-    out["plot"] = plots.plot(ours, PLOT, peer) or str(PLOT.relative_to(HERE.parent))
+    ours, peer, beside = ({k: v for k, v in runs.items() if "api" in v} for runs in sizes.values())
+    out["plot"] = plots.plot(ours, PLOT, peer, beside) or str(PLOT.relative_to(HERE.parent))
     RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     progress(written=str(RESULTS), plot=out["plot"])
 

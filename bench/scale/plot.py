@@ -1,6 +1,6 @@
 """The scale bench's plot (bench/scale_bench.py): how each cost of a create burst grows with the number of
 worker pods, one point per size run (bench/results/scale.json); training-operator's runs, where there are
-any, beside ours (dashed, square markers)."""
+any (dashed, squares), and ours run right after them (dotted, crosses), beside ours."""
 
 from __future__ import annotations
 
@@ -16,9 +16,14 @@ BURST = {
 }
 
 
-def plot(results: dict[str, Any], path: Path, peer: dict[str, Any] | None = None) -> str | None:
-    """Ours' (and the peer's) figures against their number of pods, as a PNG at `path`; None, or why there is
-    none."""
+def plot(
+    results: dict[str, Any],
+    path: Path,
+    peer: dict[str, Any] | None = None,
+    beside: dict[str, Any] | None = None,
+) -> str | None:
+    """Ours' figures against their number of pods, the peer's and ours' runs beside the peer's (back to back)
+    where given, as a PNG at `path`; None, or why there is none."""
     try:
         import matplotlib
 
@@ -27,7 +32,12 @@ def plot(results: dict[str, Any], path: Path, peer: dict[str, Any] | None = None
     except ImportError:
         return "matplotlib is not installed: no plot"
     figure, axes = plt.subplots(1, 4, figsize=(20, 4.5))
-    for name, entries, style in (("", results, "-o"), (" (training-operator)", peer or {}, "--s")):
+    series = (
+        ("", results, "-o"),
+        (" (training-operator)", peer or {}, "--s"),
+        (" (ours beside it)", beside or {}, ":x"),
+    )
+    for name, entries, style in series:
         runs = sorted(entries.values(), key=lambda r: r["params"]["pods"])
         if not runs:
             continue
