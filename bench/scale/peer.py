@@ -10,8 +10,8 @@ under the same name (a kubelet would restart its container; KWOK's pods do not),
 restarts the lost worker there too, that worker alone, where ours restarts its whole group.
 
 The pod watch follows training.kubeflow.org/job-name and /replica-index; a restart is a new uid of the same
-pod name (watch.Keys with no restart label). A TFJob's phase is its newest true condition among Created,
-Running, Restarting, Succeeded and Failed (Created reads as ours' Pending)."""
+pod name (watch.Keys with no restart label). A TFJob's phase is the furthest of its true conditions: Failed,
+Succeeded, Restarting, Running, then Created (read as ours' Pending)."""
 
 from __future__ import annotations
 
