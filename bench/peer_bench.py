@@ -300,6 +300,31 @@ def copy_peer_cert(core: kubernetes.client.CoreV1Api, stop: threading.Event) -> 
             return
 
 
+def build_peer() -> Path:
+    """The install directory of training-operator PEER_VERSION (bin/, crds/), built on first use."""
+    return Path(
+        subprocess.run(
+            ["bash", str(REPO / "hack" / "build-training-operator.sh")],
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "TRAINING_OPERATOR_VERSION": PEER_VERSION},
+        ).stdout.strip()
+    )
+
+
+def peer_argv(peer_dir: Path, metrics_port: int, probe_port: int) -> list[str]:
+    """training-operator with the TFJob controller only, its defaults otherwise, on local ports."""
+    return [
+        str(peer_dir / "bin" / "training-operator.v1"),
+        "--enable-scheme=tfjob",
+        f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+        f"--health-probe-bind-address=127.0.0.1:{probe_port}",
+        f"--webhook-server-port={free_port()}",
+        "--zap-log-level=" + os.environ.get("MWMS_BENCH_PEER_LOG_LEVEL", "error"),
+    ]
+
+
 def http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
@@ -364,15 +389,7 @@ def main() -> None:
     if not stages <= set(STAGES):
         parser.error(f"--stages: unknown {', '.join(sorted(stages - set(STAGES)))}")
 
-    peer_dir = Path(
-        subprocess.run(
-            ["bash", str(REPO / "hack" / "build-training-operator.sh")],
-            check=True,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "TRAINING_OPERATOR_VERSION": PEER_VERSION},
-        ).stdout.strip()
-    )
+    peer_dir = build_peer()
     result: dict[str, Any] = {
         "what": "mwms-operator and training-operator "
         + PEER_VERSION
@@ -426,14 +443,7 @@ def main() -> None:
             procs.append(ours)
             probe = free_port()
             peer = subprocess.Popen(
-                [
-                    str(peer_dir / "bin" / "training-operator.v1"),
-                    "--enable-scheme=tfjob",
-                    f"--metrics-bind-address=127.0.0.1:{free_port()}",
-                    f"--health-probe-bind-address=127.0.0.1:{probe}",
-                    f"--webhook-server-port={free_port()}",
-                    "--zap-log-level=" + os.environ.get("MWMS_BENCH_PEER_LOG_LEVEL", "error"),
-                ],
+                peer_argv(peer_dir, free_port(), probe),
                 env={**os.environ, "KUBECONFIG": str(kubeconfig)},
                 cwd=tmp,
                 stdout=open(logs / "training-operator.log", "wb"),  # noqa: SIM115

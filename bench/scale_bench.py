@@ -2,24 +2,30 @@
 the API server, etcd, scheduler and controller manager are real, the operator is ours, as a local process.
 
     .venv/bin/python bench/scale_bench.py [--pods 1000] [--nodes 100] [--replicas 4] [--subnet-index 21]
-        [--churn-rate 2] [--churn-seconds 60] [--fit 15s] [--label NAME]
+        [--churn-rate 2] [--churn-seconds 60] [--fit 15s] [--label NAME] [--operator training-operator]
+
+--operator training-operator runs Kubeflow's training-operator v1.8.1 (TFJob) through the same stages in
+place of ours, one operator at a time (bench/scale/peer.py; what each stage asks of an operator:
+bench/scale/operators.py); its entry's label ends in -training-operator.
 
 Stages, in one cluster, each in its own namespace:
 1. create burst: pods/replicas jobs created at once (8 client threads). Per job: create -> all its pods
    exist (the operator's time), -> all bound (the scheduler's), -> all Running (KWOK's), p50/p95/max; then
    to all Succeeded after --fit, and the namespace's deletion.
-2. API cost: the operator's own requests (mwms_api_requests_total) per job lifecycle of stage 1 by verb and
-   resource, and the API server's apiserver_request_total over the same time (every client: the metric has
-   no user label).
+2. API cost: the operator's own requests (mwms_api_requests_total by verb and resource; training-operator's
+   rest_client_requests_total by method and code) per job lifecycle of stage 1, and the API server's
+   apiserver_request_total over the same time (every client: the metric has no user label).
 3. steady churn: --churn-rate jobs a second for --churn-seconds, each Succeeding after --fit and deleted
-   by its TTL; jobs reconciled a second, work-queue latency and depth (mwms_workqueue_*), all jobs gone at
-   the end.
+   by its TTL; jobs reconciled a second, work-queue latency and depth (mwms_workqueue_*; the peer's
+   controller-runtime workqueue_*), all jobs gone at the end.
 4. failure storm: pods/replicas running jobs, then one worker of 10% of them lost at once (exit 75): time to
-   each group's restart all Running (it includes the operator's first 10 s restart back-off), restarts
-   counted against backoffLimit, duplicate workers. 5. footprint: operator RSS and CPU after each stage.
+   each group's restart all Running (it includes the operator's first 10 s restart back-off; the peer
+   creates the lost worker's pod alone again), restarts counted against backoffLimit, duplicate workers.
+5. footprint: operator RSS and CPU after each stage.
 Results go to bench/results/scale.json under --label (default `<pods>p-<nodes>n-<replicas>r`; a run of some
 --stages keeps the others' earlier figures, each stage dated in measured_at), and bench/results/scale.png
-plots the burst's figures against the number of pods. Needs root and `make kwok`.
+plots the burst's figures against the number of pods, training-operator's beside ours. Needs root and
+`make kwok`.
 """
 
 from __future__ import annotations
@@ -52,14 +58,15 @@ def _load(name: str) -> Any:
     return module
 
 
-run, plots = _load("run"), _load("plot")
+run, plots, operators = _load("run"), _load("plot"), _load("operators")
 
-from mwms_contract import names  # noqa: E402
 from mwms_dev.kwok import WorkerScript  # noqa: E402
 
 WRITES = ("create", "update", "patch", "delete", "deletecollection", "post", "put")
 STAGE_KEYS = ("burst", "api", "churn", "storm")  # an entry's figures by stage
 DEFAULT_LABEL = "{pods}p-{nodes}n-{replicas}r"
+PEER_SUFFIX = "-training-operator"  # the default label of a run of training-operator in place of ours
+BESIDE_SUFFIX = "-beside-training-operator"  # the --label of ours run right after it, for the plot
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -82,13 +89,13 @@ def progress(**measured: Any) -> None:
     print(json.dumps(measured, default=str), flush=True)
 
 
-def create_all(env: Any, namespace: str, jobs: list[dict]) -> dict[str, float]:
+def create_all(env: Any, ops: Any, namespace: str, jobs: list[dict]) -> dict[str, float]:
     """Create every job from 8 threads; name -> when its create request was sent (monotonic)."""
     sent: dict[str, float] = {}
 
     def create(job: dict) -> None:
         sent[job["metadata"]["name"]] = time.monotonic()
-        env.custom.create_namespaced_custom_object(names.GROUP, names.VERSION, namespace, names.PLURAL, job)
+        ops.create(env, namespace, job)
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(create, jobs))
@@ -99,36 +106,19 @@ def phases(env: Any, namespace: str) -> dict[str, str]:
     return {name: status.get("phase", "") for name, status in env.jobs(namespace).items()}
 
 
-def operator_requests(env: Any) -> dict[tuple[str, str], float]:
-    out: dict[tuple[str, str], float] = {}
-    for (_, labels), value in env.operator_metrics("mwms_api_requests_total").items():
-        label = dict(labels)
-        key = (label.get("verb", ""), label.get("resource", ""))
-        out[key] = out.get(key, 0.0) + value
-    return out
-
-
-def operator_answers(env: Any) -> dict[tuple[str, str], float]:
-    """(call, answer) -> requests, and (call, "seconds") -> their summed latency; a call: "verb resource"."""
-    out: dict[tuple[str, str], float] = {}
-    for (name, labels), value in env.operator_metrics("mwms_api_request").items():
-        label = dict(labels)
-        call = f"{label.get('verb', '')} {label.get('resource', '')}"
-        if name == "mwms_api_requests_total":
-            out[(call, label.get("code", ""))] = out.get((call, label.get("code", "")), 0.0) + value
-        elif name == "mwms_api_request_duration_seconds_sum":
-            out[(call, "seconds")] = value
-    return out
-
-
 def answers_summary(counts: dict[tuple[str, str], float]) -> dict[str, Any]:
-    """What the API server answered the operator other than 2xx, and each call's mean latency."""
+    """What the API server answered the operator other than 2xx, and each call's mean latency (where the
+    operator measures it: training-operator does not)."""
     calls: dict[str, float] = {}
     for (call, code), n in counts.items():
         if code != "seconds":
             calls[call] = calls.get(call, 0.0) + n
     failed = {f"{call} {code}": int(n) for (call, code), n in counts.items() if code[0] not in "2s"}
-    latency = {call: round(counts.get((call, "seconds"), 0.0) / n, 3) for call, n in calls.items() if n}
+    latency = {
+        call: round(counts[(call, "seconds")] / n, 3)
+        for call, n in calls.items()
+        if (call, "seconds") in counts
+    }
     return {"not_2xx": dict(sorted(failed.items())), "mean_latency_s": dict(sorted(latency.items()))}
 
 
@@ -149,13 +139,13 @@ def delete_namespace(env: Any, namespace: str, timeout: float) -> float | None:
     return round(time.monotonic() - started, 2)
 
 
-def stage_burst(env: Any, a: argparse.Namespace, count: int, timeout: float) -> dict[str, Any]:
+def stage_burst(env: Any, ops: Any, a: argparse.Namespace, count: int, timeout: float) -> dict[str, Any]:
     ns = env.namespace("burst")
-    jobs = [run.trainjob(f"b-{i}", a.replicas, WorkerScript(run_for=a.fit)) for i in range(count)]
-    ours, theirs, cpu = operator_requests(env), env.apiserver_requests(), env.footprint()["cpu_s"]
-    answers = operator_answers(env)
+    jobs = [ops.job(f"b-{i}", a.replicas, WorkerScript(run_for=a.fit)) for i in range(count)]
+    ours, theirs, cpu = ops.requests(env), env.apiserver_requests(), env.footprint()["cpu_s"]
+    answers = ops.answers(env)
     started = time.monotonic()
-    sent = create_all(env, ns, jobs)
+    sent = create_all(env, ops, ns, jobs)
     created_s = time.monotonic() - started
     running = run.wait(
         lambda: (g := env.watcher.running(ns, a.replicas)) and len(g) == count and g,
@@ -180,9 +170,10 @@ def stage_burst(env: Any, a: argparse.Namespace, count: int, timeout: float) -> 
     done_s = time.monotonic() - started
     time.sleep(2)  # the last status writes of the last jobs
     api = {
-        "operator_per_job": per_job(run.delta(ours, operator_requests(env)), count),
+        "operator_per_job": per_job(run.delta(ours, ops.requests(env)), count),
+        "operator_counted_by": ops.api_source,
         "apiserver_per_job_all_clients": per_job(run.delta(theirs, env.apiserver_requests()), count),
-        "operator_answers": answers_summary(run.delta(answers, operator_answers(env))),
+        "operator_answers": answers_summary(run.delta(answers, ops.answers(env))),
     }
     result = {
         "jobs": count,
@@ -201,48 +192,24 @@ def stage_burst(env: Any, a: argparse.Namespace, count: int, timeout: float) -> 
     return {"burst": result, "api": api}
 
 
-def queue_stats(before: dict, after: dict) -> dict[str, Any]:
-    d = run.delta(before, after)
-    count = sum(v for (n, _), v in d.items() if n == "mwms_workqueue_queue_duration_seconds_count")
-    total = sum(v for (n, _), v in d.items() if n == "mwms_workqueue_queue_duration_seconds_sum")
-    buckets: dict[float, float] = {}
-    for (n, labels), v in d.items():
-        if n == "mwms_workqueue_queue_duration_seconds_bucket":
-            le = float(dict(labels)["le"])
-            buckets[le] = buckets.get(le, 0.0) + v
-    p95 = next((le for le, v in sorted(buckets.items()) if count and v >= 0.95 * count), None)
-    reconciles = sum(v for (n, _), v in d.items() if n == "mwms_reconcile_duration_seconds_count")
-    return {
-        "queued": int(count),
-        "mean_s": round(total / count, 4) if count else None,
-        "p95_bucket_le_s": p95,
-        "reconciles": int(reconciles),
-    }
-
-
-def depth(env: Any) -> float:
-    return sum(v for (n, _), v in env.operator_metrics("mwms_workqueue_depth").items())
-
-
-def stage_churn(env: Any, a: argparse.Namespace, timeout: float) -> dict[str, Any]:
+def stage_churn(env: Any, ops: Any, a: argparse.Namespace, timeout: float) -> dict[str, Any]:
     ns = env.namespace("churn")
-    before, cpu = env.operator_metrics(), env.footprint()["cpu_s"]
+    before, cpu = env.operator_metrics(ops.metrics_prefix), env.footprint()["cpu_s"]
     depths: list[float] = []
     started = time.monotonic()
     created = 0
     while (elapsed := time.monotonic() - started) < a.churn_seconds:
         due = int(elapsed * a.churn_rate) + 1
         jobs = [
-            run.trainjob(f"c-{i}", a.replicas, WorkerScript(run_for=a.fit), ttl=5)
-            for i in range(created, due)
+            ops.job(f"c-{i}", a.replicas, WorkerScript(run_for=a.fit), ttl=5) for i in range(created, due)
         ]
         if jobs:
-            create_all(env, ns, jobs)
+            create_all(env, ops, ns, jobs)
             created = due
-        depths.append(depth(env))
+        depths.append(ops.depth(env))
         time.sleep(max(0.0, (created / a.churn_rate) - (time.monotonic() - started)))
     window = time.monotonic() - started
-    stats = queue_stats(before, env.operator_metrics())
+    stats = ops.queue_stats(before, env.operator_metrics(ops.metrics_prefix))
     run.wait(lambda: not env.jobs(ns), timeout, "churn jobs deleted by their TTL", 1)
     drained_s = time.monotonic() - started
     third = max(1, len(depths) // 3)
@@ -262,12 +229,10 @@ def stage_churn(env: Any, a: argparse.Namespace, timeout: float) -> dict[str, An
     }
 
 
-def stage_storm(env: Any, a: argparse.Namespace, count: int, timeout: float) -> dict[str, Any]:
+def stage_storm(env: Any, ops: Any, a: argparse.Namespace, count: int, timeout: float) -> dict[str, Any]:
     ns = env.namespace("storm")
-    jobs = [
-        run.trainjob(f"s-{i}", a.replicas, WorkerScript(run_for=None), backoff_limit=2) for i in range(count)
-    ]
-    create_all(env, ns, jobs)
+    jobs = [ops.job(f"s-{i}", a.replicas, WorkerScript(run_for=None), backoff_limit=2) for i in range(count)]
+    create_all(env, ops, ns, jobs)
     running = run.wait(
         lambda: (g := env.watcher.running(ns, a.replicas)) and len(g) == count and g,
         timeout,
@@ -280,21 +245,21 @@ def stage_storm(env: Any, a: argparse.Namespace, count: int, timeout: float) -> 
     started = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda job: env.kwok.lose(ns, pods[job]), victims))
+    size = ops.restarted_size(a.replicas)  # the pods a lost worker's job creates again
     restarted = run.wait(
-        lambda: (g := env.watcher.running(ns, a.replicas, "1")) and set(victims) <= set(g) and g,
+        lambda: (g := env.watcher.running(ns, size, "1")) and set(victims) <= set(g) and g,
         timeout,
         "storm restarts Running",
         0.5,
     )
     lost_at = started
     times = [max(r.running for r in restarted[job]) - lost_at for job in victims]
-    statuses = env.jobs(ns)
-    restarts = {name: s.get("restarts", 0) for name, s in statuses.items()}
-    workers = env.watcher.workers(ns)
-    wrong_size = [f"{job}/{g}" for (_, job, g), indices in workers.items() if len(indices) != a.replicas]
+    restarts = ops.restarts(env, ns)
+    wrong_size = ops.wrong_size(env, ns, a.replicas)
     return {
         "jobs": count,
         "lost": len(victims),
+        "pods_created_again_per_loss": size,
         "to_restart_running": summary(times),
         "restarts_counted_ok": all(restarts[j] == (1 if j in victims else 0) for j in restarts),
         "phases": sorted(set(phases(env, ns).values())),
@@ -318,14 +283,19 @@ def main() -> None:
     parser.add_argument(
         "--subnet-index", type=int, default=int(os.environ.get("MWMS_BENCH_SUBNET_INDEX", "21"))
     )
-    parser.add_argument("--label", default="")
+    parser.add_argument("--operator", choices=sorted(operators.OPERATORS), default="mwms")
+    parser.add_argument("--label", default="", help=f"default {DEFAULT_LABEL}, + {PEER_SUFFIX} for the peer")
     a = parser.parse_args()
-    label = a.label or DEFAULT_LABEL.format(pods=a.pods, nodes=a.nodes, replicas=a.replicas)
+    ops = operators.OPERATORS[a.operator]
+    label = a.label or DEFAULT_LABEL.format(pods=a.pods, nodes=a.nodes, replicas=a.replicas) + (
+        "" if a.operator == "mwms" else PEER_SUFFIX
+    )
     count = a.pods // a.replicas
     timeout = 300 + a.pods * 0.5
     stages = a.stages.split(",")
     out: dict[str, Any] = {
         "params": {"pods": a.pods, "nodes": a.nodes, "replicas": a.replicas, "jobs": count, "fit": a.fit},
+        "operator": {"name": ops.name, "what": ops.what},
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
@@ -335,22 +305,22 @@ def main() -> None:
     resources = {"cpu": "32", "memory": "256Gi", "pods": 110, "gpus": 8}
     with (
         tempfile.TemporaryDirectory(prefix="mwms-scale-") as tmp,
-        run.ScaleEnv(
+        ops.env(
             state_dir=Path(tmp), subnet_index=a.subnet_index, nodes=a.nodes, node_resources=resources
         ) as env,
     ):
         out["setup"] = env.timings | {"idle": env.footprint()}
         progress(setup=out["setup"])
         if "burst" in stages:
-            out.update(stage_burst(env, a, count, timeout))
+            out.update(stage_burst(env, ops, a, count, timeout))
             save(label, out, partial=True)
             out["burst"]["namespace_delete_s"] = delete_namespace(env, "burst", timeout)
             progress(burst_namespace_delete_s=out["burst"]["namespace_delete_s"])
         if "churn" in stages:
-            out["churn"] = stage_churn(env, a, timeout)
+            out["churn"] = stage_churn(env, ops, a, timeout)
             save(label, out, partial=True)
         if "storm" in stages:
-            out["storm"] = stage_storm(env, a, count, timeout)
+            out["storm"] = stage_storm(env, ops, a, count, timeout)
         out["footprint_end"] = env.footprint()
     out["machine"]["load_after"] = os.getloadavg()
     save(label, out, partial=False)
@@ -368,9 +338,13 @@ def save(label: str, out: dict[str, Any], *, partial: bool) -> None:
         if stage not in out and stage in earlier:
             out[stage], out["measured_at"][stage] = earlier[stage], earlier.get("measured_at", {}).get(stage)
     results[label] = out
-    sizes = {k: v for k, v in results.items() if k == DEFAULT_LABEL.format(**v["params"]) and "api" in v}
-    # the sizes' own runs, not a comparison's (another --label)
-    out["plot"] = plots.plot(sizes, PLOT) or str(PLOT.relative_to(HERE.parent))
+    # the sizes' own runs, not a comparison's (another --label); ours, and training-operator's beside them
+    sizes = {
+        suffix: {k: v for k, v in results.items() if k == DEFAULT_LABEL.format(**v["params"]) + suffix}
+        for suffix in ("", PEER_SUFFIX, BESIDE_SUFFIX)
+    }
+    ours, peer, beside = ({k: v for k, v in runs.items() if "api" in v} for runs in sizes.values())
+    out["plot"] = plots.plot(ours, PLOT, peer, beside) or str(PLOT.relative_to(HERE.parent))
     RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     progress(written=str(RESULTS), plot=out["plot"])
 

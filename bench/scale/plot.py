@@ -1,5 +1,6 @@
 """The scale bench's plot (bench/scale_bench.py): how each cost of a create burst grows with the number of
-worker pods, one point per size run (bench/results/scale.json)."""
+worker pods, one point per size run (bench/results/scale.json); training-operator's runs, where there are
+any (dashed, squares), and ours run right after them (dotted, crosses), beside ours."""
 
 from __future__ import annotations
 
@@ -15,8 +16,14 @@ BURST = {
 }
 
 
-def plot(results: dict[str, Any], path: Path) -> str | None:
-    """The sizes' figures against their number of pods, as a PNG at `path`; None, or why there is none."""
+def plot(
+    results: dict[str, Any],
+    path: Path,
+    peer: dict[str, Any] | None = None,
+    beside: dict[str, Any] | None = None,
+) -> str | None:
+    """Ours' figures against their number of pods, the peer's and ours' runs beside the peer's (back to back)
+    where given, as a PNG at `path`; None, or why there is none."""
     try:
         import matplotlib
 
@@ -24,21 +31,31 @@ def plot(results: dict[str, Any], path: Path) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed: no plot"
-    runs = sorted(results.values(), key=lambda r: r["params"]["pods"])
-    pods = [r["params"]["pods"] for r in runs]
-    figure, axes = plt.subplots(1, 4, figsize=(18, 4))
-    for key, label in BURST.items():
-        axes[0].plot(pods, [r["burst"][key].get("p95") for r in runs], marker="o", label=label)
-    for key in ("total", "writes"):
-        axes[1].plot(pods, [r["api"]["operator_per_job"][key] for r in runs], marker="o", label=key)
-    rss = [r["burst"]["footprint_all_running"]["rss_mib"] for r in runs]
-    axes[2].plot(pods, rss, marker="o", label="RSS, all Running")
-    cpu = [r["burst"]["operator_cpu_s"] / r["burst"]["jobs"] * 1000 for r in runs]
-    axes[3].plot(pods, cpu, marker="o", label="burst, per 1,000 jobs")
+    figure, axes = plt.subplots(1, 4, figsize=(20, 4.5))
+    series = (
+        ("", results, "-o"),
+        (" (training-operator)", peer or {}, "--s"),
+        (" (ours beside it)", beside or {}, ":x"),
+    )
+    for name, entries, style in series:
+        runs = sorted(entries.values(), key=lambda r: r["params"]["pods"])
+        if not runs:
+            continue
+        pods = [r["params"]["pods"] for r in runs]
+        for i, (key, label) in enumerate(BURST.items()):  # a figure's colour is the same for both operators
+            p95 = [r["burst"][key].get("p95") for r in runs]
+            axes[0].plot(pods, p95, style, color=f"C{i}", label=label + name)
+        for i, key in enumerate(("total", "writes")):
+            per_job = [r["api"]["operator_per_job"][key] for r in runs]
+            axes[1].plot(pods, per_job, style, color=f"C{i}", label=key + name)
+        rss = [r["burst"]["footprint_all_running"]["rss_mib"] for r in runs]
+        axes[2].plot(pods, rss, style, color="C0", label="RSS, all Running" + name)
+        cpu = [r["burst"]["operator_cpu_s"] / r["burst"]["jobs"] * 1000 for r in runs]
+        axes[3].plot(pods, cpu, style, color="C0", label="burst, per 1,000 jobs" + name)
     titles = ("create burst", "operator API requests", "operator RSS", "operator CPU")
     for ax, title, unit in zip(axes, titles, ("seconds", "per job", "MiB", "CPU-seconds"), strict=True):
         ax.set(xlabel="worker pods", ylabel=unit, title=title, xscale="log", ylim=(0, None))
-        ax.legend()
+        ax.legend(fontsize="small")
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     return None

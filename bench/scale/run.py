@@ -118,6 +118,7 @@ class ScaleEnv:
     operator_env: dict[str, str] = field(default_factory=dict)
     operator_src: Path = REPO / "operator"
     timings: dict[str, float] = field(default_factory=dict)
+    watch_keys = watch.OURS  # which pods the watch follows, and how they group (class-wide)
 
     def __enter__(self) -> ScaleEnv:
         started = time.monotonic()
@@ -139,12 +140,24 @@ class ScaleEnv:
         client = kubernetes.config.new_client_from_config(str(self.cluster.kubeconfig))
         self.core = kubernetes.client.CoreV1Api(client)
         self.custom = kubernetes.client.CustomObjectsApi(client)
-        self.kubectl("apply", "-f", str(REPO / "manifests" / "crd.yaml"))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/trainjobs.mwms.dev")
+        self.install_crd()
         self.kwok = Kwok(self.cluster.kubeconfig, self.state_dir / "kwok").start()
         self.kwok.add_nodes(fake_nodes(self.nodes, **self.node_resources))
         self.timings["nodes_ready_s"] = round(time.monotonic() - started, 1)
         self.metrics_port = free_port()
+        self.operator_log = (self.state_dir / "operator.log").open("wb")
+        self.operator = self.start_operator()
+        wait(self._operator_up, 120, "the operator's metrics endpoint", 0.5)
+        self.watcher = PodWatcher(self.core, self.watch_keys).start()
+        self.timings["ready_s"] = round(time.monotonic() - started, 1)
+
+    def install_crd(self) -> None:
+        self.kubectl("apply", "-f", str(REPO / "manifests" / "crd.yaml"))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/trainjobs.mwms.dev")
+
+    def start_operator(self) -> subprocess.Popen[bytes]:
+        """The operator as a local process, its metrics on self.metrics_port, its output in operator.log (a
+        subclass starts another operator: bench/scale/peer.py)."""
         env = {
             **os.environ,
             "KUBECONFIG": str(self.cluster.kubeconfig),
@@ -154,17 +167,13 @@ class ScaleEnv:
             "PYTHONPATH": os.pathsep.join([str(self.operator_src), os.environ.get("PYTHONPATH", "")]),
             **self.operator_env,
         }
-        self.operator_log = (self.state_dir / "operator.log").open("wb")
-        self.operator = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-m", "mwms_operator"],
             env=env,
             cwd=REPO,
             stdout=self.operator_log,
             stderr=subprocess.STDOUT,
         )
-        wait(self._operator_up, 120, "the operator's metrics endpoint", 0.5)
-        self.watcher = PodWatcher(self.core).start()
-        self.timings["ready_s"] = round(time.monotonic() - started, 1)
 
     def _operator_up(self) -> bool:
         assert self.operator is not None

@@ -1,6 +1,8 @@
 """The scale bench's pod watch: one watch on the operator's pods in every namespace, recording when each pod
 was created, bound and Running, when it ended and when its deletion began; from those, duplicate workers and
-the most pods of a job alive at once. It measures; it asserts nothing."""
+the most pods of a job alive at once. Which pods and how they group (job, restart, worker index) come from
+their labels (Keys: ours by default; training-operator's in bench/scale/peer.py). It measures; it asserts
+nothing."""
 
 from __future__ import annotations
 
@@ -19,6 +21,26 @@ from mwms_contract import names
 GROUP_KEY = tuple[str, str, str]  # (namespace, job, restart)
 
 
+@dataclass(frozen=True)
+class Keys:
+    """Which pods the watch selects and the labels that place each in its job, group and worker index. With no
+    `restart` label a pod's group is how many pods of its name (in its namespace) were seen before it: an
+    operator that restarts a worker by creating it again under the same name (training-operator)."""
+
+    selector: str
+    job: str
+    index: str
+    restart: str | None
+
+
+OURS = Keys(
+    f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY}",
+    names.LABEL_JOB_NAME,
+    names.LABEL_REPLICA_INDEX,
+    names.LABEL_RESTART,
+)
+
+
 @dataclass
 class PodRecord:
     namespace: str
@@ -30,14 +52,16 @@ class PodRecord:
     running: float | None = None
     ended: float | None = None
     deleting: float | None = None  # a deletion was asked for (deletionTimestamp) or the pod is gone
+    name: str = ""
 
 
 class PodWatcher:
     """One watch on the operator's pods in every namespace, on its own thread: when each pod (by uid) was
     first seen, bound to a node and Running, as this process received the events."""
 
-    def __init__(self, core: Any) -> None:
-        self.core = core
+    def __init__(self, core: Any, keys: Keys = OURS) -> None:
+        self.core, self.keys = core, keys
+        self._named: dict[tuple[str, str], int] = {}  # (namespace, pod name) -> pods seen (Keys.restart None)
         self.pods: dict[str, PodRecord] = {}
         self.lock = threading.Lock()
         self._stop = threading.Event()
@@ -45,12 +69,12 @@ class PodWatcher:
 
     def start(self) -> PodWatcher:
         """Lists before returning, so no pod the caller creates next can end before the watch sees it."""
-        self._version = self._relist(f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY}")
+        self._version = self._relist(self.keys.selector)
         self._thread.start()
         return self
 
     def _run(self) -> None:
-        selector = f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY}"
+        selector = self.keys.selector
         version = self._version
         while not self._stop.is_set():
             watch = kubernetes.watch.Watch()
@@ -102,10 +126,11 @@ class PodWatcher:
             if record is None:
                 record = self.pods[pod.metadata.uid] = PodRecord(
                     pod.metadata.namespace,
-                    labels.get(names.LABEL_JOB_NAME, ""),
-                    labels.get(names.LABEL_RESTART, "0"),
-                    labels.get(names.LABEL_REPLICA_INDEX, ""),
+                    labels.get(self.keys.job, ""),
+                    self._restart(pod, labels),
+                    labels.get(self.keys.index, ""),
                     now,
+                    name=pod.metadata.name,
                 )
             if record.bound is None and pod.spec.node_name:
                 record.bound = now
@@ -116,6 +141,14 @@ class PodWatcher:
                 record.ended = now
             if record.deleting is None and (gone or pod.metadata.deletion_timestamp):
                 record.deleting = now
+
+    def _restart(self, pod: Any, labels: dict[str, str]) -> str:
+        """Its restart label, or how many pods of its name were seen before it (called under the lock)."""
+        if self.keys.restart is not None:
+            return labels.get(self.keys.restart, "0")
+        key = (pod.metadata.namespace, pod.metadata.name)
+        self._named[key] = self._named.get(key, 0) + 1
+        return str(self._named[key] - 1)
 
     def stop(self) -> None:
         self._stop.set()
