@@ -255,8 +255,8 @@ def _rule_create_missing(f: Facts) -> Decision | None:
         b.set(group_start_time=format_time(f.now))
     if f.resuming:
         b.phase(PENDING, RESUMED, "spec.runPolicy.suspend is false: recreating the worker pods")
-    elif b.previous_phase is None:
-        b.phase(PENDING, CREATING, f"creating the Service and {replicas} worker pods")
+    elif b.previous_phase is None:  # its event is the creation's PodsCreated, naming the pods
+        b.phase(PENDING, CREATING, f"creating the Service and {replicas} worker pods", event=False)
     return f.finish()
 
 
