@@ -173,18 +173,14 @@ class Builder:
         found = self.find(type_)
         return found is not None and found.true
 
-    def phase(
-        self, phase: str, reason: str, message: str, *, event_type: str | None = None, event: bool = True
-    ) -> None:
-        """Set the phase and its condition; a change of phase posts an event (`event=False`: another says
-        it)."""
+    def phase(self, phase: str, reason: str, message: str, *, event_type: str | None = None) -> None:
         self.set(phase=phase)
         for type_ in PHASE_CONDITIONS:
             if type_ == phase:
                 self.condition(type_, True, reason, message)
             elif self.holds(type_):
                 self.condition(type_, False, reason, message)
-        if phase != self.previous_phase and event:
+        if phase != self.previous_phase:
             kind = event_type or ("Warning" if phase in (FAILED, RESTARTING) else "Normal")
             self.events.append(Event(kind, reason, message))
 
