@@ -20,7 +20,6 @@ PROGRESS_UNAVAILABLE = "ProgressUnavailable"
 MLFLOW_RUN_ENDED = "MlflowRunEnded"
 
 # Reasons while the group is made or waited for (Pending, Running).
-CREATING = "Creating"
 RESUMED = "Resumed"
 PODS_CREATED = "PodsCreated"  # the Created condition's reason and the event that names the pods created
 ALL_WORKERS_RUNNING = "AllWorkersRunning"
@@ -77,7 +76,6 @@ RUN_ENDED_BY_OPERATOR = "RunEndedByOperator"  # the run was left RUNNING: the op
 POD_EVENTS_FORBIDDEN = "PodEventsForbidden"
 
 REASONS = (
-    CREATING,
     RESUMED,
     PODS_CREATED,
     ALL_WORKERS_RUNNING,

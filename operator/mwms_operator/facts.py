@@ -150,7 +150,10 @@ class Facts:
         return failures
 
     def finish(self) -> Decision:
-        return self.b.finish(replica_statuses(self.current))
+        """The decision, counting the pods it deletes as being deleted already: their going costs no write."""
+        going = {name for action in self.b.actions if isinstance(action, DeletePods) for name in action.names}
+        pods = [dataclasses.replace(p, deleting=True) if p.name in going else p for p in self.current]
+        return self.b.finish(replica_statuses(pods))
 
     def terminal(self, phase: str, reason: str, message: str, *, remove_active: bool = False) -> Decision:
         self.b.phase(phase, reason, message)

@@ -294,13 +294,14 @@ def why_pending(pod: WorkerPod) -> str:
 
 
 def replica_statuses(pods: Sequence[WorkerPod]) -> ReplicaCounts:
-    """By the trainer container: a worker whose trainer exited is done even while a sidecar keeps its pod."""
+    """By the trainer container: a worker whose trainer exited is done even while a sidecar keeps its pod,
+    and stays counted as done while its pod is deleted (cleanPodPolicy); one being deleted is not active."""
     live = [p for p in pods if not p.deleting]
     return ReplicaCounts(
         active=sum(p.active and p.trainer_exit is None for p in live),
         ready=sum(p.phase == RUNNING and p.ready and p.trainer_exit is None for p in live),
-        succeeded=sum(p.trainer_exit == 0 for p in live),
-        failed=sum(p.failed for p in live),
+        succeeded=sum(p.trainer_exit == 0 for p in pods),
+        failed=sum(p.failed for p in pods),
     )
 
 

@@ -12,7 +12,6 @@ from mwms_contract.conditions import (
     ALL_WORKERS_RUNNING,
     BACKOFF_LIMIT_EXCEEDED,
     CHIEF_SUCCEEDED,
-    CREATING,
     DEADLINE_EXCEEDED,
     DISRUPTED,
     FAILED,
@@ -255,8 +254,7 @@ def _rule_create_missing(f: Facts) -> Decision | None:
         b.set(group_start_time=format_time(f.now))
     if f.resuming:
         b.phase(PENDING, RESUMED, "spec.runPolicy.suspend is false: recreating the worker pods")
-    elif b.previous_phase is None:
-        b.phase(PENDING, CREATING, f"creating the Service and {replicas} worker pods")
+    # A new job is Pending from its first decision (Builder); its first event is the creation's PodsCreated.
     return f.finish()
 
 

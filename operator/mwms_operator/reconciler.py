@@ -31,6 +31,7 @@ from mwms_operator.status import (
     DeleteJob,
     DeletePods,
     JobMeta,
+    deferrable,
     next_due,
     parse_time,
 )
@@ -42,6 +43,9 @@ WORKERS = 8  # jobs reconciled at once; each mostly waits on the API server
 LEAVING_GRACE_SECONDS = 10.0
 AT_REST = (*TERMINAL, SUSPENDED)  # phases only an event can move a job out of: no resync
 DUE_MARGIN_SECONDS = 0.2  # status times have whole seconds; look a little after a deadline, not just before
+# A starting pod's events are looked up again only this long after the last lookup, not on every reconcile
+# (each of its peers' pod events queues one): the startup clock counts minutes, a pull's end may be seen late.
+EVENTS_FRESH_SECONDS = 5.0
 
 
 class Reconciler:
@@ -200,17 +204,18 @@ class Reconciler:
         found: dict[str, WorkerPod] = {}
         forbidden = False  # once refused, the others are not asked: judged without events (UNREADABLE)
         for pod in events_wanted(spec, pods, previous, now):
-            events = UNREADABLE
+            events = self.state.known_events(key, pod.uid, EVENTS_FRESH_SECONDS)
             try:
-                if not forbidden:
+                if events is None and not forbidden:
                     listed = await asyncio.to_thread(self.kube.pod_events, key.namespace, pod.name, pod.uid)
                     events = pod_events(listed)
+                    self.state.looked_up(key, pod.uid, events, (p.uid for p in pods))
             except refusals.ApiError as error:
                 if error.status != 403:
                     raise
                 forbidden = True
                 await self._say_events_forbidden(key, error)
-            found[pod.uid] = dataclasses.replace(pod, events=events)
+            found[pod.uid] = dataclasses.replace(pod, events=events or UNREADABLE)
         return [found.get(p.uid, p) for p in pods]
 
     async def _say_events_forbidden(self, key: JobKey, error: refusals.ApiError) -> None:
@@ -250,14 +255,23 @@ class Reconciler:
     async def _write(
         self, meta: JobMeta, key: JobKey, decision: Decision, previous: Mapping[str, Any]
     ) -> bool:
-        """Write the decided status if it changed; False if the TrainJob is gone."""
-        patch = decision.status
-        if all(previous.get(k) == v for k, v in patch.items()):
+        """Write the decided status if it changed; False if the TrainJob is gone. A change that may wait
+        (status.deferrable: counts, the start's clocks) is written once its window is over, by the work
+        queue's delayed requeue, with whatever came meanwhile: the last state is always written."""
+        patch, written = decision.status, self.state.server_status(key)
+        if all(written.get(k) == v for k, v in patch.items()):
+            self.state.settle(key)
             return True
+        if deferrable(written, decision.new):
+            wait = self.state.defer(key, patch)
+            if wait > 0:
+                self.queue.add_after(key, wait)
+                return True
         response = await asyncio.to_thread(self.kube.patch_status, meta.namespace, meta.name, patch)
         if response is None:
             return False
         self.state.wrote(key, response)
+        self.state.settle(key)
         metrics.count_transitions(meta.namespace, previous, decision.new)
         return True
 

@@ -18,7 +18,7 @@ from mwms_contract import names
 from mwms_contract.conditions import NAME_CONFLICT
 from mwms_contract.status import typed
 from mwms_operator.facts import CreationRefused
-from mwms_operator.pods import WorkerPod
+from mwms_operator.pods import PodEvents, WorkerPod
 
 # A creation refused for now (quota, LimitRange, webhook, 429/5xx) is tried again after a decorrelated jitter
 # backoff: each delay is drawn between the first and three times the previous one, up to the maximum, so two
@@ -27,6 +27,9 @@ CREATE_RETRY_FIRST_SECONDS, CREATE_RETRY_MAX_SECONDS = 2.0, 300.0
 # A name taken by an object the operator does not watch (not its own): no event says when it is freed, so the
 # retry that notices stays this frequent.
 NAME_CONFLICT_RETRY_MAX_SECONDS = 30.0
+# A status write that may wait (status.deferrable: counts, the start's clocks) is made at most this long after
+# the first change it holds, with whatever came meanwhile: one write per job per window, not one per step.
+STATUS_COALESCE_SECONDS = 2.0
 
 
 class JobKey(NamedTuple):
@@ -116,6 +119,12 @@ class State:
         # Namespaces being deleted -> uids of their TrainJobs known then (see end_namespace).
         self._ending: dict[str, set[str]] = {}
         self._events_forbidden: set[JobKey] = set()  # jobs told that their pods' events cannot be read
+        # A decided status not yet written (deferred), with the resourceVersion of the status it was decided
+        # from, and when it must be written at the latest (clock time).
+        self._pending: dict[JobKey, tuple[int, Mapping[str, Any]]] = {}
+        self._flush_at: dict[JobKey, float] = {}
+        # Pod uid -> (clock time, its events) of a starting pod's last events lookup, by job.
+        self._pod_events: dict[JobKey, dict[str, tuple[float, PodEvents]]] = {}
 
     def job_event(self, type_: str | None, body: Mapping[str, Any]) -> JobKey | None:
         key = job_key(body)
@@ -130,6 +139,8 @@ class State:
             self._gone.pop(key, None)
             self._disrupted.pop(key, None)
             self._events_forbidden.discard(key)
+            self.settle(key)
+            self._pod_events.pop(key, None)
             for mark in [m for m in self._leaving_since if m[0] == key]:
                 del self._leaving_since[mark]
         else:
@@ -219,13 +230,46 @@ class State:
     def has_service(self, key: JobKey) -> bool:
         return (key.namespace, key.uid) in self.service_index
 
-    def status(self, key: JobKey) -> dict[str, Any]:
-        """The newer of the watched status and our last write (the watch may lag behind our own patch)."""
+    def _server(self, key: JobKey) -> tuple[int, Mapping[str, Any]]:
+        """(resourceVersion, status): the newer of the watched status and our last write (the watch may lag
+        behind our own patch)."""
         body = self.jobs.get(key) or {}
         written = self._written.get(key)
         if written is not None and written[0] > _rv(body):
-            return dict(written[1])
-        return dict(body.get("status") or {})
+            return written
+        return _rv(body), body.get("status") or {}
+
+    def server_status(self, key: JobKey) -> dict[str, Any]:
+        """The status the API server holds, as far as we know: what a write is compared with."""
+        return dict(self._server(key)[1])
+
+    def status(self, key: JobKey) -> dict[str, Any]:
+        """The status the next decision starts from: the API server's, with a deferred write's fields over it
+        (a clock it started keeps its start). A deferred write decided from a status that has changed since
+        (another writer's patch, e.g. progress) is left out: the next decision decides it again."""
+        rv, status = self._server(key)
+        pending = self._pending.get(key)
+        if pending is None or pending[0] != rv:
+            return dict(status)
+        merged = dict(status)
+        for field, value in pending[1].items():
+            if value is None:
+                merged.pop(field, None)
+            else:
+                merged[field] = value
+        return merged
+
+    def defer(self, key: JobKey, patch: Mapping[str, Any]) -> float:
+        """Keep a decided status that may wait; seconds until it is due (the first deferral starts the
+        window; later ones join it, so a job that keeps changing is still written once a window)."""
+        self._pending[key] = (self._server(key)[0], patch)
+        due = self._flush_at.setdefault(key, self.clock() + STATUS_COALESCE_SECONDS)
+        return due - self.clock()
+
+    def settle(self, key: JobKey) -> None:
+        """The API server holds the decided status (written, or nothing to write): nothing waits."""
+        self._pending.pop(key, None)
+        self._flush_at.pop(key, None)
 
     def wrote(self, key: JobKey, response: Mapping[str, Any]) -> None:
         self._written[key] = (_rv(response), response.get("status") or {})
@@ -234,6 +278,18 @@ class State:
         """The watch echoing our own status patch: nothing new to react to."""
         written = self._written.get(key)
         return written is not None and written[0] == _rv(body)
+
+    def known_events(self, key: JobKey, uid: str, fresh: float) -> PodEvents | None:
+        """A starting pod's events, as looked up less than `fresh` seconds ago; None: look them up."""
+        found = self._pod_events.get(key, {}).get(uid)
+        return found[1] if found is not None and self.clock() - found[0] < fresh else None
+
+    def looked_up(self, key: JobKey, uid: str, events: PodEvents, current: Iterable[str]) -> None:
+        """Remember a pod's events; those of pods no longer `current` (uids) are forgotten."""
+        live = set(current)
+        kept = {u: v for u, v in self._pod_events.get(key, {}).items() if u in live}
+        kept[uid] = (self.clock(), events)
+        self._pod_events[key] = kept
 
     def leaving(self, key: JobKey, grace: float) -> tuple[list[WorkerPod], list[WorkerPod]]:
         """(all, overdue): pods of an earlier group or being deleted, and those of them known as such for

@@ -15,7 +15,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mwms_contract import termination
-from mwms_contract.conditions import FAILED, PENDING, PHASE_CONDITIONS, RESTARTING, SUSPENDED, TERMINAL
+from mwms_contract.conditions import (
+    CREATED,
+    FAILED,
+    PENDING,
+    PHASE_CONDITIONS,
+    PODS_CREATED,
+    RESTARTING,
+    RUNNING,
+    SUSPENDED,
+    TERMINAL,
+    WORKERS_PENDING,
+)
 from mwms_contract.status import FALSE, TRUE, Condition, MlflowRun, ReplicaCounts, TrainJobStatus, typed
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.builders import pod_name
@@ -179,6 +190,30 @@ class Builder:
     def finish(self, replicas: ReplicaCounts) -> Decision:
         new = dataclasses.replace(self.status, conditions=tuple(self.conditions), replica_statuses=replicas)
         return Decision(new, tuple(self.actions), tuple(self.events), self.all_pods_created)
+
+
+# What may wait a moment to be written (STATUS_COALESCE_SECONDS, state.py): the counts, the start's clocks
+# (the next decision starts from the deferred status, so a clock keeps its start), and the conditions that
+# only say how far a group's start has got. A phase, a restart, a time a user reads, an error: at once.
+DEFERRABLE_FIELDS = ("replica_statuses", "stalled_since", "container_error_since", "progress", "conditions")
+START_CONDITIONS = ((CREATED, TRUE, PODS_CREATED), (RUNNING, FALSE, WORKERS_PENDING))
+
+
+def deferrable(written: TrainJobStatus | Mapping[str, Any], decided: TrainJobStatus) -> bool:
+    """Whether `decided` differs from the `written` status only in what may wait: the counts, the start's
+    clocks, and the conditions that say how far the start has got (Created; Running False for
+    WorkersPending, whose message counts the workers that run)."""
+    was = typed(written)
+    for field in dataclasses.fields(TrainJobStatus):
+        if field.name not in DEFERRABLE_FIELDS and getattr(was, field.name) != getattr(decided, field.name):
+            return False
+    before = {c.type: c for c in was.conditions}
+    for condition in decided.conditions:
+        if before.pop(condition.type, None) == condition:
+            continue
+        if (condition.type, condition.status, condition.reason) not in START_CONDITIONS:
+            return False
+    return not before  # a condition removed: at once
 
 
 def next_due(spec: TrainJobSpec | SpecError, status: TrainJobStatus | Mapping[str, Any]) -> datetime | None:

@@ -112,7 +112,7 @@ def test_three_workers_succeed_with_the_chiefs_run(operator, make_standin, kubec
     printed = kubectl("get", "trainjob", "three", "-n", namespace).stdout
     assert run_id in printed and "Succeeded" in printed
     reasons = [reason for _, reason, _ in events_of(kubectl, namespace, "three")]
-    assert "Creating" in reasons and "ChiefSucceeded" in reasons
+    assert "PodsCreated" in reasons and "ChiefSucceeded" in reasons
 
     metrics = (
         urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10)

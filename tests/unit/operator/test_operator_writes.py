@@ -1,0 +1,209 @@
+"""What a job costs the API server: the status writes and Events of a whole lifecycle, counted with the
+recorder of test_operator_reconciler. A status write that only says how far a group's start has got (the
+counts, the start's clocks, a pending message) waits a moment and is written with what follows; a phase
+change or an error is written at once; the last state is always written."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from test_operator_reconciler import KEY, QUOTA, Indexes, RecordingKube, job_body, pod_body
+
+from mwms_operator.config import OperatorConfig
+from mwms_operator.events import EventBook
+from mwms_operator.pods import worker_pod
+from mwms_operator.reconciler import EVENTS_FRESH_SECONDS, Reconciler
+from mwms_operator.refusals import Refused
+from mwms_operator.state import STATUS_COALESCE_SECONDS
+
+
+def scheduled(index: int) -> dict[str, Any]:
+    """Bound to a node, its containers not yet made (KWOK's pods between the scheduler and the start)."""
+    body = pod_body(index)
+    body["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+    return body
+
+
+def running(index: int) -> dict[str, Any]:
+    body = pod_body(index, phase="Running")
+    body["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "True"},
+        {"type": "Ready", "status": "True"},
+    ]
+    body["status"]["containerStatuses"] = [{"name": "trainer", "ready": True, "state": {"running": {}}}]
+    return body
+
+
+def succeeded(index: int) -> dict[str, Any]:
+    body = pod_body(index, phase="Succeeded")
+    terminated = {"exitCode": 0, "reason": "Completed", "message": "{}"}
+    body["status"]["containerStatuses"] = [{"name": "trainer", "state": {"terminated": terminated}}]
+    return body
+
+
+def deleting(body: dict[str, Any]) -> dict[str, Any]:
+    body["metadata"]["deletionTimestamp"] = "2026-12-02T10:00:20Z"
+    return body
+
+
+class Lifecycle:
+    """A reconciler on the recorder, its clock in the test's hands; `pods(...)` sets what the index holds."""
+
+    def __init__(self, replicas: int = 4, **spec: Any) -> None:
+        self.clock = [0.0]
+        self.kube = RecordingKube()
+        self.indexes = Indexes()
+        self.reconciler = Reconciler(self.kube, OperatorConfig())  # type: ignore[arg-type]
+        self.reconciler.state.clock = lambda: self.clock[0]
+        self.reconciler.bind(self.indexes.pods, self.indexes.services)
+        self.reconciler.job_event("ADDED", job_body(replicas, **spec))
+
+    def pods(self, at: float, *bodies: dict[str, Any]) -> None:
+        """The pods as the watch has them at `at` seconds, then the reconcile their events queue."""
+        self.indexes.pods[(KEY.namespace, KEY.uid)] = [worker_pod(b) for b in bodies]
+        self.indexes.services[(KEY.namespace, KEY.uid)] = [KEY.name]  # created with the pods
+        self.reconcile(at)
+
+    def reconcile(self, at: float) -> None:
+        self.clock[0] = at
+        asyncio.run(self.reconciler.reconcile(KEY))
+
+    def flush(self) -> None:
+        """Whatever was deferred falls due: the work queue's delayed requeue runs."""
+        if self.reconciler.queue.scheduled(KEY):
+            self.reconciler.queue.forget(KEY)  # as its timer does when it fires
+            self.reconcile(self.clock[0] + STATUS_COALESCE_SECONDS)
+
+    @property
+    def written(self) -> dict[str, Any]:
+        """The status as the API server has it: our writes, not what waits to be written."""
+        return self.reconciler.state.server_status(KEY)
+
+
+def test_a_plain_job_writes_its_status_once_per_phase_and_one_event_each(caplog):
+    """4 workers, create → Succeeded, each step of the start its own reconcile (as when the operator keeps
+    up): 3 status writes and 3 Events, where each step wrote its own status and two Events said Pending."""
+    job = Lifecycle()
+    job.reconcile(0.0)  # the job: its Service and pods are created
+    job.pods(0.2, *(pod_body(i) for i in range(4)))  # the pods exist
+    job.pods(0.4, *(scheduled(i) for i in range(4)))  # the scheduler bound them
+    job.pods(0.6, running(0), *(scheduled(i) for i in range(1, 4)))  # the first runs
+    job.pods(0.8, running(0), running(1), running(2), scheduled(3))
+    job.pods(1.0, *(running(i) for i in range(4)))  # all run
+    job.flush()
+    job.pods(15.0, running(0), running(1), running(2), succeeded(3))  # one is done before the chief
+    job.pods(15.1, succeeded(0), running(1), running(2), succeeded(3))  # the chief is done
+    job.pods(15.2, succeeded(0), deleting(running(1)), deleting(running(2)), succeeded(3))
+    job.pods(15.3, succeeded(0), succeeded(3))  # cleanPodPolicy Running: the others are gone
+    job.flush()
+
+    assert job.kube.named("patch_status") == ["Pending", "Running", "Succeeded"]
+    assert job.kube.named("event") == ["PodsCreated", "AllWorkersRunning", "ChiefSucceeded"]
+    assert job.kube.named("delete_pod") == ["mnist-worker-1", "mnist-worker-2"]
+    assert job.written["replicaStatuses"] == {"active": 0, "ready": 0, "succeeded": 2, "failed": 0}
+    assert not job.reconciler.queue.scheduled(KEY), "nothing left to write"
+
+
+def test_a_count_only_change_waits_for_the_window_and_is_never_lost():
+    job = Lifecycle()
+    job.reconcile(0.0)
+    job.pods(0.2, *(running(i) for i in range(4)))
+    assert job.kube.named("patch_status") == ["Pending", "Running"]
+    job.pods(10.0, running(0), running(1), running(2), succeeded(3))
+    assert job.kube.named("patch_status") == ["Pending", "Running"], "a count waits"
+    assert job.reconciler.queue.scheduled(KEY), "…for the work queue's delayed requeue"
+    assert job.reconciler.state.status(KEY)["replicaStatuses"]["succeeded"] == 1, "the next decision sees it"
+    job.pods(10.5, running(0), running(1), succeeded(2), succeeded(3))  # coalesced with the first
+    job.flush()  # due: at most one such write per window
+    assert job.kube.named("patch_status") == ["Pending", "Running", "Running"]
+    assert job.written["replicaStatuses"] == {"active": 2, "ready": 2, "succeeded": 2, "failed": 0}
+    job.reconcile(20.0)
+    assert len(job.kube.named("patch_status")) == 3, "written once, not again"
+
+
+def test_a_phase_change_is_written_at_once_with_the_counts_that_waited():
+    job = Lifecycle()
+    job.reconcile(0.0)
+    job.pods(0.2, *(pod_body(i) for i in range(4)))
+    assert job.kube.named("patch_status") == ["Pending"], "pods created: a count and Created wait"
+    job.pods(0.3, pod_body(0), pod_body(1), pod_body(2), deleting(pod_body(3)))  # a worker is lost
+    assert job.kube.named("patch_status") == ["Pending", "Restarting"]
+    conditions = {c["type"] for c in job.written["conditions"]}
+    assert "Created" in conditions, "what waited is written with the phase"
+
+
+def test_the_start_clocks_wait_with_the_counts_and_the_next_decision_keeps_their_start():
+    """The startup clock (a worker runs, its peers have not joined) starts in the decided status at once;
+    written a moment later, it still says when it started."""
+    job = Lifecycle()
+    job.reconcile(0.0)
+    job.pods(0.2, running(0), *(scheduled(i) for i in range(1, 4)))
+    stalled = job.reconciler.state.status(KEY)["stalledSince"]
+    assert stalled is not None and job.written.get("stalledSince") is None
+    job.pods(0.5, running(0), running(1), *(scheduled(i) for i in range(2, 4)))
+    job.flush()
+    assert job.written["stalledSince"] == stalled
+
+
+def test_a_creation_refused_on_every_try_says_it_on_one_counted_event_and_the_status_at_once():
+    """Each try posts the same Warning: the recorder (events.py) counts the repeats on the Event posted
+    first. The refusal is an error: written at once."""
+
+    class Posts(RecordingKube):
+        def __init__(self) -> None:
+            super().__init__()
+            self.posts: list[tuple[str, str, str]] = []
+
+        def post_event(self, job: Any, type_: str, reason: str, message: str) -> None:
+            super().post_event(job, type_, reason, message)
+            self.posts.append((type_, reason, message))
+
+    job = Lifecycle(2)
+    job.kube = job.reconciler.kube = Posts()
+    job.kube.refuse_for_now = {"mnist-worker-1": Refused(QUOTA)}
+    for attempt in range(3):
+        job.reconcile(attempt * 400.0)  # a try (the backoff is over)
+        job.reconcile(attempt * 400.0 + 0.1)  # its refusal reaches the status
+    refusals = [p for p in job.kube.posts if p[1] == "CreatePodsRefused"]
+    assert len(refusals) == 3 and len(set(refusals)) == 1
+    book, new = EventBook(), []
+    for at, (type_, reason, message) in enumerate(refusals):
+        key, _, repeat = book.correlate(KEY.namespace, KEY.uid, type_, reason, message, float(at))
+        if repeat is None:
+            new.append(key)
+        book.posted(key, "mnist.1", 1 if repeat is None else repeat.count + 1, float(at))
+    assert len(new) == 1, "one Event, counted three times"
+    running_ = next(c for c in job.written["conditions"] if c["type"] == "Running")
+    assert running_["reason"] == "CreatePodsRefused" and "(3 tries)" in running_["message"]
+
+
+def test_a_starting_pods_events_are_listed_once_while_fresh_not_on_every_reconcile():
+    job = Lifecycle()
+    job.reconcile(0.0)
+    for at in (0.2, 0.3, 0.4):  # pod events of its peers: each its own reconcile
+        job.pods(at, running(0), *(scheduled(i) for i in range(1, 4)))
+    assert [name for name, _ in job.kube.named("pod_events")] == [f"mnist-worker-{i}" for i in (1, 2, 3)]
+    job.pods(0.4 + EVENTS_FRESH_SECONDS, running(0), *(scheduled(i) for i in range(1, 4)))
+    assert len(job.kube.named("pod_events")) == 6, "looked up again once stale"
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_a_finished_jobs_counts_leave_out_the_pods_it_deletes(phase):
+    """cleanPodPolicy Running deletes the workers still running: counted as gone already, so their going
+    costs no write."""
+    job = Lifecycle(2)
+    job.reconcile(0.0)
+    job.pods(0.2, running(0), running(1))
+    done = succeeded(0)
+    if phase == "Failed":
+        done["status"]["phase"] = "Failed"
+        done["status"]["containerStatuses"][0]["state"]["terminated"] |= {"exitCode": 1, "reason": "Error"}
+    job.pods(10.0, done, running(1))
+    assert job.kube.named("patch_status")[-1] == phase
+    assert job.written["replicaStatuses"]["active"] == 0
+    job.pods(10.1, done, deleting(running(1)))
+    job.pods(10.2, done)
+    job.flush()
+    assert job.kube.named("patch_status")[-1] == phase and len(job.kube.named("patch_status")) == 3
