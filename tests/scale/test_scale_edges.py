@@ -1,0 +1,138 @@
+"""The scale edges' judgements (bench/scale/edges.py): what counts as a job lost or a worker doubled, the
+operator's recovery after an API server restart from its sampled metrics, and a leader's takeover from the
+Lease as polled. On records made by hand, no cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from support import modules
+
+
+@pytest.fixture(scope="module")
+def edges() -> Any:
+    return modules.load("mwms_scale_edges", "bench/scale/edges.py")
+
+
+def judge(edges: Any, **changes: Any) -> dict[str, Any]:
+    """Two jobs of 2 workers, both Succeeded with one whole group each, unless `changes` say otherwise."""
+    args: dict[str, Any] = {
+        "expected": ["a", "b"],
+        "statuses": {"a": {"phase": "Succeeded"}, "b": {"phase": "Succeeded", "restarts": 0}},
+        "workers": {("ns", "a", "0"): {"0", "1"}, ("ns", "b", "0"): {"0", "1"}},
+        "duplicates": {},
+        "most_alive": {"a": 2, "b": 2},
+        "replicas": 2,
+    } | changes
+    return edges.verdict(**args)
+
+
+def test_a_clean_burst_is_ok(edges):
+    result = judge(edges)
+    assert result["ok"] and result["jobs"] == 2
+
+
+@pytest.mark.parametrize(
+    ("changes", "rule", "names"),
+    [
+        ({"statuses": {"a": {"phase": "Succeeded"}}}, "lost", ["b"]),
+        ({"statuses": {"a": {"phase": "Succeeded"}, "b": {"phase": "Running"}}}, "not_succeeded", ["b"]),
+        (
+            {"statuses": {"a": {"phase": "Succeeded"}, "b": {"phase": "Succeeded", "restarts": 1}}},
+            "restarted",
+            ["b"],
+        ),
+        ({"workers": {("ns", "a", "0"): {"0", "1"}}}, "without_pods", ["b"]),
+        (
+            {
+                "workers": {
+                    ("ns", "a", "0"): {"0", "1"},
+                    ("ns", "b", "0"): {"0", "1"},
+                    ("ns", "b", "1"): {"0", "1"},
+                }
+            },
+            "extra_groups",
+            ["b/1"],
+        ),
+        ({"workers": {("ns", "a", "0"): {"0"}, ("ns", "b", "0"): {"0", "1"}}}, "wrong_workers", ["a/0"]),
+        (
+            {"workers": {("ns", "a", "0"): {"0", "1", "2"}, ("ns", "b", "0"): {"0", "1"}}},
+            "wrong_workers",
+            ["a/0"],
+        ),
+        ({"duplicates": {"a/0/1": 2}}, "duplicate_workers", ["a/0/1"]),
+        ({"most_alive": {"a": 3, "b": 2}}, "over_replicas", ["a"]),
+    ],
+)
+def test_each_loss_or_double_is_named_and_fails_the_verdict(edges, changes, rule, names):
+    result = judge(edges, **changes)
+    assert not result["ok"]
+    assert result[rule] == names
+
+
+def samples(*rows: tuple[float, float, float, float]) -> list[tuple[float, dict[str, float]]]:
+    """(time, watch events, listed objects, pods created)."""
+    return [(t, {"watch_events": w, "listed_objects": listed, "pods_created": p}) for t, w, listed, p in rows]
+
+
+def test_recovery_is_timed_from_the_api_servers_readiness_and_counts_the_relist(edges):
+    record = samples(
+        (1.0, 100, 10, 50),
+        (2.0, 110, 10, 60),  # the API server stops at 2.5
+        (3.0, 110, 10, 60),
+        (4.0, 110, 10, 60),  # it answers again at 4.2
+        (5.0, 110, 30, 60),  # a re-list of 20 objects
+        (6.0, 115, 30, 61),
+        (7.0, 120, 30, 70),
+    )
+    result = edges.recovery(record, down_at=2.5, ready_at=4.2)
+    assert result["to_first_listed_object_s"] == pytest.approx(0.8)
+    assert result["to_first_watch_event_s"] == pytest.approx(1.8)
+    assert result["to_first_pod_created_s"] == pytest.approx(1.8)
+    assert result["objects_relisted"] == 20
+
+
+def test_a_watch_that_resumed_without_a_relist_says_so(edges):
+    record = samples((1.0, 100, 10, 50), (2.0, 100, 10, 50), (3.0, 105, 10, 55))
+    result = edges.recovery(record, down_at=1.2, ready_at=1.5)
+    assert result["to_first_listed_object_s"] is None and result["objects_relisted"] == 0
+    assert result["to_first_watch_event_s"] == pytest.approx(1.5)
+
+
+def test_figures_split_listed_objects_from_watch_events_and_count_only_created_pods(edges):
+    text = "\n".join(
+        [
+            'mwms_watch_events_total{resource="pods",type="LIST"} 7.0',
+            'mwms_watch_events_total{resource="pods",type="MODIFIED"} 30.0',
+            'mwms_watch_events_total{resource="trainjobs",type="ADDED"} 2.0',
+            'mwms_api_requests_total{code="201",resource="pods",verb="create"} 8.0',
+            'mwms_api_requests_total{code="409",resource="pods",verb="create"} 1.0',
+            'mwms_api_requests_total{code="error",resource="pods",verb="create"} 3.0',
+            'mwms_api_requests_total{code="503",resource="trainjobs/status",verb="patch"} 2.0',
+            'mwms_workqueue_retries_total{name="trainjobs"} 4.0',
+            "mwms_leader_election_master_status 1.0",
+        ]
+    )
+    got = edges.figures(text + "\n")
+    assert got["listed_objects"] == 7 and got["watch_events"] == 32
+    assert got["pods_created"] == 8 and got["failed_requests"] == 5
+    assert got["retries"] == 4 and got["leader"] == 1
+    per = edges.per_job({"watch pods MODIFIED": 10.0}, got, jobs=2)
+    assert per == {"pods LIST": 3.5, "pods MODIFIED": 10.0, "trainjobs ADDED": 1.0, "all": 14.5}
+
+
+def test_takeover_is_timed_from_the_kill_to_the_first_poll_naming_another_holder(edges):
+    a = edges.LeaseSeen("host_1", 1, "2026-12-05T10:00:00.000000Z", "2026-12-05T10:00:20.500000Z")
+    b = edges.LeaseSeen("host_2", 2, "2026-12-05T10:00:36.000000Z", "2026-12-05T10:00:36.000000Z")
+    records = [(10.0, a), (10.5, a), (11.0, a), (26.0, a), (26.5, b), (27.0, b)]
+    result = edges.takeover(records, killed_at=11.0, old="host_1")
+    assert result["taken"] and result["new_holder"] == "host_2"
+    assert result["kill_to_seen_taken_s"] == pytest.approx(15.5)
+    assert result["last_renewal_to_acquire_s"] == pytest.approx(15.5)
+    assert result["transitions"] == 1
+
+
+def test_no_takeover_while_the_killed_holder_is_still_named(edges):
+    a = edges.LeaseSeen("host_1", 1, "2026-12-05T10:00:00.000000Z", "2026-12-05T10:00:20.500000Z")
+    assert edges.takeover([(10.0, a), (30.0, a)], killed_at=11.0, old="host_1") == {"taken": False}
