@@ -51,7 +51,7 @@ def verdict(
 
 
 def first_rise(samples: list[Sample], key: str, after: float) -> float | None:
-    """When (monotonic) `key` first stood higher than at the last sample at or before `after`."""
+    """When `key` first stood higher than at the last sample at or before `after`."""
     base = next((values.get(key, 0.0) for t, values in reversed(samples) if t <= after), None)
     if base is None:
         return None
@@ -64,26 +64,43 @@ def value_at(samples: list[Sample], key: str, when: float) -> float:
     return earlier[-1].get(key, 0.0)
 
 
-def recovery(samples: list[Sample], down_at: float, ready_at: float) -> dict[str, Any]:
-    """From the operator's figures sampled across an API server restart (stopped at `down_at`, answering
-    again at `ready_at`): seconds from `ready_at` to its first watch event, to its first listed object (a
-    re-list: a watch that could not resume), to its first created pod; and what it tried meanwhile."""
+def resumed(samples: list[Sample], key: str, after: float) -> float | None:
+    """When `key` rose again after `after`, once it had stood still between two samples (the outage's gap:
+    events already in flight when the API server was stopped are not its return)."""
+    previous, stalled = value_at(samples, key, after), False
+    for t, values in samples:
+        if t <= after:
+            continue
+        value = values.get(key, 0.0)
+        if value > previous and stalled:
+            return t
+        stalled = stalled or value == previous
+        previous = value
+    return None
 
-    def after_ready(key: str) -> float | None:
-        when = first_rise(samples, key, ready_at)
+
+def recovery(samples: list[Sample], down_at: float, ready_at: float) -> dict[str, Any]:
+    """From the operator's figures sampled across an API server restart (stopped at `down_at`, /readyz again
+    at `ready_at`): seconds from `ready_at` (negative: before it, the API server answers some requests before
+    it is ready) until its watch events came again, its first listed object (a re-list: a watch that could not
+    resume) and its first pod created after the gap; and what failed meanwhile."""
+
+    def since_ready(key: str) -> float | None:
+        when = resumed(samples, key, down_at)
         return round(when - ready_at, 2) if when is not None else None
 
     def during(key: str) -> int:
         return int(value_at(samples, key, ready_at) - value_at(samples, key, down_at))
 
+    failing = first_rise(samples, "failed_requests", down_at)
     end = samples[-1][0]
+    listed = value_at(samples, "listed_objects", end) - value_at(samples, "listed_objects", down_at)
     return {
-        "to_first_watch_event_s": after_ready("watch_events"),
-        "to_first_listed_object_s": after_ready("listed_objects"),
-        "to_first_pod_created_s": after_ready("pods_created"),
-        "objects_relisted": int(
-            value_at(samples, "listed_objects", end) - value_at(samples, "listed_objects", down_at)
-        ),
+        "to_watch_events_again_s": since_ready("watch_events"),
+        "to_first_listed_object_s": since_ready("listed_objects"),
+        "to_pods_created_again_s": since_ready("pods_created"),
+        "objects_relisted": int(listed),
+        "first_failed_request_s": round(failing - ready_at, 2) if failing is not None else None,
         "failed_requests_while_down": during("failed_requests"),
         "requeued_while_down": during("retries"),
     }

@@ -71,33 +71,39 @@ def test_each_loss_or_double_is_named_and_fails_the_verdict(edges, changes, rule
     assert result[rule] == names
 
 
-def samples(*rows: tuple[float, float, float, float]) -> list[tuple[float, dict[str, float]]]:
-    """(time, watch events, listed objects, pods created)."""
-    return [(t, {"watch_events": w, "listed_objects": listed, "pods_created": p}) for t, w, listed, p in rows]
+def samples(*rows: tuple[float, ...]) -> list[tuple[float, dict[str, float]]]:
+    """(time, watch events, listed objects, pods created[, failed requests])."""
+    keys = ("watch_events", "listed_objects", "pods_created", "failed_requests")
+    return [(row[0], dict(zip(keys, row[1:], strict=False))) for row in rows]
 
 
 def test_recovery_is_timed_from_the_api_servers_readiness_and_counts_the_relist(edges):
     record = samples(
-        (1.0, 100, 10, 50),
-        (2.0, 110, 10, 60),  # the API server stops at 2.5
-        (3.0, 110, 10, 60),
-        (4.0, 110, 10, 60),  # it answers again at 4.2
-        (5.0, 110, 30, 60),  # a re-list of 20 objects
-        (6.0, 115, 30, 61),
-        (7.0, 120, 30, 70),
+        (1.0, 100, 10, 50, 0),
+        (2.0, 110, 10, 60, 0),  # the API server is stopped at 2.5
+        (3.0, 112, 10, 60, 4),  # events already in flight: not its return; 4 requests failed
+        (4.0, 112, 10, 60, 9),  # it is ready again at 4.2
+        (5.0, 112, 30, 60, 9),  # a re-list of 20 objects
+        (6.0, 115, 30, 61, 9),
+        (7.0, 120, 30, 70, 9),
     )
     result = edges.recovery(record, down_at=2.5, ready_at=4.2)
     assert result["to_first_listed_object_s"] == pytest.approx(0.8)
-    assert result["to_first_watch_event_s"] == pytest.approx(1.8)
-    assert result["to_first_pod_created_s"] == pytest.approx(1.8)
+    assert result["to_watch_events_again_s"] == pytest.approx(1.8)
+    assert result["to_pods_created_again_s"] == pytest.approx(1.8)
     assert result["objects_relisted"] == 20
+    assert result["first_failed_request_s"] == pytest.approx(-1.2)
+    assert result["failed_requests_while_down"] == 9
 
 
-def test_a_watch_that_resumed_without_a_relist_says_so(edges):
-    record = samples((1.0, 100, 10, 50), (2.0, 100, 10, 50), (3.0, 105, 10, 55))
-    result = edges.recovery(record, down_at=1.2, ready_at=1.5)
-    assert result["to_first_listed_object_s"] is None and result["objects_relisted"] == 0
-    assert result["to_first_watch_event_s"] == pytest.approx(1.5)
+def test_a_relist_before_readiness_counts_negative_and_a_resumed_watch_lists_nothing(edges):
+    record = samples((1.0, 100, 10, 50), (2.0, 100, 10, 50), (3.0, 105, 12, 55), (4.0, 106, 12, 56))
+    result = edges.recovery(record, down_at=1.2, ready_at=3.5)
+    assert result["to_first_listed_object_s"] == pytest.approx(-0.5)
+    assert result["objects_relisted"] == 2
+    resumed = edges.recovery(samples((1.0, 100, 10, 50), (2.0, 100, 10, 50), (3.0, 105, 10, 55)), 1.2, 1.5)
+    assert resumed["to_first_listed_object_s"] is None and resumed["objects_relisted"] == 0
+    assert resumed["to_watch_events_again_s"] == pytest.approx(1.5)
 
 
 def test_figures_split_listed_objects_from_watch_events_and_count_only_created_pods(edges):
