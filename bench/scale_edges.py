@@ -108,7 +108,8 @@ def burst(env: Any, a: argparse.Namespace, name: str, port: Any, edge: Any = Non
     ns = env.namespace(name)
     count = a.pods // a.replicas
     jobs = [run.trainjob(f"{name}-{i}", a.replicas, WorkerScript(run_for=a.fit)) for i in range(count)]
-    before = edges.scrape(port())
+    first_port = port()
+    before = edges.scrape(first_port)
     log_before = len(operator_log(env))
     sent: dict[str, float] = {}
     started = time.monotonic()
@@ -135,7 +136,10 @@ def burst(env: Any, a: argparse.Namespace, name: str, port: Any, edge: Any = Non
     done = settle(lambda: set(bench.phases(env, ns).values()) == {"Succeeded"}, a.timeout, "Succeeded")
     out["all_succeeded_s"] = round(time.monotonic() - started, 2) if done else None
     time.sleep(2)  # the last status writes and their watch events
-    out["watch_events_per_job"] = edges.per_job(before, edges.scrape(port()), count)
+    last_port = port()  # another replica's after a takeover: its counts are all of this burst
+    out["watch_events_per_job"] = edges.per_job(
+        before if last_port == first_port else {}, edges.scrape(last_port), count
+    )
     out["verdict"] = edges.verdict(
         [job["metadata"]["name"] for job in jobs],
         env.jobs(ns),
@@ -217,7 +221,16 @@ def edge_leader(env: Any, a: argparse.Namespace) -> dict[str, Any]:
             run.wait(leading_port, 120, "a leader that reconciles", 0.5)
         except TimeoutError:
             raise TimeoutError("no leader:\n" + "\n".join(operator_log(env)[-30:])) from None
-        run.wait(lambda: edges.scrape(second_port), 60, "the second replica's metrics", 0.5)
+
+        def second_up() -> bool:
+            if second.poll() is not None:
+                raise RuntimeError("the second replica exited:\n" + "\n".join(operator_log(env)[-30:]))
+            try:
+                return edges.scrape(second_port).get("leader") == 0
+            except OSError:
+                return False
+
+        run.wait(second_up, 120, "the second replica, a standby", 0.5)
         baseline = burst(env, a, "plain", leading_port)
         polls = edges.Poller(lease).start()
         samplers = {
@@ -245,8 +258,6 @@ def edge_leader(env: Any, a: argparse.Namespace) -> dict[str, Any]:
             "kill_to_first_pod_created_s": round(first_pod - killed["at"], 2) if first_pod else None,
         }
         with_edge["takeover"] = taken
-        # the killed leader's counts died with it: the new one's since its start (its first listing included)
-        with_edge["watch_events_per_job"] = edges.per_job({}, sampled[new][-1][1], with_edge["jobs"])
         return {"baseline": baseline, "with_leader_kill": with_edge}
     finally:
         if second.poll() is None:
