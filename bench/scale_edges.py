@@ -102,6 +102,35 @@ def pods_in(env: Any, namespace: str) -> int:
     return sum(len(records) for records in env.watcher.groups(namespace).values())
 
 
+def seen_counts(env: Any, namespace: str) -> tuple[int, int, int, int]:
+    """Pods of `namespace` the bench's watch has seen created, bound, Running (or ended), ended."""
+    records = [r for rs in env.watcher.groups(namespace).values() for r in rs]
+    return (
+        len(records),
+        sum(r.bound is not None for r in records),
+        sum(r.running is not None for r in records),
+        sum(r.ended is not None for r in records),
+    )
+
+
+def watch_vs_api(env: Any, namespace: str) -> dict[str, Any]:
+    """After a wait that timed out: the pods as the API server lists them against the bench's watch (did the
+    watch miss events, or did the pods not run?)."""
+    pods = env.core.list_namespaced_pod(namespace).items
+    phases: dict[str, int] = {}
+    for pod in pods:
+        phases[pod.status.phase] = phases.get(pod.status.phase, 0) + 1
+    with env.watcher.lock:
+        records = dict(env.watcher.pods)
+    missed = [
+        pod.metadata.name
+        for pod in pods
+        if pod.status.phase != "Pending"
+        and (pod.metadata.uid not in records or not records[pod.metadata.uid].running)
+    ]
+    return {"api_phases": phases, "running_the_watch_missed": len(missed), "examples": missed[:5]}
+
+
 def burst(env: Any, a: argparse.Namespace, name: str, port: Any, edge: Any = None) -> dict[str, Any]:
     """One create burst in namespace `name`; `edge()` runs once half its pods exist. `port()`: the metrics
     port of the replica that leads (asked again after the edge)."""
@@ -115,6 +144,7 @@ def burst(env: Any, a: argparse.Namespace, name: str, port: Any, edge: Any = Non
     started = time.monotonic()
     creator = threading.Thread(target=create_all, args=(env, ns, jobs, sent), daemon=True)
     creator.start()
+    timeline = edges.Poller(lambda: seen_counts(env, ns), interval=2.0).start()
     out: dict[str, Any] = {"jobs": count}
     if edge is not None:
         half = count * a.replicas // 2
@@ -126,6 +156,8 @@ def burst(env: Any, a: argparse.Namespace, name: str, port: Any, edge: Any = Non
         lambda: (g := env.watcher.running(ns, a.replicas)) and len(g) == count and g, a.timeout, "Running"
     )
     out["all_running_s"] = round(time.monotonic() - started, 2) if running else None
+    if not running:
+        out["not_running"] = watch_vs_api(env, ns)
     if running:
         out["to_pods_created"] = bench.summary(
             [max(r.added for r in rs) - sent[j] for j, rs in running.items()]
@@ -136,6 +168,7 @@ def burst(env: Any, a: argparse.Namespace, name: str, port: Any, edge: Any = Non
     done = settle(lambda: set(bench.phases(env, ns).values()) == {"Succeeded"}, a.timeout, "Succeeded")
     out["all_succeeded_s"] = round(time.monotonic() - started, 2) if done else None
     time.sleep(2)  # the last status writes and their watch events
+    out["seen_created_bound_running_ended"] = [[round(t - started), *c] for t, c in timeline.stop()]
     last_port = port()  # another replica's after a takeover: its counts are all of this burst
     out["watch_events_per_job"] = edges.per_job(
         before if last_port == first_port else {}, edges.scrape(last_port), count
@@ -171,8 +204,11 @@ def edge_restart(env: Any, a: argparse.Namespace) -> dict[str, Any]:
             "start_to_ready_s": round(ready_s, 2),
         }
 
+    kwok_before = len(env.kwok.log_path.read_text(errors="replace").splitlines())
     with_edge = burst(env, a, "restart", port, restart)
     samples = sampler.stop()
+    kwok_lines = env.kwok.log_path.read_text(errors="replace").splitlines()[kwok_before:]
+    with_edge["kwok_log"] = {"lines": len(kwok_lines), "first": [line[:300] for line in kwok_lines[:8]]}
     with_edge["recovery"] = edges.recovery(samples, times["down"], times["ready"])
     return {"baseline": baseline, "with_restart": with_edge}
 
