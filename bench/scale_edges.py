@@ -10,7 +10,8 @@ baseline) and once with the edge in it, in a cluster of its own:
   0.25 s: seconds from the API server's readiness to its first watch event, its first listed object (a
   re-list: kopf lists everything again when a watch cannot resume, e.g. 410 Gone) and its first pod created.
 - leader: two replicas electing a leader on a Lease (MWMS_LEADER_ELECTION); the leader is killed (SIGKILL:
-  no release) at half the pods. Takeover from the Lease as polled, and the new leader's first pod.
+  no release) at half the pods. Takeover from the Lease as polled, and the new leader's first pod. A replica
+  that exits is started again after 1 s, as its pod's container would be (bench/scale/replicas.py).
 For every burst: nothing lost or doubled (every job Succeeded, no restart, exactly workers 0..replicas-1 in
 one group, no duplicate workers; edges.verdict), the burst's times against its baseline, and watch events
 received per job by resource and type (the operator's mwms_watch_events_total).
@@ -24,8 +25,6 @@ import argparse
 import importlib.util
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -45,7 +44,6 @@ _spec.loader.exec_module(bench)
 run, edges = bench.run, bench._load("edges")
 
 from mwms_contract import names  # noqa: E402
-from mwms_dev.cluster import free_port  # noqa: E402
 from mwms_dev.kwok import WorkerScript  # noqa: E402
 
 ELECTION = {"MWMS_LEADER_ELECTION": "true", "MWMS_LEADER_ELECTION_NAMESPACE": "default"}
@@ -213,28 +211,8 @@ def edge_restart(env: Any, a: argparse.Namespace) -> dict[str, Any]:
     return {"baseline": baseline, "with_restart": with_edge}
 
 
-def start_replica(env: Any, log: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """A second operator replica beside ScaleEnv's, started as ScaleEnv starts its own."""
-    port = free_port()
-    environ = {
-        **os.environ,
-        "KUBECONFIG": str(env.cluster.kubeconfig),
-        "MWMS_METRICS_PORT": str(port),
-        "MWMS_HEALTH_PORT": str(free_port()),
-        "MWMS_LOG_LEVEL": "WARNING",
-        "PYTHONPATH": os.pathsep.join([str(env.operator_src), os.environ.get("PYTHONPATH", "")]),
-        **env.operator_env,
-    }
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "mwms_operator"], env=environ, cwd=run.REPO, stdout=out, stderr=out
-        )
-    return process, port
-
-
 def edge_leader(env: Any, a: argparse.Namespace) -> dict[str, Any]:
-    second, second_port = start_replica(env, env.state_dir / "operator-2.log")
-    replicas = {env.operator.pid: (env.operator, env.metrics_port), second.pid: (second, second_port)}
+    replicas = bench._load("replicas").Replicas(env, 2)
     coordination = kubernetes.client.CoordinationV1Api(env.core.api_client)
     try:
 
@@ -242,63 +220,59 @@ def edge_leader(env: Any, a: argparse.Namespace) -> dict[str, Any]:
             raw = coordination.read_namespaced_lease(LEASE, "default", _preload_content=False)
             return edges.lease_seen(json.loads(raw.data)["spec"])  # the MicroTimes as written
 
-        def holder() -> tuple[subprocess.Popen[bytes], int]:
+        def holder() -> Any:
             identity = lease().holder
-            return replicas[int(identity.rsplit("_", 1)[1])] if identity else (None, 0)
+            return replicas.by_pid(int(identity.rsplit("_", 1)[1])) if identity else None
 
         def leading_port() -> int:
-            process, port = holder()
             try:
-                return port if process is not None and edges.scrape(port).get("leader") == 1 else 0
-            except OSError:  # the killed leader, until the Lease names another
+                slot = holder()
+                return slot.port if slot is not None and edges.scrape(slot.port).get("leader") == 1 else 0
+            except (OSError, kubernetes.client.ApiException):  # the killed leader, until another holds it
                 return 0
 
-        try:
-            run.wait(leading_port, 120, "a leader that reconciles", 0.5)
-        except TimeoutError:
-            raise TimeoutError("no leader:\n" + "\n".join(operator_log(env)[-30:])) from None
-
-        def second_up() -> bool:
-            if second.poll() is not None:
-                raise RuntimeError("the second replica exited:\n" + "\n".join(operator_log(env)[-30:]))
+        def standby_up() -> bool:
             try:
-                return edges.scrape(second_port).get("leader") == 0
+                return any(edges.scrape(slot.port).get("leader") == 0 for slot in replicas.slots)
             except OSError:
                 return False
 
-        run.wait(second_up, 120, "the second replica, a standby", 0.5)
+        run.wait(leading_port, 120, "a leader that reconciles", 0.5)
+        run.wait(standby_up, 120, "a standby", 0.5)
         baseline = burst(env, a, "plain", leading_port)
         polls = edges.Poller(lease).start()
-        samplers = {
-            pid: edges.Poller(lambda p=port: edges.scrape(p)).start() for pid, (_, port) in replicas.items()
-        }
+        samplers = [edges.Poller(lambda p=slot.port: edges.scrape(p)).start() for slot in replicas.slots]
         killed: dict[str, Any] = {}
 
         def kill() -> dict[str, Any]:
-            process, _ = holder()
-            killed["identity"], killed["pid"] = lease().holder, process.pid
+            slot = holder()
+            killed["identity"], killed["slot"] = lease().holder, replicas.slots.index(slot)
             killed["at"] = time.monotonic()
-            process.send_signal(signal.SIGKILL)
-            process.wait()
+            replicas.kill(slot)
             return {"killed": killed["identity"]}
 
         with_edge = burst(env, a, "leader", lambda: run.wait(leading_port, a.timeout, "a leader", 0.5), kill)
         records = polls.stop()
-        sampled = {pid: poller.stop() for pid, poller in samplers.items()}
+        sampled = [poller.stop() for poller in samplers]
         taken = edges.takeover(records, killed["at"], killed["identity"])
-        new = next(pid for pid in replicas if pid != killed["pid"])
-        first_pod = edges.first_rise(sampled[new], "pods_created", killed["at"])
-        first_listed = edges.first_rise(sampled[new], "listed_objects", killed["at"])
-        taken |= {
-            "kill_to_first_listed_object_s": round(first_listed - killed["at"], 2) if first_listed else None,
-            "kill_to_first_pod_created_s": round(first_pod - killed["at"], 2) if first_pod else None,
-        }
+        if taken["taken"]:
+            new = replicas.slots.index(replicas.by_pid(int(taken["new_holder"].rsplit("_", 1)[1])))
+            first_pod = edges.first_rise(sampled[new], "pods_created", killed["at"])
+            first_listed = edges.first_rise(sampled[new], "listed_objects", killed["at"])
+            taken |= {
+                "kill_to_first_listed_object_s": round(first_listed - killed["at"], 2)
+                if first_listed
+                else None,
+                "kill_to_first_pod_created_s": round(first_pod - killed["at"], 2) if first_pod else None,
+            }
         with_edge["takeover"] = taken
+        # besides the kill: a replica that exited (1: a leader that lost its Lease) and was started again
+        with_edge["replica_exits"] = [
+            [round(t - killed["at"], 1), slot, code] for t, slot, code in replicas.exits
+        ]
         return {"baseline": baseline, "with_leader_kill": with_edge}
     finally:
-        if second.poll() is None:
-            second.terminate()
-            second.wait(15)
+        replicas.stop()
 
 
 def main() -> None:
@@ -331,7 +305,10 @@ def main() -> None:
             ) as env,
         ):
             entry["setup"] = env.timings
-            entry |= measure(env, a)
+            try:
+                entry |= measure(env, a)
+            except Exception as error:  # saved with what it says: a run cut short is a finding too
+                entry["error"] = repr(error)[:2000]
         entry |= {"load_after": os.getloadavg(), "measured_at": now()}
         save(label, name, entry, a)
 
