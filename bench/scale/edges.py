@@ -64,43 +64,41 @@ def value_at(samples: list[Sample], key: str, when: float) -> float:
     return earlier[-1].get(key, 0.0)
 
 
-def resumed(samples: list[Sample], key: str, after: float) -> float | None:
-    """When `key` rose again after `after`, once it had stood still between two samples (the outage's gap:
-    events already in flight when the API server was stopped are not its return)."""
-    previous, stalled = value_at(samples, key, after), False
+def resumed(samples: list[Sample], key: str, after: float, gap: float = 2.0) -> float | None:
+    """When `key` rose after `after`, once it had stood still for `gap` seconds or more (the outage: events
+    already in flight when the API server was stopped, or a pause between two samples, are not its return)."""
+    level: float | None = None
+    since = 0.0
     for t, values in samples:
-        if t <= after:
-            continue
         value = values.get(key, 0.0)
-        if value > previous and stalled:
+        if level is not None and value > level and t > after and t - since >= gap:
             return t
-        stalled = stalled or value == previous
-        previous = value
+        if value != level:
+            level, since = value, t
     return None
 
 
 def recovery(samples: list[Sample], down_at: float, ready_at: float) -> dict[str, Any]:
     """From the operator's figures sampled across an API server restart (stopped at `down_at`, /readyz again
-    at `ready_at`): seconds from `ready_at` (negative: before it, the API server answers some requests before
-    it is ready) until its watch events came again, its first listed object (a re-list: a watch that could not
-    resume) and its first pod created after the gap; and what failed meanwhile."""
+    at `ready_at`): seconds from the stop until its first failed request, until its watch events came again,
+    its first listed object (a re-list: a watch that could not resume) and its pods were created again (the
+    API server answers before /readyz); what failed and was queued again meanwhile."""
 
-    def since_ready(key: str) -> float | None:
-        when = resumed(samples, key, down_at)
-        return round(when - ready_at, 2) if when is not None else None
+    def since_stop(when: float | None) -> float | None:
+        return round(when - down_at, 2) if when is not None else None
 
     def during(key: str) -> int:
         return int(value_at(samples, key, ready_at) - value_at(samples, key, down_at))
 
-    failing = first_rise(samples, "failed_requests", down_at)
     end = samples[-1][0]
     listed = value_at(samples, "listed_objects", end) - value_at(samples, "listed_objects", down_at)
     return {
-        "to_watch_events_again_s": since_ready("watch_events"),
-        "to_first_listed_object_s": since_ready("listed_objects"),
-        "to_pods_created_again_s": since_ready("pods_created"),
+        "stop_to_readyz_s": round(ready_at - down_at, 2),
+        "to_first_failed_request_s": since_stop(first_rise(samples, "failed_requests", down_at)),
+        "to_watch_events_again_s": since_stop(resumed(samples, "watch_events", down_at)),
+        "to_first_listed_object_s": since_stop(resumed(samples, "listed_objects", down_at)),
+        "to_pods_created_again_s": since_stop(resumed(samples, "pods_created", down_at)),
         "objects_relisted": int(listed),
-        "first_failed_request_s": round(failing - ready_at, 2) if failing is not None else None,
         "failed_requests_while_down": during("failed_requests"),
         "requeued_while_down": during("retries"),
     }

@@ -77,7 +77,7 @@ def samples(*rows: tuple[float, ...]) -> list[tuple[float, dict[str, float]]]:
     return [(row[0], dict(zip(keys, row[1:], strict=False))) for row in rows]
 
 
-def test_recovery_is_timed_from_the_api_servers_readiness_and_counts_the_relist(edges):
+def test_recovery_is_timed_from_the_stop_after_a_gap_and_counts_the_relist(edges):
     record = samples(
         (1.0, 100, 10, 50, 0),
         (2.0, 110, 10, 60, 0),  # the API server is stopped at 2.5
@@ -88,22 +88,26 @@ def test_recovery_is_timed_from_the_api_servers_readiness_and_counts_the_relist(
         (7.0, 120, 30, 70, 9),
     )
     result = edges.recovery(record, down_at=2.5, ready_at=4.2)
-    assert result["to_first_listed_object_s"] == pytest.approx(0.8)
-    assert result["to_watch_events_again_s"] == pytest.approx(1.8)
-    assert result["to_pods_created_again_s"] == pytest.approx(1.8)
+    assert result["to_first_listed_object_s"] == pytest.approx(2.5)
+    assert result["to_watch_events_again_s"] == pytest.approx(3.5)
+    assert result["to_pods_created_again_s"] == pytest.approx(3.5)
     assert result["objects_relisted"] == 20
-    assert result["first_failed_request_s"] == pytest.approx(-1.2)
+    assert result["to_first_failed_request_s"] == pytest.approx(0.5)
+    assert result["stop_to_readyz_s"] == pytest.approx(1.7)
     assert result["failed_requests_while_down"] == 9
 
 
-def test_a_relist_before_readiness_counts_negative_and_a_resumed_watch_lists_nothing(edges):
+def test_a_pause_shorter_than_the_gap_is_no_return_and_a_resumed_watch_lists_nothing(edges):
+    busy = samples(
+        (1.0, 100, 10, 50), (1.5, 101, 10, 51), (2.0, 101, 10, 51), (2.5, 102, 10, 52), (5.0, 103, 10, 53)
+    )
+    result = edges.recovery(busy, down_at=1.2, ready_at=4.0)
+    assert result["to_watch_events_again_s"] == pytest.approx(3.8)  # not 2.5: a 1 s pause is no outage
     record = samples((1.0, 100, 10, 50), (2.0, 100, 10, 50), (3.0, 105, 12, 55), (4.0, 106, 12, 56))
-    result = edges.recovery(record, down_at=1.2, ready_at=3.5)
-    assert result["to_first_listed_object_s"] == pytest.approx(-0.5)
-    assert result["objects_relisted"] == 2
+    assert edges.recovery(record, down_at=1.2, ready_at=3.5)["objects_relisted"] == 2
     resumed = edges.recovery(samples((1.0, 100, 10, 50), (2.0, 100, 10, 50), (3.0, 105, 10, 55)), 1.2, 1.5)
     assert resumed["to_first_listed_object_s"] is None and resumed["objects_relisted"] == 0
-    assert resumed["to_watch_events_again_s"] == pytest.approx(1.5)
+    assert resumed["to_watch_events_again_s"] == pytest.approx(1.8)
 
 
 def test_figures_split_listed_objects_from_watch_events_and_count_only_created_pods(edges):
