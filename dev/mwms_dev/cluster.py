@@ -19,6 +19,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import ssl
 import subprocess
 import time
@@ -150,6 +151,7 @@ class LocalCluster:
             self._prepare_state_dir()
             network.create_bridge(self.net)
             credentials = self._write_credentials()
+            self._apiserver_inputs = (bin_dir, credentials)  # for restart_apiserver
             self._start_etcd(bin_dir)
             self._start_apiserver(bin_dir, credentials)
             self._wait_https("kube-apiserver", f"{self.server}/readyz", verify=True)
@@ -184,6 +186,15 @@ class LocalCluster:
     def stop_kubelet_node(self, node_name: str) -> None:
         """Stop one real node and forget it (its Node object stays, as that of a machine switched off)."""
         self.kubelet_nodes.pop(node_name).stop()
+
+    def restart_apiserver(self, sig: signal.Signals = signal.SIGTERM) -> float:
+        """Stop the API server (`sig`, SIGKILL after 10 s) and start it again on the same port and etcd, as
+        an upgrade or a crash does; seconds from its start until it answers /readyz again."""
+        self._supervisor.stop("kube-apiserver", sig=sig)
+        started = time.monotonic()
+        self._start_apiserver(*self._apiserver_inputs)
+        self._wait_https("kube-apiserver", f"{self.server}/readyz", verify=True)
+        return time.monotonic() - started
 
     def stop(self) -> None:
         """Stop everything this cluster started and remove its bridge. Safe to call again."""

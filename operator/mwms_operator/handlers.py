@@ -72,16 +72,19 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         job_services: kopf.Index[Any, Any],
         **_: Any,
     ) -> None:
+        metrics.count_watch_event("trainjobs", type)
         memo.reconciler.bind(job_pods, job_services)
         memo.reconciler.job_event(type, body)
 
     # A pod or Service event (its index already updated) means: look at its job again.
     @kopf.on.event("pods", id="pod", registry=registry)
     async def pod_event(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        metrics.count_watch_event("pods", type)
         memo.reconciler.pod_event(type, body)
 
     @kopf.on.event("services", id="service", registry=registry)
-    async def service_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    async def service_event(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        metrics.count_watch_event("services", type)
         memo.reconciler.owned_event(body)
 
 

@@ -100,6 +100,14 @@ API_LATENCY = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15),
 )
 
+# What kopf's watches delivered to the handlers, by resource and type: its cost per job, and after a lost
+# connection or a 410 Gone whether kopf listed everything again (type "LIST": an object of a listing).
+WATCH_EVENTS = Counter(
+    "mwms_watch_events_total",
+    "Watch events the operator's handlers received (LIST: an object of a (re)listing)",
+    ["resource", "type"],
+)
+
 # As client-go's leader_election_master_status: 1 on the replica that holds the leader Lease (or runs without
 # election), 0 on a standby.
 LEADER = Gauge(
@@ -130,6 +138,11 @@ def count_request(method: str, path: str, code: str, seconds: float) -> None:
     verb, resource = verb_of(method, path), resource_of(path)
     API_REQUESTS.labels(verb=verb, resource=resource, code=code).inc()
     API_LATENCY.labels(verb=verb, resource=resource).observe(seconds)
+
+
+def count_watch_event(resource: str, type_: str | None) -> None:
+    """kopf hands the objects of a listing (at start, after a 410 Gone) as events of type None."""
+    WATCH_EVENTS.labels(resource=resource, type=type_ or "LIST").inc()
 
 
 def failed_reason(status: TrainJobStatus | Mapping[str, Any]) -> str:

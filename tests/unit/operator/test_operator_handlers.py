@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 import kopf
+from prometheus_client import REGISTRY
 
 from mwms_operator import handlers, k8s
 from mwms_operator.config import OperatorConfig
@@ -59,3 +60,32 @@ def test_startup_runs_the_blocking_api_calls_on_as_many_threads_as_configured(mo
 
     names = asyncio.run(main())
     assert len(set(names)) == threads and all(name.startswith("api") for name in names)
+
+
+class RecordingReconciler:
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args: None
+
+
+def test_every_watch_event_is_counted_by_resource_and_type_a_listed_object_as_list():
+    """mwms_watch_events_total: the watches' cost per job, and whether kopf listed again after a lost
+    watch."""
+
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, OperatorConfig())
+    by_id = {h.id: h.fn for h in registry._watching.get_all_handlers()}
+    memo = kopf.Memo(reconciler=RecordingReconciler())
+    calls = {"trainjob": "trainjobs", "pod": "pods", "service": "services"}
+
+    def counted(resource: str, type_: str) -> float:
+        labels = {"resource": resource, "type": type_}
+        return REGISTRY.get_sample_value("mwms_watch_events_total", labels) or 0.0
+
+    before = {(r, t): counted(r, t) for r in calls.values() for t in ("LIST", "MODIFIED")}
+    for handler in calls:
+        for type_ in (None, "MODIFIED", "MODIFIED"):
+            kwargs = {"job_pods": {}, "job_services": {}} if handler == "trainjob" else {}
+            asyncio.run(by_id[handler](type=type_, body=kopf.Body({}), memo=memo, **kwargs))
+    for resource in calls.values():
+        assert counted(resource, "LIST") - before[(resource, "LIST")] == 1
+        assert counted(resource, "MODIFIED") - before[(resource, "MODIFIED")] == 2
