@@ -48,6 +48,10 @@ class Replicas:
             "MWMS_METRICS_PORT": str(port),
             "MWMS_HEALTH_PORT": str(free_port()),
             "MWMS_LOG_LEVEL": "WARNING",
+            # The simulated workers log to no tracking server: without this, each job's end asks the default
+            # (http://mlflow:5000, absent here) for its run and adds a Warning Event and a status write a
+            # deployment with its MLflow would not have.
+            "MWMS_TRACKING_URI": "file:///nonexistent/scale-bench-mlruns",
             "PYTHONPATH": os.pathsep.join([str(self.env.operator_src), os.environ.get("PYTHONPATH", "")]),
             **self.env.operator_env,
         }

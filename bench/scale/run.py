@@ -164,6 +164,10 @@ class ScaleEnv:
             "MWMS_METRICS_PORT": str(self.metrics_port),
             "MWMS_HEALTH_PORT": str(free_port()),
             "MWMS_LOG_LEVEL": "WARNING",
+            # The simulated workers log to no tracking server: without this, each job's end asks the default
+            # (http://mlflow:5000, absent here) for its run and adds a Warning Event and a status write a
+            # deployment with its MLflow would not have.
+            "MWMS_TRACKING_URI": "file:///nonexistent/scale-bench-mlruns",
             "PYTHONPATH": os.pathsep.join([str(self.operator_src), os.environ.get("PYTHONPATH", "")]),
             **self.operator_env,
         }
