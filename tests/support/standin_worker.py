@@ -139,13 +139,19 @@ def mlflow_headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
+# A test's MLflow server on a loaded 2-core machine can stall for longer than 10 s (seen: 16 s while it
+# started its job scheduler, at load ~12), and the trainer's own MLflow client retries for minutes: a stall
+# must not end the stand-in's chief (exit 75 restarts the group, which tests that count pods do not expect).
+MLFLOW_TIMEOUT_SECONDS = 90
+
+
 def mlflow_call(base: str, method: str, payload: dict) -> dict:
     request = urllib.request.Request(
         f"{base}/api/2.0/mlflow/{method}",
         data=json.dumps(payload).encode(),
         headers={"Content-Type": "application/json", **mlflow_headers()},
     )
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=MLFLOW_TIMEOUT_SECONDS) as response:
         return json.loads(response.read() or b"{}")
 
 
@@ -158,7 +164,7 @@ def mlflow_run() -> tuple[str, str]:
         lookup = urllib.request.Request(
             f"{base}/api/2.0/mlflow/experiments/get-by-name?{query}", headers=mlflow_headers()
         )
-        with urllib.request.urlopen(lookup, timeout=10) as r:
+        with urllib.request.urlopen(lookup, timeout=MLFLOW_TIMEOUT_SECONDS) as r:
             experiment_id = json.loads(r.read())["experiment"]["experiment_id"]
     except urllib.error.HTTPError as error:
         if error.code != 404:
