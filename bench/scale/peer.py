@@ -75,14 +75,7 @@ def tfjob(
     gpus: int = 0,
 ) -> dict[str, Any]:
     """A TFJob of `replicas` Workers following `script` on fake nodes: run.trainjob's shape."""
-    requests: dict[str, str] = {"cpu": cpu, "memory": memory}
-    if gpus:
-        requests["nvidia.com/gpu"] = str(gpus)
-    run_policy: dict[str, Any] = {}
-    if backoff_limit is not None:
-        run_policy["backoffLimit"] = backoff_limit
-    if ttl is not None:
-        run_policy["ttlSecondsAfterFinished"] = ttl
+    requests, run_policy = run.worker_requests_and_policy(backoff_limit, ttl, cpu, memory, gpus)
     container = {"name": CONTAINER, "image": IMAGE, "resources": {"requests": requests}}
     return {
         "apiVersion": f"{GROUP}/{API_VERSION}",

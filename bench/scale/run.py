@@ -37,6 +37,21 @@ PodWatcher = watch.PodWatcher
 REPO = Path(__file__).resolve().parents[2]
 
 
+def worker_requests_and_policy(
+    backoff_limit: int | None, ttl: int | None, cpu: str, memory: str, gpus: int
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """A worker's resource requests and the job's runPolicy, the same for a TrainJob and a TFJob."""
+    requests: dict[str, str] = {"cpu": cpu, "memory": memory}
+    if gpus:
+        requests["nvidia.com/gpu"] = str(gpus)
+    run_policy: dict[str, Any] = {}
+    if backoff_limit is not None:
+        run_policy["backoffLimit"] = backoff_limit
+    if ttl is not None:
+        run_policy["ttlSecondsAfterFinished"] = ttl
+    return requests, run_policy
+
+
 def trainjob(
     name: str,
     replicas: int,
@@ -49,14 +64,7 @@ def trainjob(
     gpus: int = 0,
 ) -> dict[str, Any]:
     """A TrainJob whose workers follow `script` on fake nodes, each asking for cpu/memory (and GPUs)."""
-    requests: dict[str, str] = {"cpu": cpu, "memory": memory}
-    if gpus:
-        requests["nvidia.com/gpu"] = str(gpus)
-    run_policy: dict[str, Any] = {}
-    if backoff_limit is not None:
-        run_policy["backoffLimit"] = backoff_limit
-    if ttl is not None:
-        run_policy["ttlSecondsAfterFinished"] = ttl
+    requests, run_policy = worker_requests_and_policy(backoff_limit, ttl, cpu, memory, gpus)
     return {
         "apiVersion": f"{names.GROUP}/{names.VERSION}",
         "kind": names.KIND,
