@@ -297,6 +297,9 @@ class LocalCluster:
             "--initial-cluster-state=new",
             "--unsafe-no-fsync=true",  # a throw-away test store: durability buys nothing, fsync costs seconds
             "--log-level=warn",
+            # etcd's default 2 GiB store fills with the revisions of a 20k-pod scale run between the API
+            # server's compactions; large clusters raise it to 8 GiB likewise
+            "--quota-backend-bytes=8589934592",
         ]
         self._supervisor.spawn("etcd", argv, self.logs_dir / "etcd.log")
 
