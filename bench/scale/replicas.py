@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mwms_dev.cluster import free_port
+from mwms_dev.procs import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,10 +85,4 @@ class Replicas:
         self._stop.set()
         self._thread.join()
         for slot in self.slots[1:]:
-            if slot.process.poll() is None:
-                slot.process.terminate()
-                try:
-                    slot.process.wait(15)
-                except subprocess.TimeoutExpired:
-                    slot.process.kill()
-                    slot.process.wait()
+            stop_process(slot.process, 15)

@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from mwms_contract import names
 from mwms_dev.cluster import LocalCluster, free_port
 from mwms_dev.kwok import Kwok, WorkerScript, fake_nodes
+from mwms_dev.procs import stop_process
 
 _spec = importlib.util.spec_from_file_location("mwms_scale_watch", Path(__file__).with_name("watch.py"))
 assert _spec is not None and _spec.loader is not None
@@ -206,13 +207,8 @@ class ScaleEnv:
     def __exit__(self, *exc: object) -> None:
         if self.watcher is not None:
             self.watcher.stop()
-        if self.operator is not None and self.operator.poll() is None:
-            self.operator.terminate()
-            try:
-                self.operator.wait(15)
-            except subprocess.TimeoutExpired:
-                self.operator.kill()
-                self.operator.wait()
+        if self.operator is not None:
+            stop_process(self.operator, 15)
         if self.kwok is not None:
             self.kwok.stop()
         self.cluster.stop()

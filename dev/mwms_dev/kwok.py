@@ -29,6 +29,7 @@ import kubernetes
 import yaml
 
 from mwms_dev.node_context import free_port
+from mwms_dev.procs import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "v0.8.0"
@@ -224,13 +225,8 @@ class Kwok:
             time.sleep(interval)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            stop_process(self.process, 10)
         self.process = None
 
     def __enter__(self) -> Kwok:

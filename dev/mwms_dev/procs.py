@@ -44,6 +44,19 @@ def live_group_members(pgid: int) -> list[int]:
     return members
 
 
+def stop_process(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM `proc`, wait up to `grace` seconds for it to exit, then SIGKILL it; returns once it is reaped.
+    The process alone, not its group: for processes started without a session of their own."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
