@@ -5,10 +5,8 @@ ScaleEnv stops at the end); the others are stopped by `stop()`."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -17,8 +15,6 @@ from typing import Any
 
 from mwms_dev.cluster import free_port
 from mwms_dev.procs import stop_process
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -43,23 +39,8 @@ class Replicas:
 
     def _spawn(self, port: int, log: Path) -> subprocess.Popen[bytes]:
         """As ScaleEnv starts its operator, on `port`."""
-        environ = {
-            **os.environ,
-            "KUBECONFIG": str(self.env.cluster.kubeconfig),
-            "MWMS_METRICS_PORT": str(port),
-            "MWMS_HEALTH_PORT": str(free_port()),
-            "MWMS_LOG_LEVEL": "WARNING",
-            # The simulated workers log to no tracking server: without this, each job's end asks the default
-            # (http://mlflow:5000, absent here) for its run and adds a Warning Event and a status write a
-            # deployment with its MLflow would not have.
-            "MWMS_TRACKING_URI": "file:///nonexistent/scale-bench-mlruns",
-            "PYTHONPATH": os.pathsep.join([str(self.env.operator_src), os.environ.get("PYTHONPATH", "")]),
-            **self.env.operator_env,
-        }
         with log.open("ab") as out:
-            return subprocess.Popen(
-                [sys.executable, "-m", "mwms_operator"], env=environ, cwd=REPO, stdout=out, stderr=out
-            )
+            return self.env.spawn_operator(port, out)
 
     def _keep(self) -> None:
         while not self._stop.wait(0.2):

@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import kubernetes
 from prometheus_client.parser import text_string_to_metric_families
@@ -167,10 +167,15 @@ class ScaleEnv:
     def start_operator(self) -> subprocess.Popen[bytes]:
         """The operator as a local process, its metrics on self.metrics_port, its output in operator.log (a
         subclass starts another operator: bench/scale/peer.py)."""
+        return self.spawn_operator(self.metrics_port, self.operator_log)
+
+    def spawn_operator(self, metrics_port: int, log: IO[bytes]) -> subprocess.Popen[bytes]:
+        """Our operator as a local process with the bench's environment, its metrics on `metrics_port`, its
+        output to `log` (bench/scale/replicas.py starts its extra replicas with it too)."""
         env = {
             **os.environ,
             "KUBECONFIG": str(self.cluster.kubeconfig),
-            "MWMS_METRICS_PORT": str(self.metrics_port),
+            "MWMS_METRICS_PORT": str(metrics_port),
             "MWMS_HEALTH_PORT": str(free_port()),
             "MWMS_LOG_LEVEL": "WARNING",
             # The simulated workers log to no tracking server: without this, each job's end asks the default
@@ -181,11 +186,7 @@ class ScaleEnv:
             **self.operator_env,
         }
         return subprocess.Popen(
-            [sys.executable, "-m", "mwms_operator"],
-            env=env,
-            cwd=REPO,
-            stdout=self.operator_log,
-            stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "mwms_operator"], env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT
         )
 
     def _operator_up(self) -> bool:
