@@ -45,6 +45,7 @@ class Ours:
     queue = "mwms_workqueue_queue_duration_seconds"  # _count, _sum, _bucket
     reconciles = "mwms_reconcile_duration_seconds_count"
     depth_metric = "mwms_workqueue_depth"
+    requests_metric, requests_by = "mwms_api_requests_total", ("verb", "resource")
     api_source = "its own mwms_api_requests_total, by verb and resource"
 
     def job(self, name: str, replicas: int, script: WorkerScript, **policy: Any) -> dict[str, Any]:
@@ -54,11 +55,12 @@ class Ours:
         env.custom.create_namespaced_custom_object(self.group, self.version, namespace, self.plural, job)
 
     def requests(self, env: Any) -> dict[tuple[str, str], float]:
-        """(verb, resource) -> requests the operator made so far."""
+        """The values of the two labels `requests_by` -> requests the operator made so far."""
+        first, second = self.requests_by
         out: dict[tuple[str, str], float] = {}
-        for (_, labels), value in env.operator_metrics("mwms_api_requests_total").items():
+        for (_, labels), value in env.operator_metrics(self.requests_metric).items():
             label = dict(labels)
-            key = (label.get("verb", ""), label.get("resource", ""))
+            key = (label.get(first, ""), label.get(second, ""))
             out[key] = out.get(key, 0.0) + value
         return out
 
@@ -123,19 +125,12 @@ class Peer(Ours):
     queue = "workqueue_queue_duration_seconds"
     reconciles = "controller_runtime_reconcile_total"
     depth_metric = "workqueue_depth"
+    # one client-go for all its requests, events included
+    requests_metric, requests_by = "rest_client_requests_total", ("method", "code")
     api_source = "its own rest_client_requests_total (client-go), by method and code: no resource label"
 
     def job(self, name: str, replicas: int, script: WorkerScript, **policy: Any) -> dict[str, Any]:
         return peer.tfjob(name, replicas, script, **policy)
-
-    def requests(self, env: Any) -> dict[tuple[str, str], float]:
-        """(method, code) -> requests the operator made so far (events included: one client-go)."""
-        out: dict[tuple[str, str], float] = {}
-        for (_, labels), value in env.operator_metrics("rest_client_requests_total").items():
-            label = dict(labels)
-            key = (label.get("method", ""), label.get("code", ""))
-            out[key] = out.get(key, 0.0) + value
-        return out
 
     def answers(self, env: Any) -> dict[tuple[str, str], float]:
         """(method, code) -> requests; controller-runtime 0.17 keeps no request latency."""

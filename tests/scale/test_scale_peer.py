@@ -150,3 +150,19 @@ def test_the_peers_api_cost_is_its_own_client_go_count_by_method_and_code(scale)
     requests = peer.requests(env)
     assert requests == {("POST", "201"): 12, ("PUT", "200"): 4, ("PUT", "409"): 1, ("GET", "200"): 3}
     assert peer.depth(env) == 7
+
+
+OURS_METRICS = """\
+# HELP mwms_api_requests_total Requests the operator sent to the Kubernetes API server
+# TYPE mwms_api_requests_total counter
+mwms_api_requests_total{code="201",resource="pods",verb="create"} 8
+mwms_api_requests_total{code="409",resource="pods",verb="create"} 2
+mwms_api_requests_total{code="200",resource="trainjobs",verb="patch"} 5
+"""
+
+
+def test_our_api_cost_is_our_own_count_by_verb_and_resource_over_every_code(scale):
+    samples = scale.run.metric_samples
+    env = SimpleNamespace(operator_metrics=lambda prefix="": samples(OURS_METRICS, prefix))
+    ours = scale.operators.OPERATORS["mwms"]
+    assert ours.requests(env) == {("create", "pods"): 10, ("patch", "trainjobs"): 5}
