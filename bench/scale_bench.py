@@ -31,18 +31,19 @@ plots the burst's figures against the number of pods, training-operator's beside
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
 import random
 import statistics
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from mwms_dev.kwok import WorkerScript
+from mwms_dev.scripts import load_script
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "scale.json"
@@ -51,16 +52,10 @@ PLOT = HERE / "results" / "scale.png"
 
 def _load(name: str) -> Any:
     """bench/scale/<name>.py (bench/ is no package)."""
-    spec = importlib.util.spec_from_file_location(f"mwms_scale_{name}", HERE / "scale" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"mwms_scale_{name}", HERE / "scale" / f"{name}.py")
 
 
 run, plots, operators = _load("run"), _load("plot"), _load("operators")
-
-from mwms_dev.kwok import WorkerScript  # noqa: E402
 
 WRITES = ("create", "update", "patch", "delete", "deletecollection", "post", "put")
 STAGE_KEYS = ("burst", "api", "churn", "storm")  # an entry's figures by stage

@@ -22,10 +22,8 @@ and `make kwok`.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -35,16 +33,14 @@ from typing import Any
 import kubernetes
 import urllib3
 
+from mwms_contract import names
+from mwms_dev.kwok import WorkerScript
+from mwms_dev.scripts import load_script
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "scale_edges.json"
-_spec = importlib.util.spec_from_file_location("mwms_scale_bench", HERE / "scale_bench.py")
-assert _spec is not None and _spec.loader is not None
-bench = sys.modules["mwms_scale_bench"] = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = load_script("mwms_scale_bench", HERE / "scale_bench.py")
 run, edges = bench.run, bench._load("edges")
-
-from mwms_contract import names  # noqa: E402
-from mwms_dev.kwok import WorkerScript  # noqa: E402
 
 ELECTION = {"MWMS_LEADER_ELECTION": "true", "MWMS_LEADER_ELECTION_NAMESPACE": "default"}
 LEASE = "mwms-operator-leader"

@@ -4,27 +4,15 @@ requests, its work-queue metrics, and how a lost worker's restart shows in its p
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 from mwms_contract import names
 from mwms_dev.kwok import WorkerScript
+from mwms_dev.scripts import load_script
 
-
-def _sibling(name: str) -> Any:
-    """bench/scale/<name>.py as module mwms_scale_<name>, the one already loaded if there is one."""
-    key = f"mwms_scale_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        sys.modules[key] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[key]
-
-
-run, peer = _sibling("run"), _sibling("peer")
+run = load_script("mwms_scale_run", Path(__file__).with_name("run.py"))
+peer = load_script("mwms_scale_peer", Path(__file__).with_name("peer.py"))
 
 
 def delta(before: dict, after: dict) -> dict:

@@ -15,7 +15,6 @@ Succeeded, Restarting, Running, then Created (read as ours' Pending)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -25,22 +24,12 @@ from typing import Any
 
 from mwms_dev.cluster import free_port
 from mwms_dev.kwok import WorkerScript
+from mwms_dev.scripts import load_script
 
 BENCH = Path(__file__).resolve().parents[1]
 
 
-def _sibling(name: str) -> Any:
-    """bench/scale/<name>.py as module mwms_scale_<name>, the one already loaded if there is one."""
-    key = f"mwms_scale_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        sys.modules[key] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[key]
-
-
-run = _sibling("run")
+run = load_script("mwms_scale_run", Path(__file__).with_name("run.py"))
 if str(BENCH) not in sys.path:  # peer_bench imports its neighbours in bench/ by name
     sys.path.insert(0, str(BENCH))
 import peer_bench  # noqa: E402

@@ -6,7 +6,6 @@ nothing."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import ssl
@@ -27,12 +26,9 @@ from mwms_contract import names
 from mwms_dev.cluster import LocalCluster, free_port
 from mwms_dev.kwok import Kwok, WorkerScript, fake_nodes
 from mwms_dev.procs import stop_process
+from mwms_dev.scripts import load_script
 
-_spec = importlib.util.spec_from_file_location("mwms_scale_watch", Path(__file__).with_name("watch.py"))
-assert _spec is not None and _spec.loader is not None
-watch = importlib.util.module_from_spec(_spec)
-sys.modules["mwms_scale_watch"] = watch
-_spec.loader.exec_module(watch)
+watch = load_script("mwms_scale_watch", Path(__file__).with_name("watch.py"))
 PodWatcher = watch.PodWatcher
 
 REPO = Path(__file__).resolve().parents[2]
