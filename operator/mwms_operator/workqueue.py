@@ -36,7 +36,8 @@ class FailureLog(Generic[K]):
     """Pure: how a work queue tells failed handlings without a line per failure (an API server outage at
     1,000 jobs fails every key, again and again): the first failure of each kind of error at WARNING, the
     others at DEBUG; while failures go on, one summary at most every `every` seconds; and one line once no
-    key is failing any more (if some failure was said at DEBUG only). A kind is the error's text with the key's own names taken out."""
+    key is failing any more (if some failure was said at DEBUG only). A kind is the error's text with the
+    key's own names taken out."""
 
     def __init__(
         self, name: str, *, every: float = SUMMARY_SECONDS, clock: Callable[[], float] = time.monotonic
