@@ -19,8 +19,8 @@ Stages, in one cluster, each in its own namespace:
    by its TTL; jobs reconciled a second, work-queue latency and depth (mwms_workqueue_*; the peer's
    controller-runtime workqueue_*), all jobs gone at the end.
 4. failure storm: pods/replicas running jobs, then one worker of 10% of them lost at once (exit 75): time to
-   each group's restart all Running (it includes the operator's first 10 s restart back-off; the peer
-   creates the lost worker's pod alone again), restarts counted against backoffLimit, duplicate workers.
+   each group's restart all Running (the operator's first counted restart is immediate, as the peer's; the
+   peer creates the lost worker's pod alone again), restarts counted against backoffLimit, duplicate workers.
 5. footprint: operator RSS and CPU after each stage.
 Results go to bench/results/scale.json under --label (default `<pods>p-<nodes>n-<replicas>r`; a run of some
 --stages keeps the others' earlier figures, each stage dated in measured_at), and bench/results/scale.png

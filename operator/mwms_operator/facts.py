@@ -44,7 +44,8 @@ from mwms_operator.status import (
 
 # The clocks of a group's start (startup timeout, container errors): stopped whenever that group ends.
 STOPPED_STARTUP_CLOCKS = {"stalled_since": None, "container_error_since": None}
-# A counted group restart waits 10 s, doubling with each counted restart up to 5 min (as Kubernetes Jobs do).
+# The first counted group restart is immediate, the later ones wait 10 s doubling up to 5 min (the kubelet's
+# CrashLoopBackOff): one transient loss (a lost node, exit 75) costs no idle wait, a crash loop is slowed.
 RESTART_BACKOFF_SECONDS, RESTART_BACKOFF_MAX_SECONDS = 10, 300
 # What the Running condition's message starts with for each reason creation was refused for now.
 REFUSALS = {
@@ -69,8 +70,10 @@ class CreationRefused:
 
 
 def restart_backoff(counted: int) -> int:
-    """Seconds before the `counted`-th counted group restart (1-based): 10, 20, 40, … at most 300."""
-    return min(RESTART_BACKOFF_MAX_SECONDS, RESTART_BACKOFF_SECONDS * 2 ** max(0, counted - 1))
+    """Seconds before the `counted`-th counted group restart (1-based): 0, 10, 20, 40, … at most 300."""
+    if counted <= 1:
+        return 0
+    return min(RESTART_BACKOFF_MAX_SECONDS, RESTART_BACKOFF_SECONDS * 2 ** (counted - 2))
 
 
 def cleanup(spec: TrainJobSpec | None, pods: Sequence[WorkerPod], *, remove_active: bool) -> tuple[str, ...]:

@@ -186,16 +186,21 @@ def _rule_backoff_limit_exceeded(f: Facts) -> Decision | None:
 
 
 def _rule_group_restart(f: Facts) -> Decision | None:
-    """A retryable failure restarts the whole group (MWMS cannot continue without a worker) after a back-off
-    that counts against spec.runPolicy.backoffLimit."""
+    """A retryable failure restarts the whole group (MWMS cannot continue without a worker), counted against
+    spec.runPolicy.backoffLimit: the first at once, the later ones after a back-off (restart_backoff)."""
     assert f.parsed is not None
     if not f.failures:
         return None
     counted, limit = f.counted_restarts, f.parsed.backoff_limit
     delay = restart_backoff(counted + 1)
-    due = format_time(f.now + timedelta(seconds=delay))
-    f.b.set(next_restart_time=due)
-    plan = f"at {due} after a {delay}s back-off (restart {counted + 1} of at most {limit})"
+    count = f"restart {counted + 1} of at most {limit}"
+    if delay:
+        due = format_time(f.now + timedelta(seconds=delay))
+        f.b.set(next_restart_time=due)
+        plan = f"at {due} after a {delay}s back-off ({count})"
+    else:  # no nextRestartTime: nothing to wait for, so no RestartBackoff condition either
+        f.b.set(next_restart_time=None)
+        plan = f"now ({count})"
     return f.restart(min(f.failures, key=lambda x: x.pod.index), GROUP_RESTARTING, plan)
 
 

@@ -1,7 +1,8 @@
 """A keyed work queue on asyncio, after client-go's: a key added many times is handled once, one key is never
 handled by two workers at once, and a key added while it is being handled is handled again afterwards.
 `add_after` schedules a key for a moment (a deadline), keeping the earliest moment asked for. A key whose
-handling fails is retried after a backoff that doubles per failure (0.5 s up to a minute).
+handling fails is retried after a backoff that doubles per failure (0.5 s up to a minute). Expected failures
+(the API server's errors, the network's) are logged by a FailureLog: a few lines an outage, not one a key.
 
 Nothing per key runs while it waits: a key costs a dict entry, not a task or a timer.
 
@@ -25,6 +26,89 @@ from mwms_operator import logs, metrics
 K = TypeVar("K", bound=Hashable)
 log = logging.getLogger(__name__)
 FIRST_RETRY_SECONDS, LAST_RETRY_SECONDS = 0.5, 60.0
+# While handlings keep failing, at most one summary line this often (seconds).
+SUMMARY_SECONDS = 30.0
+# At most this many kinds of error are each said at WARNING in one outage; further kinds are summed up.
+MAX_KINDS = 20
+
+
+class FailureLog(Generic[K]):
+    """Pure: how a work queue tells failed handlings without a line per failure (an API server outage at
+    1,000 jobs fails every key, again and again): the first failure of each kind of error at WARNING, the
+    others at DEBUG; while failures go on, one summary at most every `every` seconds; and one line once no
+    key is failing any more (if some failure was said at DEBUG only). A kind is the error's text with the
+    key's own names taken out."""
+
+    def __init__(
+        self, name: str, *, every: float = SUMMARY_SECONDS, clock: Callable[[], float] = time.monotonic
+    ):
+        self._name, self._every, self._clock = name, every, clock
+        self._failing: set[K] = set()  # keys whose last handling failed
+        self._start()
+
+    def _start(self) -> None:
+        """No outage: nothing counted, no kind said."""
+        self._since: float | None = None  # when the first failure of this outage came
+        self._said_at = 0.0
+        self._kinds: set[str] = set()
+        self._total, self._keys = 0, set[K]()  # of the whole outage
+        self._recent, self._recent_keys = 0, set[K]()  # since the last summary
+        self._latest = ""
+        self._quiet = 0  # failures said at DEBUG only: the end is told only if some were
+
+    def failed(self, key: K, error: str) -> int:
+        """Count a failed handling; the level to log it at: WARNING if its kind is new in this outage."""
+        now = self._clock()
+        if self._since is None:
+            self._since = self._said_at = now
+        self._failing.add(key)
+        self._total, self._recent, self._latest = self._total + 1, self._recent + 1, error
+        self._keys.add(key)
+        self._recent_keys.add(key)
+        kind = _kind(key, error)
+        if kind in self._kinds or len(self._kinds) >= MAX_KINDS:
+            self._quiet += 1
+            return logging.DEBUG
+        self._kinds.add(kind)
+        return logging.WARNING
+
+    def done(self, key: K) -> None:
+        """The key was handled (or forgotten): it is no longer failing."""
+        self._failing.discard(key)
+
+    def note(self) -> tuple[int, str] | None:
+        """A line due now, if any: the outage's end, or a summary while it lasts."""
+        if self._since is None:
+            return None
+        now = self._clock()
+        if not self._failing:
+            if not self._quiet:  # every failure was said on its own line
+                self._start()
+                return None
+            line = (
+                f"{self._name}: no key is failing any more: {self._total} failed handlings of "
+                f"{len(self._keys)} keys in {now - self._since:.1f} s; latest error: {self._latest}"
+            )
+            self._start()
+            return logging.INFO, line
+        if now - self._said_at < self._every or not self._recent:
+            return None
+        line = (
+            f"{self._name}: still failing: {self._recent} failed handlings of {len(self._recent_keys)} keys "
+            f"in the last {now - self._said_at:.1f} s, {len(self._failing)} keys waiting for a retry; "
+            f"latest error: {self._latest}"
+        )
+        self._said_at, self._recent, self._recent_keys = now, 0, set()
+        return logging.WARNING, line
+
+
+def _kind(key: Hashable, error: str) -> str:
+    """The error's text without the key's own names (a job's name, its namespace, its uid), so that the
+    same failure of two jobs is one kind."""
+    for part in key if isinstance(key, tuple) else (key,):
+        if isinstance(part, str) and len(part) > 2:
+            error = error.replace(part, "…")
+    return error
 
 
 class WorkQueue(Generic[K]):
@@ -52,6 +136,7 @@ class WorkQueue(Generic[K]):
         self._latency = metrics.QUEUE_LATENCY.labels(name=name)
         self._duration = metrics.WORK_DURATION.labels(name=name)
         self._retries = metrics.QUEUE_RETRIES.labels(name=name)
+        self.failure_log: FailureLog[K] = FailureLog(name)
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -98,6 +183,7 @@ class WorkQueue(Generic[K]):
         """Drop a pending schedule (the object is gone); a run already waiting still happens."""
         self._due.pop(key, None)
         self._failures.pop(key, None)
+        self.failure_log.done(key)
 
     def __len__(self) -> int:
         return len(self._dirty) + len(self._busy)
@@ -114,13 +200,20 @@ class WorkQueue(Generic[K]):
                 try:
                     await self._handle(key)
                     self._failures.pop(key, None)
+                    self.failure_log.done(key)
                 except asyncio.CancelledError:
                     raise
                 except Exception as error:  # one job's trouble must not stop the others: log it, retry it
                     failures = self._failures[key] = self._failures.get(key, 0) + 1
                     delay = min(FIRST_RETRY_SECONDS * 2 ** (failures - 1), LAST_RETRY_SECONDS)
                     if isinstance(error, self._expected):
-                        log.warning("%s: %s failed (%s); again in %.1f s", self._name, key, error, delay)
+                        level = self.failure_log.failed(key, str(error))
+                        said = "%s: %s failed (%s); again in %.1f s"
+                        if level == logging.WARNING:
+                            said += (
+                                f" (failures like it: DEBUG, a summary at most every {SUMMARY_SECONDS:.0f} s)"
+                            )
+                        log.log(level, said, self._name, key, error, delay)
                     else:
                         log.exception("%s: %s failed; again in %.1f s", self._name, key, delay)
                     self._retries.inc()
@@ -130,6 +223,9 @@ class WorkQueue(Generic[K]):
                     self._busy.discard(key)
                     if key in self._dirty:
                         self._put(key)
+            note = self.failure_log.note()  # about the queue, not the job: outside logs.about(key)
+            if note is not None:
+                log.log(*note)
 
     async def _timer(self) -> None:
         loop = asyncio.get_running_loop()

@@ -9,6 +9,7 @@ Behaviour for tests, from the environment (set through spec.template):
   STANDIN_FAIL_INDEX       only this worker fails (default: none)
   STANDIN_EXIT_CODE        its exit code (default 1)
   STANDIN_FAIL_ONCE_FILE   fail only if this file does not exist yet (it is created first): "fail once"
+  STANDIN_FAIL_IN_RESTARTS fail only in these (re)starts of the group (MWMS_RESTART_COUNT), e.g. "0,1"
   STANDIN_HANG_INDEX       only this worker never begins its rendezvous (stuck before it, e.g. loading data)
   STANDIN_SLEEP_SECONDS    keep running this long after the peer check (long jobs: deadline, suspend...)
   STANDIN_LINGER_SECONDS   workers other than the chief keep running this much longer (a slow worker, a
@@ -228,7 +229,9 @@ def main() -> None:
     hosts, index = check_environment()
     log(f"worker {index} of {len(hosts)}, restart {os.environ['MWMS_RESTART_COUNT']}")
     # Fail before the peer check: the others then wait for this worker, as MWMS workers would.
-    if os.environ.get("STANDIN_FAIL_INDEX") == str(index):
+    restarts = os.environ.get("STANDIN_FAIL_IN_RESTARTS")
+    in_restart = restarts is None or os.environ["MWMS_RESTART_COUNT"] in restarts.split(",")
+    if os.environ.get("STANDIN_FAIL_INDEX") == str(index) and in_restart:
         once = os.environ.get("STANDIN_FAIL_ONCE_FILE")
         if not once or not os.path.exists(once):
             if once:

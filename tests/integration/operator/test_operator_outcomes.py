@@ -1,6 +1,7 @@
 """How the operator reads what happened to its workers, on the real control plane: disruptions (the Eviction
-API) restart the group without spending backoffLimit, counted restarts back off, the startup timeout counts
-only while a partly started group is stuck, and a container that cannot start fails the job at once.
+API) restart the group without spending backoffLimit, counted restarts after the first back off, the startup
+timeout counts only while a partly started group is stuck, and a container that cannot start fails the job
+at once.
 Nothing here asserts on timings: only on status fields, events and API timestamps."""
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import pytest
 from test_operator_jobs import (
     condition,
     events_of,
-    fail_once_trainjob,
     get_job,
     pods_of,
     wait_condition,
@@ -56,15 +56,22 @@ def test_an_evicted_worker_restarts_the_group_without_spending_backoff(
     assert "not counted against spec.runPolicy.backoffLimit" in disrupted[0]
 
 
-def test_a_counted_restart_waits_for_its_back_off(operator, make_standin, kubectl, namespace, tmp_path):
-    job = fail_once_trainjob(make_standin, "patient", 2, tmp_path)
+def test_the_first_counted_restart_is_immediate_and_the_second_waits_for_its_back_off(
+    operator, make_standin, kubectl, namespace
+):
+    # Worker 1 exits 75 in the first two groups: two counted restarts, the third group succeeds.
+    env = {"STANDIN_FAIL_INDEX": "1", "STANDIN_EXIT_CODE": "75", "STANDIN_FAIL_IN_RESTARTS": "0,1"}
+    job = make_standin("patient", 2, env=env, runPolicy={"cleanPodPolicy": "None"})
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "patient", "Succeeded")
-    assert done["status"]["restarts"] == 1 and done["status"]["disruptions"] == 0
-    (restarting,) = [m for _, r, m in events_of(kubectl, namespace, "patient") if r == "GroupRestarting"]
-    assert "after a 10s back-off (restart 1 of at most 3)" in restarting
-    due = restarting.split(" at ")[1].split(" after")[0]  # "... restarting all 2 workers at <time> after ..."
-    # The new group was created no earlier than the announced restart time (API timestamps, whole seconds).
+    assert done["status"]["restarts"] == 2 and done["status"]["disruptions"] == 0
+    assert "nextRestartTime" not in done["status"]
+    restarting = [m for _, r, m in events_of(kubectl, namespace, "patient") if r == "GroupRestarting"]
+    first, second = (next(m for m in restarting if f"(restart {n} of at most 3)" in m) for n in (1, 2))
+    assert "restarting all 2 workers now (restart 1 of at most 3)" in first
+    assert "after a 10s back-off (restart 2 of at most 3)" in second
+    due = second.split(" at ")[1].split(" after")[0]  # "... restarting all 2 workers at <time> after ..."
+    # The third group was created no earlier than the announced restart time (API timestamps, whole seconds).
     created = [p["metadata"]["creationTimestamp"] for p in pods_of(kubectl, namespace, "patient")]
     assert len(created) == 2 and all(c >= due for c in created), (created, due)
 

@@ -115,32 +115,6 @@ def test_a_retryable_failure_restarts_the_whole_group(failed, why):
     assert d.events[0].type == "Warning" and "mnist-worker-1" in d.events[0].message
 
 
-def test_a_restart_waits_for_the_old_group_then_recreates_it_with_the_next_count():
-    restarting = step(running_status(), [pod(0), pod(1, "Failed", exit_code=75), pod(2)], at=60).status
-    leaving = [pod(0, deleting=True), pod(1, "Failed", exit_code=75), pod(2, deleting=True)]
-    waiting = step(restarting, leaving, at=61)
-    assert waiting.actions == (DeletePods(("mnist-worker-1",)),)
-    assert waiting.status["phase"] == "Restarting"
-    # What the new group waits for is named (a pod stuck Terminating on a lost node shows here).
-    running_condition = next(c for c in waiting.status["conditions"] if c["type"] == "Running")
-    assert running_condition["reason"] == "WaitingForOldPods"
-    assert all(f"mnist-worker-{i}" in running_condition["message"] for i in range(3))
-    # A counted restart backs off 10 s (from the failure at 60 s) before the new group is created.
-    assert restarting["nextRestartTime"] == format_time(T0 + timedelta(seconds=70))
-    backing_off = step(waiting.status, [], at=62)
-    assert backing_off.actions == () and conditions(backing_off)["Running"] == ("False", "RestartBackoff")
-    recreate = step(backing_off.status, [], at=70)
-    assert recreate.actions == (CreatePods((0, 1, 2), 1),)
-    assert recreate.status["groupStartTime"] == format_time(T0 + timedelta(seconds=70))
-    assert recreate.status["nextRestartTime"] is None
-    pending = step(recreate.status, group(phase="Pending", restart=1), at=71)
-    assert pending.status["phase"] == "Restarting" and pending.actions == ()
-    running = step(pending.status, group(restart=1), at=72)
-    assert running.status["phase"] == "Running" and running.status["restarts"] == 1
-    assert conditions(running)["Restarting"][0] == "False"
-    assert conditions(running)["Running"][0] == "True"
-
-
 def test_a_pod_deleted_while_running_restarts_the_group():
     d = step(running_status(), [pod(0), pod(2)], at=60)
     assert d.status["phase"] == "Restarting" and "mnist-worker-1 was deleted" in d.events[0].message
@@ -485,22 +459,6 @@ def test_peers_failing_after_a_disruption_do_not_make_it_a_counted_restart():
     # Even a permanent-looking exit of the disrupted worker itself: it was told to go.
     disrupted_with_exit_1 = [pod(0), pod(1, "Failed", exit_code=1, disruption=EVICTED), pod(2)]
     assert step(running_status(), disrupted_with_exit_1, at=60, job=job).status["phase"] == "Restarting"
-
-
-@pytest.mark.parametrize(("counted", "seconds"), [(1, 10), (2, 20), (3, 40), (5, 160), (6, 300), (30, 300)])
-def test_counted_restarts_back_off_exponentially_up_to_5_minutes(counted, seconds):
-    job = spec(runPolicy={"backoffLimit": 100})
-    # Two earlier restarts were disruptions: they do not make the back-off longer.
-    status = dict(running_status(), restarts=counted - 1 + 2, disruptions=2)
-    r = counted + 1
-    d = step(
-        status,
-        [pod(0, restart=r), pod(1, "Failed", restart=r, exit_code=75), pod(2, restart=r)],
-        at=5,
-        job=job,
-    )
-    assert d.status["nextRestartTime"] == format_time(T0 + timedelta(seconds=5 + seconds))
-    assert f"after a {seconds}s back-off" in d.events[0].message
 
 
 def test_the_chiefs_trainer_exit_0_succeeds_while_a_sidecar_keeps_the_pod_running():

@@ -4,8 +4,10 @@ while it is handled runs again afterwards, and scheduled keys run when they fall
 from __future__ import annotations
 
 import asyncio
+import logging
 
-from mwms_operator.workqueue import WorkQueue
+from mwms_operator.state import JobKey
+from mwms_operator.workqueue import FailureLog, WorkQueue
 
 
 def run(coro):
@@ -108,3 +110,78 @@ def test_a_forgotten_schedule_does_not_run_and_a_failing_key_stops_nothing_and_i
         return seen
 
     assert run(main()) == ["boom", "next", "boom"]
+
+
+def test_an_outage_is_told_in_a_few_lines_not_one_per_failed_handling():
+    """1,000 keys failing with the same error for 12 s (an API server outage): the first failure at WARNING,
+    the others at DEBUG, one summary per 30 s while it lasts, one line once every key is handled again."""
+    clock = [0.0]
+    failures: FailureLog[JobKey] = FailureLog("reconcile", clock=lambda: clock[0])
+    keys = [JobKey("team-a", f"job-{i}", f"uid-{i}") for i in range(1000)]
+    levels, notes = [], []
+    for tick in range(120):  # every key fails about once a second
+        clock[0] = tick / 10
+        for key in keys[tick % 10 :: 10]:
+            levels.append(failures.failed(key, "[Errno 111] Connection refused"))
+            notes.append(failures.note())
+    assert levels.count(logging.WARNING) == 1 and len(levels) == 12_000
+    assert [n for n in notes if n] == [], "no summary before 30 s"
+    clock[0] = 31.0
+    failures.failed(keys[0], "[Errno 111] Connection refused")
+    level, summary = failures.note()
+    assert level == logging.WARNING and "12001 failed handlings of 1000 keys" in summary
+    assert failures.note() is None, "one summary at most every 30 s"
+    for key in keys[:-1]:
+        failures.done(key)
+        assert failures.note() is None, "a key still fails"
+    failures.done(keys[-1])
+    level, end = failures.note()
+    assert level == logging.INFO and "no key is failing any more: 12001 failed handlings of 1000 keys" in end
+    assert failures.note() is None
+    # The next outage is told again.
+    assert failures.failed(keys[0], "[Errno 111] Connection refused") == logging.WARNING
+
+
+def test_a_failure_of_another_kind_is_still_said_and_one_named_after_its_job_is_not_another_kind():
+    failures: FailureLog[JobKey] = FailureLog("reconcile", clock=lambda: 0.0)
+    a, b = JobKey("team-a", "mnist", "uid-1"), JobKey("team-a", "cifar", "uid-2")
+    assert failures.failed(a, "(500) etcdserver: request timed out") == logging.WARNING
+    assert failures.failed(b, "(500) etcdserver: request timed out") == logging.DEBUG
+    assert failures.failed(a, 'trainjobs "mnist" in team-a: (503) unavailable') == logging.WARNING
+    assert failures.failed(b, 'trainjobs "cifar" in team-a: (503) unavailable') == logging.DEBUG
+
+
+def test_a_lone_failure_is_one_line_as_before():
+    failures: FailureLog[str] = FailureLog("reconcile", clock=lambda: 0.0)
+    assert failures.failed("a", "connection reset") == logging.WARNING
+    failures.done("a")
+    assert failures.note() is None, "nothing was left unsaid"
+
+
+def test_the_queue_logs_a_failing_outage_once_and_its_end(caplog):
+    async def main():
+        tried: set[str] = set()
+        handled: list[str] = []
+        all_handled = asyncio.Event()
+
+        async def handle(key: str) -> None:
+            if key not in tried:
+                tried.add(key)
+                raise OSError("connection refused")
+            handled.append(key)
+            if len(handled) == 50:
+                all_handled.set()
+
+        queue = WorkQueue(handle, workers=4, name="t", expected=(OSError,))
+        queue.start()
+        for i in range(50):
+            queue.add(f"k{i}")
+        await asyncio.wait_for(all_handled.wait(), 5)  # each retried after 0.5 s, and handled
+        await queue.stop()
+
+    with caplog.at_level(logging.INFO, logger="mwms_operator.workqueue"):
+        run(main())
+    said = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in said] == [logging.WARNING, logging.INFO], said
+    assert "t: k0 failed (connection refused)" in said[0][1]
+    assert "no key is failing any more: 50 failed handlings of 50 keys" in said[1][1]

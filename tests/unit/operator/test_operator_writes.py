@@ -207,3 +207,17 @@ def test_a_finished_jobs_counts_leave_out_the_pods_it_deletes(phase):
     job.pods(10.2, done)
     job.flush()
     assert job.kube.named("patch_status")[-1] == phase and len(job.kube.named("patch_status")) == 3
+
+
+def test_a_lost_worker_brings_a_new_group_as_soon_as_the_old_one_is_gone():
+    """The first counted restart does not back off: no nextRestartTime, and the reconcile that finds the old
+    pods gone creates the new group."""
+    job = Lifecycle()
+    job.reconcile(0.0)
+    job.pods(0.2, *(running(i) for i in range(4)))
+    job.pods(1.0, running(0), running(1), running(2), deleting(running(3)))  # worker 3 is lost
+    assert job.kube.named("patch_status")[-1] == "Restarting"
+    assert job.written["restarts"] == 1 and job.written.get("nextRestartTime") is None
+    created = len(job.kube.named("create_pod"))
+    job.pods(1.5)  # the old group is gone
+    assert job.kube.named("create_pod")[created:] == [f"mnist-worker-{i}" for i in range(4)]
