@@ -257,7 +257,9 @@ class Kube:
     def pod_events(self, namespace: str, name: str, uid: str) -> list[dict[str, Any]]:
         """The events of this pod (not of an earlier pod of the same name): its pulls, probes, mounts."""
         selector = f"involvedObject.kind=Pod,involvedObject.name={name},involvedObject.uid={uid}"
-        query = urllib.parse.urlencode({"fieldSelector": selector})
+        # resourceVersion 0: from the API server's cache, not a quorum read of every event in the namespace
+        # from etcd (a moment stale at most: a pull's end seen a moment late)
+        query = urllib.parse.urlencode({"fieldSelector": selector, "resourceVersion": "0"})
         answer = self._request("GET", f"{_core(namespace, 'events')}?{query}")
         return list(answer.get("items") or [])
 

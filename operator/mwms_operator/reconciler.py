@@ -43,9 +43,15 @@ WORKERS = 8  # jobs reconciled at once; each mostly waits on the API server
 LEAVING_GRACE_SECONDS = 10.0
 AT_REST = (*TERMINAL, SUSPENDED)  # phases only an event can move a job out of: no resync
 DUE_MARGIN_SECONDS = 0.2  # status times have whole seconds; look a little after a deadline, not just before
-# A starting pod's events are looked up again only this long after the last lookup, not on every reconcile
-# (each of its peers' pod events queues one): the startup clock counts minutes, a pull's end may be seen late.
-EVENTS_FRESH_SECONDS = 5.0
+# A starting pod's events are looked up again only this long after its first lookup, then twice as long after
+# each, at most a minute apart, not on every reconcile (each of its peers' pod events queues one): the
+# startup clock counts minutes; a pull's end seen late starts it late, never early.
+EVENTS_FRESH_SECONDS, EVENTS_STALE_MAX_SECONDS = 5.0, 60.0
+# Lookups at once, operator-wide. The API server matches a lookup's field selector against every event in
+# the namespace: with 20,000 pods starting, lookups took 14 s each and held the reconcile workers from the
+# writes a start needs. A lookup with no free slot, or one that fails, waits for the next reconcile; until
+# then its pod counts as "may be pulling its image", which holds the start's clocks (late, never early).
+EVENT_LOOKUPS_AT_ONCE = 4
 
 
 class Reconciler:
@@ -60,6 +66,7 @@ class Reconciler:
         )
         self.runs = RunWatch(kube, config, self.state, self.queue.add, self._namespace_ending)
         self._resync: asyncio.Task[None] | None = None
+        self._event_lookups = asyncio.Semaphore(EVENT_LOOKUPS_AT_ONCE)
 
     def start(self) -> None:
         self.queue.start()
@@ -200,23 +207,43 @@ class Reconciler:
         previous: Mapping[str, Any],
         now: datetime,
     ) -> list[WorkerPod]:
-        """The pods the start's rules ask about, with their events (pulls, last reasons; startup.py)."""
+        """The pods the start's rules ask about, with their events (pulls, last reasons; startup.py) as last
+        read. One not yet read is judged as it is (it may be pulling) and the job is looked at again."""
         found: dict[str, WorkerPod] = {}
         forbidden = False  # once refused, the others are not asked: judged without events (UNREADABLE)
+        behind = False
         for pod in events_wanted(spec, pods, previous, now):
-            events = self.state.known_events(key, pod.uid, EVENTS_FRESH_SECONDS)
+            due = self.state.events_due(key, pod.uid, EVENTS_FRESH_SECONDS, EVENTS_STALE_MAX_SECONDS)
             try:
-                if events is None and not forbidden:
-                    listed = await asyncio.to_thread(self.kube.pod_events, key.namespace, pod.name, pod.uid)
-                    events = pod_events(listed)
-                    self.state.looked_up(key, pod.uid, events, (p.uid for p in pods))
+                if due and not forbidden and not await self._look_up_events(key, pod, pods):
+                    behind = True
             except refusals.ApiError as error:
                 if error.status != 403:
                     raise
                 forbidden = True
                 await self._say_events_forbidden(key, error)
-            found[pod.uid] = dataclasses.replace(pod, events=events or UNREADABLE)
+            events = UNREADABLE if forbidden else self.state.known_events(key, pod.uid)
+            found[pod.uid] = dataclasses.replace(pod, events=events)
+        if behind:
+            self.queue.add_after(key, EVENTS_FRESH_SECONDS)
         return [found.get(p.uid, p) for p in pods]
+
+    async def _look_up_events(self, key: JobKey, pod: WorkerPod, pods: list[WorkerPod]) -> bool:
+        """Read a pod's events into the state; False if no lookup slot was free or it failed (not a 403,
+        which is raised: RBAC the job's status must name)."""
+        if self._event_lookups.locked():
+            return False
+        async with self._event_lookups:
+            try:
+                listed = await asyncio.to_thread(self.kube.pod_events, key.namespace, pod.name, pod.uid)
+            except k8s.TRANSIENT_ERRORS as error:
+                if isinstance(error, refusals.ApiError) and error.status == 403:
+                    raise
+                log.debug("%s/%s: events of %s not read (again later): %s", *key[:2], pod.name, error)
+                listed = None
+        events = None if listed is None else pod_events(listed)
+        self.state.looked_up(key, pod.uid, events, (p.uid for p in pods))
+        return events is not None
 
     async def _say_events_forbidden(self, key: JobKey, error: refusals.ApiError) -> None:
         """RBAC that lets the operator create pods but not list events must not stop the job: it goes on,

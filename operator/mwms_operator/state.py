@@ -123,8 +123,9 @@ class State:
         # from, and when it must be written at the latest (clock time).
         self._pending: dict[JobKey, tuple[int, Mapping[str, Any]]] = {}
         self._flush_at: dict[JobKey, float] = {}
-        # Pod uid -> (clock time, its events) of a starting pod's last events lookup, by job.
-        self._pod_events: dict[JobKey, dict[str, tuple[float, PodEvents]]] = {}
+        # Pod uid -> (clock time of its last events lookup, lookups so far, the events last read: None if none
+        # was read yet) of a starting pod, by job.
+        self._pod_events: dict[JobKey, dict[str, tuple[float, int, PodEvents | None]]] = {}
 
     def job_event(self, type_: str | None, body: Mapping[str, Any]) -> JobKey | None:
         key = job_key(body)
@@ -279,16 +280,27 @@ class State:
         written = self._written.get(key)
         return written is not None and written[0] == _rv(body)
 
-    def known_events(self, key: JobKey, uid: str, fresh: float) -> PodEvents | None:
-        """A starting pod's events, as looked up less than `fresh` seconds ago; None: look them up."""
+    def known_events(self, key: JobKey, uid: str) -> PodEvents | None:
+        """A starting pod's events as last read, however long ago; None if none were read yet."""
         found = self._pod_events.get(key, {}).get(uid)
-        return found[1] if found is not None and self.clock() - found[0] < fresh else None
+        return found[2] if found is not None else None
 
-    def looked_up(self, key: JobKey, uid: str, events: PodEvents, current: Iterable[str]) -> None:
-        """Remember a pod's events; those of pods no longer `current` (uids) are forgotten."""
+    def events_due(self, key: JobKey, uid: str, first: float, most: float) -> bool:
+        """Whether a starting pod's events should be looked up (again): `first` seconds after its first
+        lookup, then twice as long after each, at most `most` seconds apart."""
+        found = self._pod_events.get(key, {}).get(uid)
+        if found is None:
+            return True
+        when, lookups, _ = found
+        return self.clock() - when >= min(most, first * 2 ** (lookups - 1))
+
+    def looked_up(self, key: JobKey, uid: str, events: PodEvents | None, current: Iterable[str]) -> None:
+        """Count a lookup of a pod's events (None: it failed; those read before are kept); the lookups of
+        pods no longer `current` (uids) are forgotten."""
         live = set(current)
         kept = {u: v for u, v in self._pod_events.get(key, {}).items() if u in live}
-        kept[uid] = (self.clock(), events)
+        _, lookups, before = kept.get(uid, (0.0, 0, None))
+        kept[uid] = (self.clock(), lookups + 1, events if events is not None else before)
         self._pod_events[key] = kept
 
     def leaving(self, key: JobKey, grace: float) -> tuple[list[WorkerPod], list[WorkerPod]]:

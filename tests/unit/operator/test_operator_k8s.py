@@ -338,8 +338,8 @@ def test_a_pods_events_are_listed_by_its_name_and_uid(api):
     assert get.method == "GET"
     assert get.path == (
         "/api/v1/namespaces/ns/events?fieldSelector=involvedObject.kind%3DPod%2C"
-        "involvedObject.name%3Dmnist-worker-1%2CinvolvedObject.uid%3Du-2"
-    )
+        "involvedObject.name%3Dmnist-worker-1%2CinvolvedObject.uid%3Du-2&resourceVersion=0"
+    )  # resourceVersion 0: from the API server's cache, not a quorum read of the namespace's events
 
 
 def test_an_event_names_the_trainjob_and_a_failed_post_is_only_logged(api, caplog):
