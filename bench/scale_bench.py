@@ -31,6 +31,7 @@ plots the burst's figures against the number of pods, training-operator's beside
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import platform
@@ -101,6 +102,17 @@ def phases(env: Any, namespace: str) -> dict[str, str]:
     return {name: status.get("phase", "") for name, status in env.jobs(namespace).items()}
 
 
+def failed_jobs(env: Any, namespace: str) -> dict[str, str]:
+    """job -> the reason and message of its Failed condition (its phase alone for training-operator's), for
+    the jobs that ended Failed: a burst must report them, not wait for ever for their groups to run."""
+    out = {}
+    for name, status in env.jobs(namespace).items():
+        if status.get("phase") == "Failed":
+            why = next((c for c in status.get("conditions") or [] if c.get("type") == "Failed"), {})
+            out[name] = f"{why.get('reason', 'Failed')}: {str(why.get('message', ''))[:160]}"
+    return out
+
+
 def answers_summary(counts: dict[tuple[str, str], float]) -> dict[str, Any]:
     """What the API server answered the operator other than 2xx, and each call's mean latency (where the
     operator measures it: training-operator does not)."""
@@ -142,12 +154,18 @@ def stage_burst(env: Any, ops: Any, a: argparse.Namespace, count: int, timeout: 
     started = time.monotonic()
     sent = create_all(env, ops, ns, jobs)
     created_s = time.monotonic() - started
-    running = run.wait(
-        lambda: (g := env.watcher.running(ns, a.replicas)) and len(g) == count and g,
-        timeout,
-        "burst Running",
-        0.5,
-    )
+    failed: dict[str, str] = {}  # job -> why, for jobs that ended Failed (no group will run)
+    looked = [0.0]
+
+    def all_running_or_failed() -> bool:
+        groups = env.watcher.running(ns, a.replicas)
+        if len(set(groups) | set(failed)) < count and time.monotonic() - looked[0] >= 10:
+            looked[0] = time.monotonic()
+            failed.update(failed_jobs(env, ns))  # a list of every job: every 10 s at most
+        return len(set(groups) | set(failed)) == count
+
+    run.wait(all_running_or_failed, timeout, "burst Running or Failed", 0.5)
+    running = env.watcher.running(ns, a.replicas)
     all_running_s = time.monotonic() - started
     footprint_running = env.footprint()
     operator, scheduler, kwok, bound, up = [], [], [], [], []
@@ -161,7 +179,8 @@ def stage_burst(env: Any, ops: Any, a: argparse.Namespace, count: int, timeout: 
         kwok.append(running_at - bound_at)
         bound.append(bound_at - t0)
         up.append(running_at - t0)
-    run.wait(lambda: set(phases(env, ns).values()) == {"Succeeded"}, timeout, "burst Succeeded", 1)
+    run.wait(lambda: set(phases(env, ns).values()) <= {"Succeeded", "Failed"}, timeout, "burst ended", 1)
+    failed.update(failed_jobs(env, ns))
     done_s = time.monotonic() - started
     time.sleep(2)  # the last status writes of the last jobs
     api = {
@@ -181,6 +200,7 @@ def stage_burst(env: Any, ops: Any, a: argparse.Namespace, count: int, timeout: 
         "all_running_s": round(all_running_s, 2),
         "all_succeeded_s": round(done_s, 2),
         "duplicates": len(env.watcher.duplicates(ns)),
+        "failed": {"jobs": len(failed), "why": dict(collections.Counter(failed.values()).most_common(5))},
         "footprint_all_running": footprint_running,
         "operator_cpu_s": round(env.footprint()["cpu_s"] - cpu, 2),
     }

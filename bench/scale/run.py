@@ -62,6 +62,9 @@ def trainjob(
 ) -> dict[str, Any]:
     """A TrainJob whose workers follow `script` on fake nodes, each asking for cpu/memory (and GPUs)."""
     requests, run_policy = worker_requests_and_policy(backoff_limit, ttl, cpu, memory, gpus)
+    # KWOK on shared cores marks a bound pod Running minutes late at 20k pods (a kubelet reports its
+    # containers within seconds): at the default 120 s those pods' jobs failed with ContainerError
+    run_policy["containerErrorGraceSeconds"] = 1800
     return {
         "apiVersion": f"{names.GROUP}/{names.VERSION}",
         "kind": names.KIND,
