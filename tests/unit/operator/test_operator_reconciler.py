@@ -57,6 +57,10 @@ class RecordingKube:
         self.calls.append(("delete_pod", name))
         self.calls.append(("delete_pod_uid", uid))
 
+    def delete_pods(self, namespace: str, labels: str, fields: str) -> int:
+        self.calls.append(("delete_pods", (labels, fields)))
+        return 0
+
     def delete_trainjob(self, namespace: str, name: str, uid: str) -> None:
         self.calls.append(("delete_trainjob", (name, uid)))
 
@@ -100,6 +104,7 @@ def pod_body(index: int, restart: int = 0, phase: str = "Pending", deleting: boo
             "mwms.dev/job-name": KEY.name,
             "mwms.dev/replica-index": str(index),
             "mwms.dev/restart": str(restart),
+            "mwms.dev/job-uid": KEY.uid,
         },
         "ownerReferences": [{"kind": "TrainJob", "name": KEY.name, "uid": KEY.uid, "controller": True}],
     }
@@ -357,7 +362,8 @@ def test_a_worker_evicted_and_gone_before_its_job_was_looked_at_restarts_for_fre
     asyncio.run(reconciler.reconcile(KEY))
     status = reconciler.state.status(KEY)
     assert status["phase"] == "Restarting" and status["disruptions"] == 1
-    assert reconciler.kube.named("delete_pod") == ["mnist-worker-0"]
+    labels = "mwms.dev/job-uid=uid-1,mwms.dev/restart in (0),mwms.dev/replica-index in (0)"
+    assert reconciler.kube.named("delete_pods") == [(labels, "status.phase!=Succeeded,status.phase!=Failed")]
 
 
 def test_a_pod_stuck_terminating_is_named_in_the_status(reconciler, indexes):

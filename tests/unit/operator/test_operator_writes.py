@@ -15,7 +15,7 @@ from mwms_operator.config import OperatorConfig
 from mwms_operator.events import EventBook
 from mwms_operator.pods import worker_pod
 from mwms_operator.reconciler import EVENTS_FRESH_SECONDS, Reconciler
-from mwms_operator.refusals import Refused
+from mwms_operator.refusals import ApiError, Refused
 from mwms_operator.state import STATUS_COALESCE_SECONDS
 
 
@@ -101,7 +101,8 @@ def test_a_plain_job_writes_its_status_once_per_phase_and_one_event_each(caplog)
 
     assert job.kube.named("patch_status") == ["Pending", "Running", "Succeeded"]
     assert job.kube.named("event") == ["PodsCreated", "AllWorkersRunning", "ChiefSucceeded"]
-    assert job.kube.named("delete_pod") == ["mnist-worker-1", "mnist-worker-2"]
+    labels = "mwms.dev/job-uid=uid-1,mwms.dev/restart in (0),mwms.dev/replica-index in (1,2)"
+    assert job.kube.named("delete_pods") == [(labels, "status.phase!=Succeeded,status.phase!=Failed")]
     assert job.written["replicaStatuses"] == {"active": 0, "ready": 0, "succeeded": 2, "failed": 0}
     assert not job.reconciler.queue.scheduled(KEY), "nothing left to write"
 
@@ -207,3 +208,32 @@ def test_a_finished_jobs_counts_leave_out_the_pods_it_deletes(phase):
     job.pods(10.2, done)
     job.flush()
     assert job.kube.named("patch_status")[-1] == phase and len(job.kube.named("patch_status")) == 3
+
+
+def older(body: dict[str, Any]) -> dict[str, Any]:
+    """A pod an operator made before pods carried their job's uid label."""
+    del body["metadata"]["labels"]["mwms.dev/job-uid"]
+    return body
+
+
+def test_pods_made_before_the_uid_label_or_without_the_right_to_delete_collections_go_one_by_one(caplog):
+    """An upgrade meets running pods without the label, and RBAC may lack `deletecollection` (said once):
+    each pod is deleted by its own uid, as before."""
+
+    class Forbidden(RecordingKube):
+        def delete_pods(self, namespace: str, labels: str, fields: str) -> int:
+            super().delete_pods(namespace, labels, fields)
+            raise ApiError(403, 'pods is forbidden: cannot deletecollection resource "pods"')
+
+    job = Lifecycle(3)
+    job.reconcile(0.0)
+    job.pods(10.0, succeeded(0), older(running(1)), running(2))
+    assert job.kube.named("delete_pods") == [] and job.kube.named("delete_pod_uid") == ["pod-1-0", "pod-2-0"]
+    job = Lifecycle(3)
+    job.kube = job.reconciler.kube = Forbidden()
+    job.reconcile(0.0)
+    job.pods(10.0, succeeded(0), running(1), running(2))
+    job.pods(10.1, succeeded(0), running(1), running(2))  # the watch has not shown them going yet
+    assert len(job.kube.named("delete_pods")) == 2, "tried each time: the right may have been granted since"
+    assert job.kube.named("delete_pod_uid") == ["pod-1-0", "pod-2-0"] * 2
+    assert sum("grant `deletecollection`" in r.message for r in caplog.records) == 1, "said once"
