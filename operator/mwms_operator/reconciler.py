@@ -131,6 +131,8 @@ class Reconciler:
             await self._reconcile(key, body)
         except refusals.NamespaceEnding:  # a pod, the Service or an event refused
             self._namespace_ending(key.namespace)
+            self.queue.forget(key)  # a status write that waits too: nothing is written there any more
+            self.state.settle(key)
 
     def _namespace_ending(self, namespace: str) -> None:
         """The namespace is being deleted, and its jobs with it: leave them alone (said once)."""

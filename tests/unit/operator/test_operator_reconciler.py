@@ -13,7 +13,7 @@ from mwms_operator.config import OperatorConfig
 from mwms_operator.pods import worker_pod
 from mwms_operator.reconciler import EVENTS_FRESH_SECONDS, LEAVING_GRACE_SECONDS, Reconciler
 from mwms_operator.refusals import ApiError, NamespaceEnding, NameTaken, Refused, Rejected
-from mwms_operator.state import JobKey, State, owner_key
+from mwms_operator.state import STATUS_COALESCE_SECONDS, JobKey, State, owner_key
 
 KEY = JobKey("team-a", "mnist", "uid-1")
 
@@ -144,7 +144,8 @@ def test_a_new_job_gets_its_service_and_pods_and_one_event_naming_them(reconcile
     assert kube.named("create_service") == ["mnist"]
     assert kube.named("create_pod") == ["mnist-worker-0", "mnist-worker-1"]
     assert kube.named("event") == ["PodsCreated"]
-    assert kube.named("patch_status") == ["Pending"]
+    assert kube.named("patch_status") == [], "a new job's first status may wait for what follows"
+    assert reconciler.state.status(KEY)["phase"] == "Pending" and reconciler.queue.scheduled(KEY)
 
 
 def test_pod_and_service_events_queue_their_owner_and_our_own_status_echo_does_not(reconciler):
@@ -157,7 +158,12 @@ def test_pod_and_service_events_queue_their_owner_and_our_own_status_echo_does_n
     reconciler.owned_event({"metadata": {"name": "stranger", "namespace": "team-a"}})
     assert reconciler.queue._dirty == set()
 
+    clock = [0.0]
+    reconciler.state.clock = lambda: clock[0]
     asyncio.run(reconciler.reconcile(KEY))
+    clock[0] = STATUS_COALESCE_SECONDS
+    asyncio.run(reconciler.reconcile(KEY))  # the first status is due
+    assert reconciler.kube.named("patch_status") == ["Pending"]
     reconciler.queue._dirty.clear()
     echo = dict(job_body(), metadata=dict(job_body()["metadata"], resourceVersion=str(reconciler.kube.rv)))
     reconciler.job_event("MODIFIED", echo)
@@ -175,7 +181,7 @@ def test_a_refused_pod_fails_the_job_on_the_next_run_with_the_servers_message(re
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
     assert status["phase"] == "Failed" and failed["reason"] == "InvalidSpec"
     assert "imagePullPolicy" in failed["message"] and "refused" in failed["message"]
-    assert kube.named("patch_status") == ["Pending", "Failed"]  # one decision per run, one write each
+    assert kube.named("patch_status") == ["Failed"], "the first status (Pending) waited; an error does not"
 
 
 def test_a_creation_refused_for_now_removes_the_partial_group_and_tries_again_after_a_backoff(reconciler):
