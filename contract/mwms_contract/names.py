@@ -11,6 +11,9 @@ LABEL_JOB_NAME = "mwms.dev/job-name"
 LABEL_REPLICA_INDEX = "mwms.dev/replica-index"
 LABEL_ROLE = "mwms.dev/role"  # "chief" for worker 0, "worker" for the others
 LABEL_RESTART = "mwms.dev/restart"  # which (re)start of the group a pod belongs to
+# The TrainJob's uid on its pods: a selector with it matches no other job's pods, not even those of a job
+# created again under the same name (the operator deletes a job's pods with one request by this selector).
+LABEL_JOB_UID = "mwms.dev/job-uid"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "mwms-operator"
 # Kueue (plain-pod integration): a TrainJob labelled with a queue gets its workers admitted as one pod group.

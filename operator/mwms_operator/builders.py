@@ -137,6 +137,7 @@ def build_worker_pod(
             names.LABEL_REPLICA_INDEX: str(index),
             names.LABEL_ROLE: names.ROLE_CHIEF if index == 0 else names.ROLE_WORKER,
             names.LABEL_RESTART: str(restart_count),
+            names.LABEL_JOB_UID: uid,
         }
     )
     metadata: dict[str, Any] = {

@@ -184,6 +184,7 @@ class Facts:
 
 def prepare(f: Facts) -> None:
     """The bookkeeping of a live job (valid, not finished, not suspended), before its rules decide."""
+    _mark_started(f)
     _mark_created(f)
     _mark_template(f)
     _stall_clocks(f)
@@ -201,6 +202,15 @@ def mark_said(f: Facts) -> None:
         if previous is None or (previous.status, previous.reason) != (value, said.reason):
             f.b.events.append(Event("Warning" if said.warning else "Normal", said.reason, said.message))
         f.b.condition(said.type, said.status, said.reason, truncate(said.message))
+
+
+def _mark_started(f: Facts) -> None:
+    """A group whose pods exist has the start's times, also where the status that held them was lost: a new
+    job's first status may wait (status.deferrable), and the operator may stop before it is written. The
+    deadline (runPolicy.activeDeadlineSeconds) then counts from this decision."""
+    if any(not p.deleting for p in f.current):
+        now = format_time(f.now)
+        f.b.set(start_time=f.b.status.start_time or now, group_start_time=f.b.status.group_start_time or now)
 
 
 def _mark_created(f: Facts) -> None:

@@ -5,8 +5,8 @@ http.client) on the credentials kopf logs in with, so the operator has one sourc
 Calls are blocking; handlers run them with asyncio.to_thread, on the pool that use_api_threads sizes at
 startup, and each of those threads keeps one keep-alive connection. Creates are idempotent (a 409 for an
 object this job owns means it is there; one it does not own is a NameTaken), deletes too (404 means it is
-gone) and carry the uid they mean, so a retried or repeated reconcile is harmless and never touches an object
-that is not the job's.
+gone) and carry the uid they mean (of the object, or of the job in a selector), so a retried or repeated
+reconcile is harmless and never touches an object that is not the job's.
 """
 
 from __future__ import annotations
@@ -245,6 +245,12 @@ class Kube:
             if error.status != 409:  # 409: the precondition failed, the pod of that name is another
                 raise
             log.info("pod %s/%s is no longer the one with uid %s: left alone", namespace, name, uid)
+
+    def delete_pods(self, namespace: str, labels: str, fields: str) -> int:
+        """Deletes the pods both selectors match with one request (deletecollection); how many it deleted."""
+        query = urllib.parse.urlencode({"labelSelector": labels, "fieldSelector": fields})
+        answer = self._request_unless_gone("DELETE", f"{_core(namespace, 'pods')}?{query}")
+        return len((answer or {}).get("items") or [])
 
     def pod_uid(self, namespace: str, name: str) -> str | None:
         """The uid of the pod of this name now; None if there is none."""

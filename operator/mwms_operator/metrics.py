@@ -127,11 +127,13 @@ def resource_of(path: str) -> str:
 
 def verb_of(method: str, path: str) -> str:
     """The Kubernetes verb of a request, as the API server's audit log and metrics name it."""
-    if method != "GET":
-        return _VERBS.get(method, method.lower())
     parts = path.split("?", 1)[0].strip("/").split("/")
     named = len(parts[parts.index("namespaces") + 2 :]) >= 2 if "namespaces" in parts else False
-    return "get" if named else "list"
+    if method == "GET":
+        return "get" if named else "list"
+    if method == "DELETE" and "namespaces" in parts and not named:
+        return "deletecollection"
+    return _VERBS.get(method, method.lower())
 
 
 def count_request(method: str, path: str, code: str, seconds: float) -> None:

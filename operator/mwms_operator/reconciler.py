@@ -18,7 +18,7 @@ from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator import builders, k8s, metrics, refusals
 from mwms_operator.config import OperatorConfig
-from mwms_operator.pods import UNREADABLE, WorkerPod, pod_events, worker_pod
+from mwms_operator.pods import UNREADABLE, WorkerPod, deletion_selector, pod_events, worker_pod
 from mwms_operator.policy import decide
 from mwms_operator.runwatch import RunWatch
 from mwms_operator.spec import parse_for_group
@@ -67,6 +67,7 @@ class Reconciler:
         self.runs = RunWatch(kube, config, self.state, self.queue.add, self._namespace_ending)
         self._resync: asyncio.Task[None] | None = None
         self._event_lookups = asyncio.Semaphore(EVENT_LOOKUPS_AT_ONCE)
+        self._collections_forbidden = False  # said once: RBAC without `deletecollection` on pods
 
     def start(self) -> None:
         self.queue.start()
@@ -137,6 +138,8 @@ class Reconciler:
             await self._reconcile(key, body)
         except refusals.NamespaceEnding:  # a pod, the Service or an event refused
             self._namespace_ending(key.namespace)
+            self.queue.forget(key)  # a status write that waits too: nothing is written there any more
+            self.state.settle(key)
 
     def _namespace_ending(self, namespace: str) -> None:
         """The namespace is being deleted, and its jobs with it: leave them alone (said once)."""
@@ -314,9 +317,7 @@ class Reconciler:
         kube, key = self.kube, JobKey(meta.namespace, meta.name, meta.uid)
         for action in decision.actions:
             if isinstance(action, DeletePods):
-                # By uid: only the pods the index holds as this job's, never another's that took a name.
-                uids = {p.name: p.uid for p in self.state.pods_of(key)}
-                await self._delete_pods(meta.namespace, [(n, uids[n]) for n in action.names if n in uids])
+                await self._delete_doomed(key, action.names)
             elif isinstance(action, DeleteJob):
                 await asyncio.to_thread(kube.delete_trainjob, meta.namespace, meta.name, meta.uid)
             elif isinstance(spec, TrainJobSpec) and isinstance(action, CreateService):
@@ -326,6 +327,25 @@ class Reconciler:
                 await asyncio.to_thread(kube.create_service, meta.namespace, service)
             elif isinstance(spec, TrainJobSpec) and isinstance(action, CreatePods):
                 await self._create_pods(body, meta, spec, action, dry_run_first=dry_run_first)
+
+    async def _delete_doomed(self, key: JobKey, doomed: tuple[str, ...]) -> None:
+        """The pods a decision deletes (cleanPodPolicy, a restart, a suspend), in one request whatever their
+        number, by a selector that holds the job's uid (pods.deletion_selector); one by one, each by its
+        uid, where an older operator made them or the operator may not delete collections (RBAC). Only pods
+        the index holds as this job's, never another's that took a name."""
+        pods = self.state.pods_of(key)
+        selector = deletion_selector(key.uid, pods, doomed)
+        if selector is not None:
+            try:
+                await asyncio.to_thread(self.kube.delete_pods, key.namespace, *selector)
+                return
+            except refusals.ApiError as error:
+                if error.status != 403:
+                    raise
+                if not self._collections_forbidden:
+                    self._collections_forbidden = True
+                    log.warning("pods are deleted one by one: %s (grant `deletecollection` on pods)", error)
+        await self._delete_pods(key.namespace, [(p.name, p.uid) for p in pods if p.name in doomed])
 
     async def _delete_pods(self, namespace: str, pods: list[tuple[str, str]]) -> None:
         """(name, uid) pairs: each is deleted only while its name is still that uid's."""

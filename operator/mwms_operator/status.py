@@ -194,7 +194,9 @@ class Builder:
 
 # What may wait a moment to be written (STATUS_COALESCE_SECONDS, state.py): the counts, the start's clocks
 # (the next decision starts from the deferred status, so a clock keeps its start), and the conditions that
-# only say how far a group's start has got. A phase, a restart, a time a user reads, an error: at once.
+# only say how far a group's start has got; and a new job's first status, Pending, which then goes with the
+# first of those (or with Running, if the group runs that soon). A phase change, a restart, a time a user
+# reads of a job that has a status, an error: at once.
 DEFERRABLE_FIELDS = ("replica_statuses", "stalled_since", "container_error_since", "progress", "conditions")
 START_CONDITIONS = ((CREATED, TRUE, PODS_CREATED), (RUNNING, FALSE, WORKERS_PENDING))
 
@@ -202,11 +204,19 @@ START_CONDITIONS = ((CREATED, TRUE, PODS_CREATED), (RUNNING, FALSE, WORKERS_PEND
 def deferrable(written: TrainJobStatus | Mapping[str, Any], decided: TrainJobStatus) -> bool:
     """Whether `decided` differs from the `written` status only in what may wait: the counts, the start's
     clocks, and the conditions that say how far the start has got (Created; Running False for
-    WorkersPending, whose message counts the workers that run)."""
+    WorkersPending, whose message counts the workers that run). Also a new job's first status while it only
+    says Pending and how far the start has got: until it is written the job shows no phase, as before the
+    operator first saw it (clients read that as Pending), and a status lost with the operator is decided
+    again from the pods (facts.py: the start's times)."""
     was = typed(written)
-    for field in dataclasses.fields(TrainJobStatus):
-        if field.name not in DEFERRABLE_FIELDS and getattr(was, field.name) != getattr(decided, field.name):
+    if not was.phase:  # nothing written yet: the job's first status
+        if decided.phase != PENDING:
             return False
+    elif any(
+        field.name not in DEFERRABLE_FIELDS and getattr(was, field.name) != getattr(decided, field.name)
+        for field in dataclasses.fields(TrainJobStatus)
+    ):
+        return False
     before = {c.type: c for c in was.conditions}
     for condition in decided.conditions:
         if before.pop(condition.type, None) == condition:

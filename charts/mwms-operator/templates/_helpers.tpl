@@ -224,10 +224,11 @@ namespace. */}}
 - apiGroups: [mwms.dev]
   resources: [trainjobs/finalizers]
   verbs: [update]
-# The worker pods and the headless Service of each job.
+# The worker pods and the headless Service of each job; a job's pods that go at once (cleanPodPolicy, a
+# restart, a suspend) go with one deletecollection by a selector holding the job's uid.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, create, delete]
+  verbs: [get, list, watch, create, delete, deletecollection]
 - apiGroups: [""]
   resources: [services]
   verbs: [get, list, watch, create, delete]

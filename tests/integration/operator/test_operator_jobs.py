@@ -8,6 +8,7 @@ import re
 import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from mwms_contract.names import MLFLOW_TAG_JOB_UID
 
@@ -145,7 +146,20 @@ def test_a_retryable_exit_restarts_the_whole_group_once(operator, make_standin, 
     assert restarting and "retry-worker-1 exited with code 75" in restarting[0]
 
 
+def pods_deleted_together(operator) -> float:
+    """deletecollections of pods the API server answered 200, by the operator's own metric."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10).read()
+    wanted = {"verb": "deletecollection", "resource": "pods", "code": "200"}
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text.decode())
+        for sample in family.samples
+        if sample.name == "mwms_api_requests_total" and sample.labels == wanted
+    )
+
+
 def test_a_permanent_exit_fails_naming_the_worker(operator, make_standin, kubectl, namespace, wait_for):
+    together = pods_deleted_together(operator)
     kubectl.apply(
         make_standin("bad", 3, env={"STANDIN_FAIL_INDEX": "1", "STANDIN_EXIT_CODE": "2"}), "-n", namespace
     )
@@ -168,6 +182,8 @@ def test_a_permanent_exit_fails_naming_the_worker(operator, make_standin, kubect
         what="only the failed worker left",
     )
     assert ("Warning", "WorkerFailed", failed["message"]) in events_of(kubectl, namespace, "bad")
+    # With one request by the job's uid label (the API server took the selectors and RBAC allows it).
+    assert pods_deleted_together(operator) > together
 
 
 def test_exhausted_backoff_fails(operator, make_standin, kubectl, namespace):

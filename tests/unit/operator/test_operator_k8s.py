@@ -8,6 +8,7 @@ import http.server
 import json
 import ssl
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -452,3 +453,30 @@ def test_a_server_certificate_from_another_ca_is_refused(tls_api, certs):
     with pytest.raises(ssl.SSLCertVerificationError):
         k8s.Kube(lambda: info).pod_uid("ns", "p")
     assert tls_api.seen == []
+
+
+def test_a_jobs_pods_go_in_one_deletecollection_by_both_selectors_and_none_left_is_no_error(api):
+    def count() -> float:
+        labels = {"verb": "deletecollection", "resource": "pods", "code": "200"}
+        return REGISTRY.get_sample_value("mwms_api_requests_total", labels) or 0.0
+
+    kube, before = kube_for(api), count()
+    api.reply(200, {"kind": "PodList", "items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}]})
+    labels = "mwms.dev/job-uid=u-1,mwms.dev/restart in (0),mwms.dev/replica-index in (1,2)"
+    assert kube.delete_pods("ns", labels, "status.phase!=Succeeded,status.phase!=Failed") == 2
+    (seen,) = api.seen
+    path, query = seen.path.split("?")
+    assert (seen.method, path, seen.body) == ("DELETE", "/api/v1/namespaces/ns/pods", None)
+    assert urllib.parse.parse_qs(query) == {
+        "labelSelector": [labels],
+        "fieldSelector": ["status.phase!=Succeeded,status.phase!=Failed"],
+    }
+    assert count() == before + 1, "counted as the API server names it"
+    api.reply(200, {"kind": "PodList", "items": []})
+    assert kube.delete_pods("ns", labels, "") == 0
+    api.refuse(404, 'namespaces "ns" not found')
+    assert kube.delete_pods("ns", labels, "") == 0
+    api.refuse(403, 'pods is forbidden: cannot deletecollection resource "pods"')
+    with pytest.raises(refusals.ApiError) as refused:
+        kube.delete_pods("ns", labels, "")
+    assert refused.value.status == 403

@@ -9,6 +9,7 @@ from mwms_operator.builders import READINESS_PROBE
 from mwms_operator.pods import (
     PodEvents,
     WorkerPod,
+    deletion_selector,
     pod_events,
     startup_unexplained,
     why_not_joined,
@@ -82,7 +83,7 @@ def test_worker_pod_reads_the_api_objects():
     api_pod = {
         "metadata": {
             "name": "mnist-worker-1",
-            "labels": {"mwms.dev/replica-index": "1", "mwms.dev/restart": "2"},
+            "labels": {"mwms.dev/replica-index": "1", "mwms.dev/restart": "2", "mwms.dev/job-uid": "u"},
         },
         "status": {
             "phase": "Failed",
@@ -97,7 +98,7 @@ def test_worker_pod_reads_the_api_objects():
         },
     }
     assert worker_pod(api_pod) == WorkerPod(
-        "mnist-worker-1", 1, 2, "Failed", exit_code=75, message="peer lost", reason="Error"
+        "mnist-worker-1", 1, 2, "Failed", exit_code=75, message="peer lost", reason="Error", job_uid="u"
     )
     pending = {
         "metadata": {"name": "p", "labels": {"mwms.dev/replica-index": "0"}, "deletionTimestamp": "x"},
@@ -205,3 +206,22 @@ def test_a_scheduled_pod_none_of_whose_containers_has_run_is_creating():
     assert not worker_pod({**body, "status": {**body["status"], "conditions": gated}}).creating
     pulling = WorkerPod("p", 0, 0, "Pending", creating=True, events=PodEvents(pulling=True))
     assert not pulling.not_starting, "an image pull is not counted"
+
+
+def test_a_jobs_doomed_pods_are_selected_by_its_uid_their_groups_and_indices():
+    """One deletecollection: the job's uid label (no other job's pod, not even one of a job created again
+    under its name), the doomed pods' groups and indices; a pod that ends meanwhile is spared where all the
+    doomed were active (cleanPodPolicy Running), not where a failed one goes too (a restart)."""
+    ours = {"job_uid": "u-1"}
+    finishing = pod(0, exit_code=0, **ours)  # the chief's trainer has exited 0: the kubelet ends its pod
+    pods = [finishing, pod(1, **ours), pod(2, "Pending", **ours), pod(3, "Succeeded", **ours)]
+    labels = "mwms.dev/job-uid=u-1,mwms.dev/restart in (0),mwms.dev/replica-index in (1,2)"
+    spare = "status.phase!=Succeeded,status.phase!=Failed"
+    assert deletion_selector("u-1", pods, ("mnist-worker-1", "mnist-worker-2")) == (labels, spare)
+    restart = [pod(0, "Failed", restart=1, **ours), pod(1, restart=1, **ours)]
+    whole = "mwms.dev/job-uid=u-1,mwms.dev/restart in (1),mwms.dev/replica-index in (0,1)"
+    assert deletion_selector("u-1", restart, ("mnist-worker-0", "mnist-worker-1")) == (whole, "")
+    assert deletion_selector("u-1", pods, ()) is None
+    older = [pod(1), pod(2, **ours)]  # made by an operator before the uid label: deleted one by one
+    assert deletion_selector("u-1", older, ("mnist-worker-1", "mnist-worker-2")) is None
+    assert deletion_selector("u-1", older, ("mnist-worker-2",)) is not None

@@ -1,11 +1,13 @@
-"""What a job costs the API server: the status writes and Events of a whole lifecycle, counted with the
-recorder of test_operator_reconciler. A status write that only says how far a group's start has got (the
-counts, the start's clocks, a pending message) waits a moment and is written with what follows; a phase
-change or an error is written at once; the last state is always written."""
+"""What a job costs the API server: every write of a whole lifecycle, by verb, counted with the recorder of
+test_operator_reconciler (issue 32: at most replicas + 6). A status write that only says how far a group's
+start has got (the counts, the start's clocks, a pending message), and a new job's first status, wait a
+moment and are written with what follows; a phase change or an error is written at once; the last state is
+always written. The pods that go together go with one request."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -15,7 +17,7 @@ from mwms_operator.config import OperatorConfig
 from mwms_operator.events import EventBook
 from mwms_operator.pods import worker_pod
 from mwms_operator.reconciler import EVENTS_FRESH_SECONDS, Reconciler
-from mwms_operator.refusals import Refused
+from mwms_operator.refusals import ApiError, Refused
 from mwms_operator.state import STATUS_COALESCE_SECONDS
 
 
@@ -82,54 +84,135 @@ class Lifecycle:
         return self.reconciler.state.server_status(KEY)
 
 
-def test_a_plain_job_writes_its_status_once_per_phase_and_one_event_each(caplog):
-    """4 workers, create → Succeeded, each step of the start its own reconcile (as when the operator keeps
-    up): 3 status writes and 3 Events, where each step wrote its own status and two Events said Pending."""
-    job = Lifecycle()
-    job.reconcile(0.0)  # the job: its Service and pods are created
-    job.pods(0.2, *(pod_body(i) for i in range(4)))  # the pods exist
-    job.pods(0.4, *(scheduled(i) for i in range(4)))  # the scheduler bound them
-    job.pods(0.6, running(0), *(scheduled(i) for i in range(1, 4)))  # the first runs
-    job.pods(0.8, running(0), running(1), running(2), scheduled(3))
-    job.pods(1.0, *(running(i) for i in range(4)))  # all run
-    job.flush()
-    job.pods(15.0, running(0), running(1), running(2), succeeded(3))  # one is done before the chief
-    job.pods(15.1, succeeded(0), running(1), running(2), succeeded(3))  # the chief is done
-    job.pods(15.2, succeeded(0), deleting(running(1)), deleting(running(2)), succeeded(3))
-    job.pods(15.3, succeeded(0), succeeded(3))  # cleanPodPolicy Running: the others are gone
-    job.flush()
+# Each write the recorder saw, as the API server counts it: verb and resource.
+VERBS = {
+    "create_pod": "create pods",
+    "create_service": "create services",
+    "patch_status": "patch trainjobs/status",
+    "event": "create events",
+    "delete_pod": "delete pods",
+    "delete_pods": "deletecollection pods",
+}
 
-    assert job.kube.named("patch_status") == ["Pending", "Running", "Succeeded"]
+
+def writes(kube: RecordingKube) -> Counter[str]:
+    return Counter(VERBS[call] for call, _ in kube.calls if call in VERBS)
+
+
+def lifecycle(replicas: int, *, peers_outlive_chief: bool) -> Lifecycle:
+    """create → Succeeded, each step of the start its own reconcile (as when the operator keeps up)."""
+    job, everyone, peers, last = Lifecycle(replicas), range(replicas), range(1, replicas), replicas - 1
+    job.reconcile(0.0)  # the job: its Service and pods are created
+    job.pods(0.2, *(pod_body(i) for i in everyone))  # the pods exist
+    job.pods(0.4, *(scheduled(i) for i in everyone))  # the scheduler bound them
+    job.pods(0.6, running(0), *(scheduled(i) for i in peers))  # the first runs
+    job.pods(0.8, *(running(i) for i in range(last)), scheduled(last))
+    job.pods(1.0, *(running(i) for i in everyone))  # all run
+    job.flush()
+    if peers_outlive_chief:  # as in the KWOK bench: each worker's fit ends 15 s after its own start
+        job.pods(15.0, *(running(i) for i in range(last)), succeeded(last))  # one is done before the chief
+        job.pods(15.1, succeeded(0), *(running(i) for i in range(1, last)), succeeded(last))  # the chief
+        job.pods(15.2, succeeded(0), *(deleting(running(i)) for i in range(1, last)), succeeded(last))
+        job.pods(15.3, succeeded(0), succeeded(last))  # cleanPodPolicy Running: the others are gone
+    else:  # MWMS: the peers end with the fit, the chief last (it writes the MLflow run and the model)
+        job.pods(15.0, running(0), *(succeeded(i) for i in peers))
+        job.pods(15.1, *(succeeded(i) for i in everyone))
+    job.flush()
+    return job
+
+
+@pytest.mark.parametrize("replicas", [4, 16])
+def test_a_plain_job_costs_at_most_replicas_plus_6_writes_one_status_and_one_event_per_phase(replicas):
+    """Issue 32's bound. Before: 3 status writes (Pending on the job's first look, Running, Succeeded),
+    replicas + 7 in all; now the first status waits and goes with Running, as the group runs this soon."""
+    job = lifecycle(replicas, peers_outlive_chief=False)
+    assert writes(job.kube) == {
+        "create pods": replicas,
+        "create services": 1,
+        "patch trainjobs/status": 2,
+        "create events": 3,
+    }
+    assert sum(writes(job.kube).values()) <= replicas + 6
+    assert job.kube.named("patch_status") == ["Running", "Succeeded"]
     assert job.kube.named("event") == ["PodsCreated", "AllWorkersRunning", "ChiefSucceeded"]
-    assert job.kube.named("delete_pod") == ["mnist-worker-1", "mnist-worker-2"]
+    succeeded_ = {"active": 0, "ready": 0, "succeeded": replicas, "failed": 0}
+    assert job.written["replicaStatuses"] == succeeded_
+    assert not job.reconciler.queue.scheduled(KEY), "nothing left to write"
+
+
+@pytest.mark.parametrize("replicas", [4, 16])
+def test_peers_that_outlive_the_chief_go_with_one_request_whatever_their_number(replicas):
+    """cleanPodPolicy Running deletes the peers still running when the chief ends: one deletecollection
+    (before: one DELETE each, replicas - 2 here), their going costs no status write."""
+    job = lifecycle(replicas, peers_outlive_chief=True)
+    assert writes(job.kube) == {
+        "create pods": replicas,
+        "create services": 1,
+        "patch trainjobs/status": 2,
+        "create events": 3,
+        "deletecollection pods": 1,
+    }
+    assert sum(writes(job.kube).values()) == replicas + 7
+    peers = ",".join(str(i) for i in range(1, replicas - 1))
+    labels = f"mwms.dev/job-uid=uid-1,mwms.dev/restart in (0),mwms.dev/replica-index in ({peers})"
+    assert job.kube.named("delete_pods") == [(labels, "status.phase!=Succeeded,status.phase!=Failed")]
     assert job.written["replicaStatuses"] == {"active": 0, "ready": 0, "succeeded": 2, "failed": 0}
     assert not job.reconciler.queue.scheduled(KEY), "nothing left to write"
+
+
+def test_a_start_slower_than_the_window_writes_the_first_status_when_due_with_what_came_meanwhile():
+    job = Lifecycle()
+    job.reconcile(0.0)
+    job.pods(0.2, *(pod_body(i) for i in range(4)))
+    assert job.kube.named("patch_status") == [] and job.written == {}, "no phase yet: clients read Pending"
+    assert job.reconciler.state.status(KEY)["phase"] == "Pending", "the next decision starts from it"
+    job.flush()  # 2 s after the job's first look: its pods are not running
+    assert job.kube.named("patch_status") == ["Pending"]
+    conditions = {c["type"]: c["reason"] for c in job.written["conditions"]}
+    assert conditions == {"Created": "PodsCreated", "Running": "WorkersPending"}
+    assert job.written["startTime"] and job.written["replicaStatuses"]["active"] == 4
+    job.pods(9.0, *(running(i) for i in range(4)))
+    assert job.kube.named("patch_status") == ["Pending", "Running"]
+
+
+def test_an_operator_gone_before_a_new_jobs_first_write_leaves_its_successor_the_start_times():
+    """The first status waits, and the operator that made the pods may stop meanwhile: the next one finds
+    the pods and no status, and gives the group its start times (runPolicy.activeDeadlineSeconds counts
+    from startTime) without making any pod again."""
+    gone = Lifecycle()
+    gone.reconcile(0.0)
+    assert len(gone.kube.named("create_pod")) == 4 and gone.written == {}
+    successor = Lifecycle()  # a fresh operator: the job as listed, with no status
+    successor.pods(5.0, *(scheduled(i) for i in range(4)))
+    successor.flush()
+    assert successor.kube.named("create_pod") == [] and successor.kube.named("patch_status") == ["Pending"]
+    assert successor.written["startTime"] and successor.written["groupStartTime"]
 
 
 def test_a_count_only_change_waits_for_the_window_and_is_never_lost():
     job = Lifecycle()
     job.reconcile(0.0)
     job.pods(0.2, *(running(i) for i in range(4)))
-    assert job.kube.named("patch_status") == ["Pending", "Running"]
+    assert job.kube.named("patch_status") == ["Running"]
     job.pods(10.0, running(0), running(1), running(2), succeeded(3))
-    assert job.kube.named("patch_status") == ["Pending", "Running"], "a count waits"
+    assert job.kube.named("patch_status") == ["Running"], "a count waits"
     assert job.reconciler.queue.scheduled(KEY), "…for the work queue's delayed requeue"
     assert job.reconciler.state.status(KEY)["replicaStatuses"]["succeeded"] == 1, "the next decision sees it"
     job.pods(10.5, running(0), running(1), succeeded(2), succeeded(3))  # coalesced with the first
     job.flush()  # due: at most one such write per window
-    assert job.kube.named("patch_status") == ["Pending", "Running", "Running"]
+    assert job.kube.named("patch_status") == ["Running", "Running"]
     assert job.written["replicaStatuses"] == {"active": 2, "ready": 2, "succeeded": 2, "failed": 0}
     job.reconcile(20.0)
-    assert len(job.kube.named("patch_status")) == 3, "written once, not again"
+    assert len(job.kube.named("patch_status")) == 2, "written once, not again"
 
 
 def test_a_phase_change_is_written_at_once_with_the_counts_that_waited():
     job = Lifecycle()
     job.reconcile(0.0)
     job.pods(0.2, *(pod_body(i) for i in range(4)))
-    assert job.kube.named("patch_status") == ["Pending"], "pods created: a count and Created wait"
+    assert job.kube.named("patch_status") == [], "the first status, a count and Created wait"
     job.pods(0.3, pod_body(0), pod_body(1), pod_body(2), deleting(pod_body(3)))  # a worker is lost
-    assert job.kube.named("patch_status") == ["Pending", "Restarting"]
+    assert job.kube.named("patch_status") == ["Restarting"]
     conditions = {c["type"] for c in job.written["conditions"]}
     assert "Created" in conditions, "what waited is written with the phase"
 
@@ -206,7 +289,7 @@ def test_a_finished_jobs_counts_leave_out_the_pods_it_deletes(phase):
     job.pods(10.1, done, deleting(running(1)))
     job.pods(10.2, done)
     job.flush()
-    assert job.kube.named("patch_status")[-1] == phase and len(job.kube.named("patch_status")) == 3
+    assert job.kube.named("patch_status") == ["Running", phase]
 
 
 def test_a_lost_worker_brings_a_new_group_as_soon_as_the_old_one_is_gone():
@@ -221,3 +304,32 @@ def test_a_lost_worker_brings_a_new_group_as_soon_as_the_old_one_is_gone():
     created = len(job.kube.named("create_pod"))
     job.pods(1.5)  # the old group is gone
     assert job.kube.named("create_pod")[created:] == [f"mnist-worker-{i}" for i in range(4)]
+
+
+def older(body: dict[str, Any]) -> dict[str, Any]:
+    """A pod an operator made before pods carried their job's uid label."""
+    del body["metadata"]["labels"]["mwms.dev/job-uid"]
+    return body
+
+
+def test_pods_made_before_the_uid_label_or_without_the_right_to_delete_collections_go_one_by_one(caplog):
+    """An upgrade meets running pods without the label, and RBAC may lack `deletecollection` (said once):
+    each pod is deleted by its own uid, as before."""
+
+    class Forbidden(RecordingKube):
+        def delete_pods(self, namespace: str, labels: str, fields: str) -> int:
+            super().delete_pods(namespace, labels, fields)
+            raise ApiError(403, 'pods is forbidden: cannot deletecollection resource "pods"')
+
+    job = Lifecycle(3)
+    job.reconcile(0.0)
+    job.pods(10.0, succeeded(0), older(running(1)), running(2))
+    assert job.kube.named("delete_pods") == [] and job.kube.named("delete_pod_uid") == ["pod-1-0", "pod-2-0"]
+    job = Lifecycle(3)
+    job.kube = job.reconciler.kube = Forbidden()
+    job.reconcile(0.0)
+    job.pods(10.0, succeeded(0), running(1), running(2))
+    job.pods(10.1, succeeded(0), running(1), running(2))  # the watch has not shown them going yet
+    assert len(job.kube.named("delete_pods")) == 2, "tried each time: the right may have been granted since"
+    assert job.kube.named("delete_pod_uid") == ["pod-1-0", "pod-2-0"] * 2
+    assert sum("grant `deletecollection`" in r.message for r in caplog.records) == 1, "said once"
