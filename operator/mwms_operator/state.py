@@ -158,7 +158,10 @@ class State:
             for mark in [m for m in self._leaving_since if m[0] == key]:
                 del self._leaving_since[mark]
         else:
-            self.jobs[key] = slim(body)
+            kept = self.jobs[key] = slim(body)
+            written = self._written.get(key)
+            if written is not None and written[1] and written[0] <= _rv(kept):
+                self._written[key] = (written[0], {})  # the watch has caught up: one copy of the status
         return key
 
     def end_namespace(self, namespace: str) -> bool:

@@ -45,3 +45,17 @@ def test_jobs_share_their_equal_strings_and_keep_their_values():
             assert condition_two[key] is value
     assert one["status"]["phase"] is two["status"]["phase"]
 
+
+def test_our_last_write_is_read_until_the_watch_has_it_and_then_not_kept_twice():
+    state = State()
+    body = watched("a", "u-1")
+    key = state.job_event("ADDED", body)
+    assert key is not None
+    written = {**STATUS, "phase": "Pending"}
+    state.wrote(key, {"metadata": {"resourceVersion": "8"}, "status": written})
+    assert state.server_status(key)["phase"] == "Pending", "the watch lags behind our write"
+    echo = json.loads(json.dumps({**body, "status": written}))
+    echo["metadata"]["resourceVersion"] = "8"
+    state.job_event("MODIFIED", echo)
+    assert state.is_own_write(key, echo) and state.server_status(key) == written
+    assert state._written[key][1] == {}, "the written status is the watched one now: not kept beside it"
