@@ -6,6 +6,7 @@ combined into one event too (its message says so), so a retried refusal never fl
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -21,7 +22,7 @@ COMBINED = "(combined from similar events): "
 Key = tuple[str, str, str, str, str]  # namespace, object uid, type, reason, message (or COMBINED)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)  # one per event kept (up to CACHE_SIZE): no __dict__ each
 class Posted:
     name: str  # the Event object's name
     count: int
@@ -38,7 +39,7 @@ class EventBook:
         self, namespace: str, uid: str, type_: str, reason: str, message: str, now: float
     ) -> tuple[Key, str, Posted | None]:
         """(the event's key, the message to post, the Event to count it on if it is a repeat)."""
-        similar = (namespace, uid, type_, reason)
+        similar, message = (namespace, uid, type_, reason), sys.intern(message)  # many jobs say the same
         with self._lock:
             since, messages = self._similar.pop(similar, (now, set()))
             if now - since > WINDOW_SECONDS:

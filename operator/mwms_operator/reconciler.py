@@ -16,7 +16,7 @@ from mwms_contract.conditions import PENDING, POD_EVENTS_FORBIDDEN, PODS_CREATED
 from mwms_contract.status import TrainJobStatus, typed
 from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError, TrainJobSpec
-from mwms_operator import builders, k8s, metrics, refusals
+from mwms_operator import builders, k8s, memory, metrics, refusals
 from mwms_operator.config import OperatorConfig
 from mwms_operator.pods import UNREADABLE, WorkerPod, deletion_selector, pod_events, worker_pod
 from mwms_operator.policy import decide
@@ -115,6 +115,7 @@ class Reconciler:
         while True:
             await asyncio.sleep(self.config.reconcile_interval_seconds)
             self.resync()
+            await asyncio.to_thread(memory.release_free_memory)  # what the last minute's work freed
 
     def resync(self) -> None:
         """Level-based safety net: look at every job that time can move on now and then, even if no event

@@ -68,3 +68,14 @@ def test_many_different_messages_of_one_reason_are_combined():
         keys.add(key)
     assert len(keys) == events.SIMILAR_LIMIT + 1
     assert message == events.COMBINED + "used 29 of 10"
+
+
+def test_the_events_of_many_jobs_share_one_copy_of_a_message_they_all_say():
+    """The book keeps up to CACHE_SIZE events: a message every job says (Suspended, PodsCreated) once."""
+    book = events.EventBook()
+    keys = [
+        book.correlate("ns", f"u-{i}", "Normal", "Suspended", "".join(["suspend is ", "true"]), now=0.0)[0]
+        for i in range(2)
+    ]
+    assert keys[0][4] == keys[1][4] == "suspend is true" and keys[0][4] is keys[1][4]
+    assert not hasattr(events.Posted("e1", 1, 0.0), "__dict__")
