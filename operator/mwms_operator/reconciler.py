@@ -5,24 +5,23 @@ deadlines falls due, and on a slow resync; a second queue polls MLflow for progr
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from mwms_contract.conditions import PENDING, POD_EVENTS_FORBIDDEN, PODS_CREATED, SUSPENDED, TERMINAL
+from mwms_contract.conditions import PENDING, PODS_CREATED, SUSPENDED, TERMINAL
 from mwms_contract.status import TrainJobStatus, typed
 from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator import builders, k8s, memory, metrics, refusals
 from mwms_operator.config import OperatorConfig
-from mwms_operator.pods import UNREADABLE, WorkerPod, deletion_selector, pod_events, worker_pod
+from mwms_operator.lookups import PodEventLookups
+from mwms_operator.pods import deletion_selector, worker_pod
 from mwms_operator.policy import decide
 from mwms_operator.runwatch import RunWatch
 from mwms_operator.spec import parse_for_group
-from mwms_operator.startup import events_wanted
 from mwms_operator.state import JobKey, State, owner_key
 from mwms_operator.status import (
     CreatePods,
@@ -43,15 +42,6 @@ WORKERS = 8  # jobs reconciled at once; each mostly waits on the API server
 LEAVING_GRACE_SECONDS = 10.0
 AT_REST = (*TERMINAL, SUSPENDED)  # phases only an event can move a job out of: no resync
 DUE_MARGIN_SECONDS = 0.2  # status times have whole seconds; look a little after a deadline, not just before
-# A starting pod's events are looked up again only this long after its first lookup, then twice as long after
-# each, at most a minute apart, not on every reconcile (each of its peers' pod events queues one): the
-# startup clock counts minutes; a pull's end seen late starts it late, never early.
-EVENTS_FRESH_SECONDS, EVENTS_STALE_MAX_SECONDS = 5.0, 60.0
-# Lookups at once, operator-wide. The API server matches a lookup's field selector against every event in
-# the namespace: with 20,000 pods starting, lookups took 14 s each and held the reconcile workers from the
-# writes a start needs. A lookup with no free slot, or one that fails, waits for the next reconcile; until
-# then its pod counts as "may be pulling its image", which holds the start's clocks (late, never early).
-EVENT_LOOKUPS_AT_ONCE = 4
 
 
 class Reconciler:
@@ -66,7 +56,7 @@ class Reconciler:
         )
         self.runs = RunWatch(kube, config, self.state, self.queue.add, self._namespace_ending)
         self._resync: asyncio.Task[None] | None = None
-        self._event_lookups = asyncio.Semaphore(EVENT_LOOKUPS_AT_ONCE)
+        self.lookups = PodEventLookups(kube, self.state, self.queue.add_after)
         self._collections_forbidden = False  # said once: RBAC without `deletecollection` on pods
 
     def start(self) -> None:
@@ -158,7 +148,7 @@ class Reconciler:
         now = datetime.now(UTC)
         if await self._confirm_leaving(key):
             self.queue.add_after(key, LEAVING_GRACE_SECONDS)
-        pods = await self._with_startup_events(key, spec, self.state.pods_of(key), previous, now)
+        pods = await self.lookups.with_events(key, spec, self.state.pods_of(key), previous, now)
         decision = decide(
             meta,
             spec,
@@ -202,67 +192,6 @@ class Reconciler:
             created = parse_time(body["metadata"].get("creationTimestamp"))
             if created is not None:
                 metrics.POD_CREATION.observe((now - created).total_seconds())
-
-    async def _with_startup_events(
-        self,
-        key: JobKey,
-        spec: TrainJobSpec | SpecError,
-        pods: list[WorkerPod],
-        previous: Mapping[str, Any],
-        now: datetime,
-    ) -> list[WorkerPod]:
-        """The pods the start's rules ask about, with their events (pulls, last reasons; startup.py) as last
-        read. One not yet read is judged as it is (it may be pulling) and the job is looked at again."""
-        found: dict[str, WorkerPod] = {}
-        forbidden = False  # once refused, the others are not asked: judged without events (UNREADABLE)
-        behind = False
-        for pod in events_wanted(spec, pods, previous, now):
-            due = self.state.events_due(key, pod.uid, EVENTS_FRESH_SECONDS, EVENTS_STALE_MAX_SECONDS)
-            try:
-                if due and not forbidden and not await self._look_up_events(key, pod, pods):
-                    behind = True
-            except refusals.ApiError as error:
-                if error.status != 403:
-                    raise
-                forbidden = True
-                await self._say_events_forbidden(key, error)
-            events = UNREADABLE if forbidden else self.state.known_events(key, pod.uid)
-            found[pod.uid] = dataclasses.replace(pod, events=events)
-        if behind:
-            self.queue.add_after(key, EVENTS_FRESH_SECONDS)
-        return [found.get(p.uid, p) for p in pods]
-
-    async def _look_up_events(self, key: JobKey, pod: WorkerPod, pods: list[WorkerPod]) -> bool:
-        """Read a pod's events into the state; False if no lookup slot was free or it failed (not a 403,
-        which is raised: RBAC the job's status must name)."""
-        if self._event_lookups.locked():
-            return False
-        async with self._event_lookups:
-            try:
-                listed = await asyncio.to_thread(self.kube.pod_events, key.namespace, pod.name, pod.uid)
-            except k8s.TRANSIENT_ERRORS as error:
-                if isinstance(error, refusals.ApiError) and error.status == 403:
-                    raise
-                log.debug("%s/%s: events of %s not read (again later): %s", *key[:2], pod.name, error)
-                listed = None
-        events = None if listed is None else pod_events(listed)
-        self.state.looked_up(key, pod.uid, events, (p.uid for p in pods))
-        return events is not None
-
-    async def _say_events_forbidden(self, key: JobKey, error: refusals.ApiError) -> None:
-        """RBAC that lets the operator create pods but not list events must not stop the job: it goes on,
-        and is told once, as a Warning event, what the startup timeout cannot see and what to grant."""
-        body = self.state.jobs.get(key)
-        if body is None or not self.state.events_forbidden(key):
-            return
-        message = (
-            f"the operator may not list events in namespace {key.namespace} ({error.message}): the startup "
-            "timeout cannot name why a worker has not joined (an image pull, a failing probe), nor the "
-            "container-error grace why one has not started (FailedMount); grant the "
-            "operator's ServiceAccount `list` on events there, as the chart and manifests/rbac.yaml do"
-        )
-        log.warning("%s/%s: %s", key.namespace, key.name, message)
-        await asyncio.to_thread(self.kube.post_event, body, "Warning", POD_EVENTS_FORBIDDEN, message)
 
     def _schedule(self, key: JobKey, spec: TrainJobSpec | SpecError, status: TrainJobStatus) -> None:
         due = next_due(spec, status)

@@ -11,7 +11,8 @@ import pytest
 from test_operator_reconciler import KEY, Indexes, RecordingKube, job_body, pod_body
 
 from mwms_operator.config import OperatorConfig
-from mwms_operator.reconciler import EVENTS_FRESH_SECONDS, Reconciler
+from mwms_operator.lookups import EVENTS_FRESH_SECONDS
+from mwms_operator.reconciler import Reconciler
 
 
 class SlowKube(RecordingKube):
@@ -93,11 +94,11 @@ def test_with_every_lookup_slot_taken_a_pod_is_judged_as_maybe_pulling_and_looke
 ):
     clock = [0.0]
     one_runs_one_waits(reconciler, indexes, clock)
-    reconciler._event_lookups = asyncio.Semaphore(0)  # other jobs' lookups hold every slot
+    reconciler.lookups.slots = asyncio.Semaphore(0)  # other jobs' lookups hold every slot
     assert asyncio.run(reconcile_and_say_if_scheduled(reconciler))
     assert reconciler.kube.named("pod_events") == []
     assert reconciler.state.status(KEY).get("stalledSince") is None
-    reconciler._event_lookups = asyncio.Semaphore(1)
+    reconciler.lookups.slots = asyncio.Semaphore(1)
     asyncio.run(reconciler.reconcile(KEY))  # not counted as a lookup: due at once
     assert lookups_of_worker_1(reconciler.kube) == 1
     assert reconciler.state.status(KEY).get("stalledSince") is not None

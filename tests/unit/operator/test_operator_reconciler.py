@@ -10,8 +10,9 @@ import pytest
 from support.trainjobs import trainjob
 
 from mwms_operator.config import OperatorConfig
+from mwms_operator.lookups import EVENTS_FRESH_SECONDS
 from mwms_operator.pods import worker_pod
-from mwms_operator.reconciler import EVENTS_FRESH_SECONDS, LEAVING_GRACE_SECONDS, Reconciler
+from mwms_operator.reconciler import LEAVING_GRACE_SECONDS, Reconciler
 from mwms_operator.refusals import ApiError, NamespaceEnding, NameTaken, Refused, Rejected
 from mwms_operator.state import STATUS_COALESCE_SECONDS, JobKey, State, owner_key
 

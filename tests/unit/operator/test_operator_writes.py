@@ -15,8 +15,9 @@ from test_operator_reconciler import KEY, QUOTA, Indexes, RecordingKube, job_bod
 
 from mwms_operator.config import OperatorConfig
 from mwms_operator.events import EventBook
+from mwms_operator.lookups import EVENTS_FRESH_SECONDS
 from mwms_operator.pods import worker_pod
-from mwms_operator.reconciler import EVENTS_FRESH_SECONDS, Reconciler
+from mwms_operator.reconciler import Reconciler
 from mwms_operator.refusals import ApiError, Refused
 from mwms_operator.state import STATUS_COALESCE_SECONDS
 
