@@ -1,6 +1,8 @@
 """A keyed work queue on asyncio, after client-go's: a key added many times is handled once, one key is never
 handled by two workers at once, and a key added while it is being handled is handled again afterwards.
-`add_after` schedules a key for a moment (a deadline), keeping the earliest moment asked for. A key whose
+`add_after` schedules a key for a moment (a deadline), keeping the earliest moment asked for; a key that
+falls due goes ahead of those merely added (a deadline, a coalesced status write or a retry is already due,
+while a backlog of thousands of keys waits minutes: 20k pods on 2 cores). A key whose
 handling fails is retried after a backoff that doubles per failure (0.5 s up to a minute). Expected failures
 (the API server's errors, the network's) are logged by a FailureLog: a few lines an outage, not one a key.
 
@@ -123,7 +125,10 @@ class WorkQueue(Generic[K]):
         """`expected`: errors worth a retry but not a traceback (e.g. the API server's 500s, timeouts)."""
         self._handle, self._workers, self._name, self._expected = handle, workers, name, expected
         self._failures: dict[K, int] = {}
-        self._ready: asyncio.Queue[K] = asyncio.Queue()
+        # (0 for a key that fell due, else 1; order of joining; key). A due key already waiting joins again
+        # ahead; the copy found later is skipped, as the key is no longer dirty.
+        self._ready: asyncio.PriorityQueue[tuple[int, int, K]] = asyncio.PriorityQueue()
+        self._urgent: set[K] = set()  # keys that fell due and wait to be handled
         self._dirty: set[K] = set()  # waiting in _ready, or to be handled again after the current run
         self._busy: set[K] = set()
         self._due: dict[K, float] = {}  # key -> loop time it is scheduled for
@@ -149,8 +154,12 @@ class WorkQueue(Generic[K]):
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
 
-    def add(self, key: K) -> None:
+    def add(self, key: K, *, due: bool = False) -> None:
+        if due:
+            self._urgent.add(key)
         if key in self._dirty:
+            if due and key not in self._busy:
+                self._put(key)  # waiting behind others: again, ahead of them
             return  # already waiting: the changes coalesce into one run
         self._dirty.add(key)
         self._adds.inc()
@@ -159,7 +168,8 @@ class WorkQueue(Generic[K]):
             self._put(key)
 
     def _put(self, key: K) -> None:
-        self._ready.put_nowait(key)
+        self._order += 1
+        self._ready.put_nowait((0 if key in self._urgent else 1, self._order, key))
         self._depth.set(self._ready.qsize())
 
     def add_after(self, key: K, delay: float) -> None:
@@ -190,8 +200,11 @@ class WorkQueue(Generic[K]):
 
     async def _work(self) -> None:
         while True:
-            key = await self._ready.get()
+            _, _, key = await self._ready.get()
             self._depth.set(self._ready.qsize())
+            if key not in self._dirty or key in self._busy:
+                continue  # a copy of a key handled (or being handled) since: it is put again if added again
+            self._urgent.discard(key)
             self._latency.observe(time.monotonic() - self._added.pop(key, time.monotonic()))
             self._dirty.discard(key)
             self._busy.add(key)
@@ -236,7 +249,7 @@ class WorkQueue(Generic[K]):
                 when, _, key = heapq.heappop(self._heap)
                 if self._due.get(key) == when:  # else rescheduled earlier (already run) or forgotten
                     del self._due[key]
-                    self.add(key)
+                    self.add(key, due=True)
             timeout = self._heap[0][0] - now if self._heap else None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)

@@ -185,3 +185,35 @@ def test_the_queue_logs_a_failing_outage_once_and_its_end(caplog):
     assert [level for level, _ in said] == [logging.WARNING, logging.INFO], said
     assert "t: k0 failed (connection refused)" in said[0][1]
     assert "no key is failing any more: 50 failed handlings of 50 keys" in said[1][1]
+
+
+def test_a_key_that_falls_due_goes_ahead_of_a_backlog_and_is_handled_once():
+    """A deadline or a coalesced status write that falls due must not wait behind thousands of added keys
+    (20k pods on 2 cores: ~10 min); a due key already waiting is moved ahead, not handled twice."""
+
+    async def main():
+        seen: list[str] = []
+        release = asyncio.Event()
+
+        async def handle(key: str) -> None:
+            seen.append(key)
+            if key == "x":
+                await release.wait()
+
+        queue = WorkQueue(handle, workers=1, name="t")
+        queue.start()
+        queue.add("x")
+        await asyncio.sleep(0.02)  # the one worker is busy with x
+        for key in "abc":
+            queue.add(key)
+        queue.add_after("d", 0.01)
+        queue.add_after("c", 0.01)
+        while queue._heap:  # the timer has moved both due keys to the ready queue
+            await asyncio.sleep(0.01)
+        release.set()
+        while len(queue):
+            await asyncio.sleep(0.01)
+        await queue.stop()
+        return seen
+
+    assert run(main()) == ["x", "d", "c", "a", "b"]
