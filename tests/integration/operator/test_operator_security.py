@@ -27,6 +27,7 @@ ALLOWED = [
     ("update", "trainjobs.mwms.dev", "finalizers"),  # blockOwnerDeletion on the owner references
     ("create", "pods", ""),
     ("delete", "pods", ""),
+    ("deletecollection", "pods", ""),  # a job's pods that go, in one request (selected by its uid label)
     ("get", "pods", ""),
     ("list", "pods", ""),
     ("watch", "pods", ""),
@@ -54,7 +55,6 @@ DENIED = [
     ("get", "pods", "log"),
     ("update", "pods", ""),
     ("patch", "pods", ""),
-    ("deletecollection", "pods", ""),
     ("update", "trainjobs.mwms.dev", ""),  # kopf patches; update would let it replace a user's spec
     ("create", "trainjobs.mwms.dev", ""),
     ("update", "trainjobs.mwms.dev", "status"),
