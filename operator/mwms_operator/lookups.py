@@ -51,7 +51,8 @@ class PodEventLookups:
         now: datetime,
     ) -> list[WorkerPod]:
         """The pods the start's rules ask about, with their events (pulls, last reasons; startup.py) as last
-        read. One not yet read is judged as it is (it may be pulling) and the job is looked at again."""
+        read. One not yet read is judged as it is (it may be pulling) and the job is looked at again; one
+        whose lookups keep failing (EVENT_LOOKUP_FAILURES), or are refused (403), is judged without them."""
         found: dict[str, WorkerPod] = {}
         forbidden = False  # once refused, the others are not asked: judged without events (UNREADABLE)
         behind, failing = False, ""
