@@ -74,6 +74,8 @@ RUN_ENDED_BY_CHIEF = "RunEndedByChief"  # MlflowRunEnded: the chief ended the ru
 RUN_ENDED_BY_OPERATOR = "RunEndedByOperator"  # the run was left RUNNING: the operator ended it (an event too)
 # The one event that says the operator may not read a starting pod's events (RBAC: `list` on events).
 POD_EVENTS_FORBIDDEN = "PodEventsForbidden"
+# The one event that says a starting pod's events lookups keep failing otherwise (5xx, timeouts).
+POD_EVENTS_UNREADABLE = "PodEventsUnreadable"
 
 REASONS = (
     RESUMED,
@@ -97,6 +99,7 @@ REASONS = (
     TTL_EXPIRED,
     TRACKING_SERVER_NOT_ALLOWED,
     POD_EVENTS_FORBIDDEN,
+    POD_EVENTS_UNREADABLE,
     *TRACKING_REASONS,
     PROGRESS_FLOWING,
     RUN_ENDED_BY_CHIEF,

@@ -11,10 +11,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from mwms_contract.conditions import POD_EVENTS_FORBIDDEN
+from mwms_contract.conditions import POD_EVENTS_FORBIDDEN, POD_EVENTS_UNREADABLE
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator import k8s, refusals
-from mwms_operator.pods import UNREADABLE, WorkerPod, pod_events
+from mwms_operator.pods import UNREADABLE, PodEvents, WorkerPod, pod_events
 from mwms_operator.startup import events_wanted
 from mwms_operator.state import JobKey, State
 
@@ -28,6 +28,13 @@ EVENTS_FRESH_SECONDS, EVENTS_STALE_MAX_SECONDS = 5.0, 60.0
 # writes a start needs. A lookup with no free slot, or one that fails, waits for the next reconcile; until
 # then its pod counts as "may be pulling its image", which holds the start's clocks (late, never early).
 EVENT_LOOKUPS_AT_ONCE = 4
+# A pod whose lookups keep failing (not a 403: a 5xx, a timeout, a lost connection) is judged without its
+# events, as with a 403, once this many in a row have failed over at least EVENTS_STALE_MAX_SECONDS: else it
+# would count as "may be pulling" for ever, and its job would wait with no deadline and no cause named. Three
+# tries over a minute, so that a moment of overload (a 14 s lookup timing out at 20,000 pods) or an API server
+# restart does not end a job whose pod pulls a large image. A lookup that finds no free slot is not a failure;
+# one that works again judges the pod by its events again.
+EVENT_LOOKUP_FAILURES = 3
 
 
 class PodEventLookups:
@@ -44,10 +51,11 @@ class PodEventLookups:
         now: datetime,
     ) -> list[WorkerPod]:
         """The pods the start's rules ask about, with their events (pulls, last reasons; startup.py) as last
-        read. One not yet read is judged as it is (it may be pulling) and the job is looked at again."""
+        read. One not yet read is judged as it is (it may be pulling) and the job is looked at again; one
+        whose lookups keep failing (EVENT_LOOKUP_FAILURES), or are refused (403), is judged without them."""
         found: dict[str, WorkerPod] = {}
         forbidden = False  # once refused, the others are not asked: judged without events (UNREADABLE)
-        behind = False
+        behind, failing = False, ""
         for pod in events_wanted(spec, pods, previous, now):
             due = self.state.events_due(key, pod.uid, EVENTS_FRESH_SECONDS, EVENTS_STALE_MAX_SECONDS)
             try:
@@ -58,10 +66,19 @@ class PodEventLookups:
                     raise
                 forbidden = True
                 await self._say_forbidden(key, error)
-            events = UNREADABLE if forbidden else self.state.known_events(key, pod.uid)
+            unread = self.state.events_failing(key, pod.uid, EVENT_LOOKUP_FAILURES, EVENTS_STALE_MAX_SECONDS)
+            failing = failing or unread
+            if forbidden:
+                events: PodEvents | None = UNREADABLE
+            elif unread:  # its lookups keep failing: judged without events, as with a 403
+                events = PodEvents(readable=False, error=unread)
+            else:
+                events = self.state.known_events(key, pod.uid)
             found[pod.uid] = dataclasses.replace(pod, events=events)
         if behind:
             self.requeue(key, EVENTS_FRESH_SECONDS)
+        if failing:
+            await self._say_failing(key, failing)
         return [found.get(p.uid, p) for p in pods]
 
     async def _look_up(self, key: JobKey, pod: WorkerPod, pods: list[WorkerPod]) -> bool:
@@ -76,16 +93,16 @@ class PodEventLookups:
                 if isinstance(error, refusals.ApiError) and error.status == 403:
                     raise
                 log.debug("%s/%s: events of %s not read (again later): %s", *key[:2], pod.name, error)
-                listed = None
-        events = None if listed is None else pod_events(listed)
-        self.state.looked_up(key, pod.uid, events, (p.uid for p in pods))
-        return events is not None
+                self.state.looked_up(key, pod.uid, None, (p.uid for p in pods), str(error) or repr(error))
+                return False
+        self.state.looked_up(key, pod.uid, pod_events(listed), (p.uid for p in pods))
+        return True
 
     async def _say_forbidden(self, key: JobKey, error: refusals.ApiError) -> None:
         """RBAC that lets the operator create pods but not list events must not stop the job: it goes on,
         and is told once, as a Warning event, what the startup timeout cannot see and what to grant."""
         body = self.state.jobs.get(key)
-        if body is None or not self.state.events_forbidden(key):
+        if body is None or not self.state.tell_once(key, POD_EVENTS_FORBIDDEN):
             return
         message = (
             f"the operator may not list events in namespace {key.namespace} ({error.message}): the startup "
@@ -95,3 +112,19 @@ class PodEventLookups:
         )
         log.warning("%s/%s: %s", key.namespace, key.name, message)
         await asyncio.to_thread(self.kube.post_event, body, "Warning", POD_EVENTS_FORBIDDEN, message)
+
+    async def _say_failing(self, key: JobKey, error: str) -> None:
+        """A pod judged without its events as its lookups keep failing: the job is told once, as a Warning
+        event, what its start's rules cannot see, and why."""
+        body = self.state.jobs.get(key)
+        if body is None or not self.state.tell_once(key, POD_EVENTS_UNREADABLE):
+            return
+        stale = f"{EVENTS_STALE_MAX_SECONDS:.0f}s"
+        message = (
+            f"listing events in namespace {key.namespace} has failed on every try for over {stale} "
+            f"({error}): the job's starting pods are judged without them until a lookup works again, so a "
+            "pod's image pull cannot be told from a stuck start, and the container-error grace cannot name "
+            "why a worker has not started (e.g. FailedMount); see the API server's health"
+        )
+        log.warning("%s/%s: %s", key.namespace, key.name, message)
+        await asyncio.to_thread(self.kube.post_event, body, "Warning", POD_EVENTS_UNREADABLE, message)

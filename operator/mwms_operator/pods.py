@@ -43,7 +43,10 @@ class PodEvents:
     pulling: bool = False  # its latest image event is `Pulling`: the pull has not ended
     pulled_at: datetime | None = None  # when its latest pull ended (`Pulled`)
     note: str = ""  # "reason: message" of its latest Warning (Unhealthy, FailedMount, FailedScheduling…)
-    readable: bool = True  # False: the operator may not list events in the pod's namespace (RBAC)
+    readable: bool = True  # False: not read, the pod is judged without them (the start's rules say why)
+    # With readable False: the error of the lookups that kept failing (lookups.py); "" if they were refused
+    # (403: the operator may not list events in the pod's namespace, RBAC).
+    error: str = ""
 
 
 UNREADABLE = PodEvents(readable=False)  # what a refused lookup (403) gives each pod it was for

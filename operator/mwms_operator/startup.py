@@ -47,6 +47,11 @@ def _cannot_start(f: Facts, pod: WorkerPod) -> str:
     grace = f"{f.parsed.container_error_grace_seconds if f.parsed else '?'}s"
     headline = f"worker {pod.name} has not started {grace} after it was scheduled"
     headline += " (spec.runPolicy.containerErrorGraceSeconds)"
+    if pod.events is not None and pod.events.error:
+        return (
+            f"{headline}: {why_pending(pod)}; the kubelet's reason could not be read: listing events in "
+            f"namespace {f.meta.namespace} failed: {pod.events.error}"
+        )
     if pod.events is not None and not pod.events.readable:
         return (
             f"{headline}: {why_pending(pod)}; the kubelet's reason could not be read: the operator may not "

@@ -114,6 +114,18 @@ def _rv(body: Mapping[str, Any]) -> int:
         return 0
 
 
+class _Lookups(NamedTuple):
+    """A starting pod's events lookups: when the last was, how many so far, the events last read (None: none
+    yet), and those that failed since the last that worked: how many, since when, the last one's error."""
+
+    when: float
+    lookups: int
+    events: PodEvents | None
+    failures: int = 0
+    failing_since: float = 0.0
+    error: str = ""
+
+
 class State:
     def __init__(self, clock: Any = time.monotonic, draw: Any = random.random) -> None:
         self.clock, self.draw = clock, draw  # draw: the jitter's random numbers in [0, 1)
@@ -132,14 +144,14 @@ class State:
         self._disrupted: dict[JobKey, dict[tuple[int, int], str]] = {}
         # Namespaces being deleted -> uids of their TrainJobs known then (see end_namespace).
         self._ending: dict[str, set[str]] = {}
-        self._events_forbidden: set[JobKey] = set()  # jobs told that their pods' events cannot be read
+        # The reasons of the events each job was told once (tell_once: PodEventsForbidden…).
+        self._told: dict[JobKey, set[str]] = {}
         # A decided status not yet written (deferred), with the resourceVersion of the status it was decided
         # from, and when it must be written at the latest (clock time).
         self._pending: dict[JobKey, tuple[int, Mapping[str, Any]]] = {}
         self._flush_at: dict[JobKey, float] = {}
-        # Pod uid -> (clock time of its last events lookup, lookups so far, the events last read: None if none
-        # was read yet) of a starting pod, by job.
-        self._pod_events: dict[JobKey, dict[str, tuple[float, int, PodEvents | None]]] = {}
+        # Pod uid -> its events lookups (_Lookups), of a starting pod, by job.
+        self._pod_events: dict[JobKey, dict[str, _Lookups]] = {}
 
     def job_event(self, type_: str | None, body: Mapping[str, Any]) -> JobKey | None:
         key = job_key(body)
@@ -153,7 +165,7 @@ class State:
             self._written.pop(key, None)
             self._gone.pop(key, None)
             self._disrupted.pop(key, None)
-            self._events_forbidden.discard(key)
+            self._told.pop(key, None)
             self.settle(key)
             self._pod_events.pop(key, None)
             for mark in [m for m in self._leaving_since if m[0] == key]:
@@ -175,11 +187,12 @@ class State:
         self._ending[namespace] = {key.uid for key in self.jobs if key.namespace == namespace}
         return True
 
-    def events_forbidden(self, key: JobKey) -> bool:
-        """Listing this job's pods' events was refused; True the first time (the job is told once)."""
-        if key in self._events_forbidden:
+    def tell_once(self, key: JobKey, reason: str) -> bool:
+        """Whether this job is to be told (an event of this reason): True the first time only."""
+        told = self._told.setdefault(key, set())
+        if reason in told:
             return False
-        self._events_forbidden.add(key)
+        told.add(reason)
         return True
 
     def namespace_ending(self, namespace: str) -> bool:
@@ -300,7 +313,15 @@ class State:
     def known_events(self, key: JobKey, uid: str) -> PodEvents | None:
         """A starting pod's events as last read, however long ago; None if none were read yet."""
         found = self._pod_events.get(key, {}).get(uid)
-        return found[2] if found is not None else None
+        return found.events if found is not None else None
+
+    def events_failing(self, key: JobKey, uid: str, tries: int, seconds: float) -> str:
+        """The last error of a starting pod's events lookups if at least `tries` of them in a row failed, the
+        first at least `seconds` ago; "" otherwise (none failed since the last that worked)."""
+        found = self._pod_events.get(key, {}).get(uid)
+        if found is None or found.failures < tries or self.clock() - found.failing_since < seconds:
+            return ""
+        return found.error
 
     def events_due(self, key: JobKey, uid: str, first: float, most: float) -> bool:
         """Whether a starting pod's events should be looked up (again): `first` seconds after its first
@@ -308,16 +329,21 @@ class State:
         found = self._pod_events.get(key, {}).get(uid)
         if found is None:
             return True
-        when, lookups, _ = found
-        return self.clock() - when >= min(most, first * 2 ** (lookups - 1))
+        return self.clock() - found.when >= min(most, first * 2 ** (found.lookups - 1))
 
-    def looked_up(self, key: JobKey, uid: str, events: PodEvents | None, current: Iterable[str]) -> None:
-        """Count a lookup of a pod's events (None: it failed; those read before are kept); the lookups of
-        pods no longer `current` (uids) are forgotten."""
+    def looked_up(
+        self, key: JobKey, uid: str, events: PodEvents | None, current: Iterable[str], error: str = ""
+    ) -> None:
+        """Count a lookup of a pod's events (None: it failed with `error`; those read before are kept, and
+        the failures in a row counted); the lookups of pods no longer `current` (uids) are forgotten."""
         live = set(current)
         kept = {u: v for u, v in self._pod_events.get(key, {}).items() if u in live}
-        _, lookups, before = kept.get(uid, (0.0, 0, None))
-        kept[uid] = (self.clock(), lookups + 1, events if events is not None else before)
+        now, last = self.clock(), kept.get(uid, _Lookups(0.0, 0, None))
+        if events is not None:
+            kept[uid] = _Lookups(now, last.lookups + 1, events)
+        else:
+            since = last.failing_since if last.failures else now
+            kept[uid] = _Lookups(now, last.lookups + 1, last.events, last.failures + 1, since, error)
         self._pod_events[key] = kept
 
     def leaving(self, key: JobKey, grace: float) -> tuple[list[WorkerPod], list[WorkerPod]]:

@@ -1,31 +1,50 @@
 """A starting pod's events lookups (the startup clock's): spaced out, bounded operator-wide, and a lookup that
 fails or finds no free slot holds the clock instead of failing the reconcile. At 20,000 starting pods each
-lookup took 14 s and held the reconcile workers from the writes a start needs."""
+lookup took 14 s and held the reconcile workers from the writes a start needs. Lookups that keep failing
+(not a 403) end in the pod being judged without its events, the cause named, not in a wait for ever."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from test_operator_reconciler import KEY, Indexes, RecordingKube, job_body, pod_body
+from test_operator_reconciler import (
+    KEY,
+    MOUNT_EVENT,
+    Indexes,
+    RecordingKube,
+    _mounting,
+    job_body,
+    pod_body,
+)
 
 from mwms_operator.config import OperatorConfig
 from mwms_operator.lookups import EVENTS_FRESH_SECONDS
+from mwms_operator.pods import PodEvents
 from mwms_operator.reconciler import Reconciler
+from mwms_operator.refusals import ApiError
+from mwms_operator.spec import parse_for_group
+
+SERVER_ERROR = ApiError(500, "etcdserver: request timed out")
 
 
 class SlowKube(RecordingKube):
-    """The API server of an overloaded control plane: a pod's events lookup times out."""
+    """The API server of an overloaded control plane: a pod's events lookup times out (or fails with
+    `events_error`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.events_time_out = False
+        self.events_error: Exception | None = None
 
     def pod_events(self, namespace: str, name: str, uid: str) -> list[dict[str, Any]]:
         listed = super().pod_events(namespace, name, uid)
         if self.events_time_out:
             raise TimeoutError("timed out")
+        if self.events_error is not None:
+            raise self.events_error
         return listed
 
 
@@ -102,3 +121,114 @@ def test_with_every_lookup_slot_taken_a_pod_is_judged_as_maybe_pulling_and_looke
     asyncio.run(reconciler.reconcile(KEY))  # not counted as a lookup: due at once
     assert lookups_of_worker_1(reconciler.kube) == 1
     assert reconciler.state.status(KEY).get("stalledSince") is not None
+
+
+def mounting_past_its_grace(reconciler: Reconciler, indexes: Indexes, clock: list[float]) -> None:
+    """One worker, scheduled, that does not start; its grace (0 s) is over at once: its events are wanted."""
+    reconciler.state.clock = lambda: clock[0]
+    reconciler.job_event("ADDED", job_body(1, runPolicy={"containerErrorGraceSeconds": 0}))
+    indexes.pod(_mounting(0))
+
+
+def reconcile_at(reconciler: Reconciler, clock: list[float], now: float) -> dict[str, Any]:
+    clock[0] = now
+    asyncio.run(reconciler.reconcile(KEY))
+    return reconciler.state.status(KEY)
+
+
+def failed_message(status: dict[str, Any]) -> str:
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert (status["phase"], failed["reason"]) == ("Failed", "ContainerError")
+    return str(failed["message"])
+
+
+@pytest.mark.parametrize(
+    ("error", "text"),
+    [(SERVER_ERROR, "(500) etcdserver: request timed out"), (TimeoutError("timed out"), "timed out")],
+    ids=["500", "timeout"],
+)
+def test_a_pod_whose_events_lookups_keep_failing_is_judged_without_them_and_the_job_ends_naming_the_error(
+    reconciler, indexes, error, text
+):
+    clock = [0.0]
+    mounting_past_its_grace(reconciler, indexes, clock)
+    kube = reconciler.kube
+    kube.events_error = error
+    for now in (0, 0, 5, 15, 35, 59):  # 4 failed lookups, the first 59 s ago: not yet judged
+        assert reconcile_at(reconciler, clock, now)["phase"] == "Pending"
+    assert len(kube.named("pod_events")) == 4
+    assert kube.named("event").count("PodEventsUnreadable") == 0
+    message = failed_message(reconcile_at(reconciler, clock, 60))
+    assert message.startswith("worker mnist-worker-0 has not started 0s after it was scheduled"), message
+    assert message.endswith(
+        f"the kubelet's reason could not be read: listing events in namespace team-a failed: {text}"
+    )
+    assert "RBAC" not in message
+    assert kube.named("event").count("PodEventsUnreadable") == 1
+
+
+def test_a_refused_lookup_still_names_the_right_to_grant_not_a_failure(reconciler, indexes):
+    clock = [0.0]
+    mounting_past_its_grace(reconciler, indexes, clock)
+    reconciler.kube.events_forbidden = True
+    reconcile_at(reconciler, clock, 0)
+    message = failed_message(reconcile_at(reconciler, clock, 0))  # at the first lookup: 403 is no moment
+    assert "the operator may not list events in namespace team-a; an RBAC rule granting" in message
+    assert "failed:" not in message
+    assert reconciler.kube.named("event").count("PodEventsForbidden") == 1
+    assert reconciler.kube.named("event").count("PodEventsUnreadable") == 0
+
+
+def test_a_lookup_without_a_free_slot_is_no_failure(reconciler, indexes):
+    clock = [0.0]
+    mounting_past_its_grace(reconciler, indexes, clock)
+    reconciler.kube.events_error = SERVER_ERROR
+    for now in (0, 0, 5):
+        reconcile_at(reconciler, clock, now)
+    reconciler.lookups.slots = asyncio.Semaphore(0)  # other jobs' lookups hold every slot for minutes
+    for now in range(10, 300, 5):
+        assert reconcile_at(reconciler, clock, now)["phase"] == "Pending", now
+    assert len(reconciler.kube.named("pod_events")) == 2
+    reconciler.lookups.slots = asyncio.Semaphore(1)
+    assert "failed: (500)" in failed_message(reconcile_at(reconciler, clock, 300))  # the third failure
+
+
+def test_the_job_is_told_once_that_its_pods_events_cannot_be_read(reconciler, indexes):
+    clock = [0.0]
+    one_runs_one_waits(reconciler, indexes, clock)
+    reconciler.kube.events_error = SERVER_ERROR
+    for now in range(0, 600, 5):
+        assert reconcile_at(reconciler, clock, now).get("stalledSince") is None, "worker 1 may be pulling"
+    assert reconciler.kube.named("event").count("PodEventsUnreadable") == 1
+
+
+def worker_1_events(reconciler: Reconciler, clock: list[float], now: float) -> PodEvents | None:
+    """Worker 1's events as the start's rules are given them at `now`."""
+    clock[0] = now
+    spec, _ = parse_for_group(reconciler.state.jobs[KEY], reconciler.config)
+    pods = reconciler.state.pods_of(KEY)
+    previous = {"phase": "Pending", "restarts": 0}
+    judged = asyncio.run(reconciler.lookups.with_events(KEY, spec, pods, previous, datetime.now(UTC)))
+    return next(p.events for p in judged if p.index == 1)
+
+
+def test_a_lookup_that_works_again_ends_the_failures_in_a_row(reconciler, indexes):
+    clock = [0.0]
+    one_runs_one_waits(reconciler, indexes, clock)
+    kube = reconciler.kube
+    kube.pod_event_lists["mnist-worker-1"] = [MOUNT_EVENT]
+    kube.events_error = SERVER_ERROR
+    for now in (0, 5, 15):
+        assert worker_1_events(reconciler, clock, now) is None, "not read yet: it may be pulling"
+    kube.events_error = None
+    read = worker_1_events(reconciler, clock, 35)
+    assert read is not None and read.readable and read.note.startswith("FailedMount")
+    kube.events_error = SERVER_ERROR
+    for now in (75, 135):  # 2 failures in a row (5 since the first): judged by the events last read
+        assert worker_1_events(reconciler, clock, now) == read
+    assert worker_1_events(reconciler, clock, 195) == PodEvents(
+        readable=False, error="(500) etcdserver: request timed out"
+    )
+    assert lookups_of_worker_1(kube) == 7
+    kube.events_error = None
+    assert worker_1_events(reconciler, clock, 255) == read, "read again: its events again"

@@ -267,6 +267,20 @@ def test_without_the_right_to_read_events_the_grace_still_ends_the_job_and_says_
     assert "an RBAC rule granting `list` on `events` there would name it" in message, message
 
 
+def test_a_pod_whose_events_lookups_keep_failing_ends_the_job_after_the_grace_naming_the_lookups_error():
+    job = spec(replicas=2, runPolicy={"containerErrorGraceSeconds": 10})
+    unread = PodEvents(readable=False, error="(500) etcdserver: request timed out")
+    first = step(None, [], job=job, service=False)
+    d = step(first.status, [pod(0), creating(1, unread)], at=5, job=job)
+    late = step(d.status, [pod(0), creating(1, unread)], at=15, job=job)
+    assert conditions(late)["Failed"] == ("True", "ContainerError")
+    message = late.events[-1].message
+    assert message.endswith(
+        "the kubelet's reason could not be read: listing events in namespace team-a failed: "
+        "(500) etcdserver: request timed out"
+    ), message
+
+
 def test_the_grace_looks_up_events_of_the_pods_that_have_not_started_only_once_it_is_over():
     job = spec(replicas=3, runPolicy={"containerErrorGraceSeconds": 10})
     pods = [
