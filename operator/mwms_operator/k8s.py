@@ -41,6 +41,8 @@ EVENT_TIMEOUT_SECONDS = 10.0
 # `resourcez`) is refused with 400 naming it, instead of being dropped silently.
 STRICT = "?fieldValidation=Strict"
 DRY_RUN = "&dryRun=All"  # admission (quota, LimitRange, webhooks) answers; nothing is stored
+# A collection's answer as the objects' metadata only (a deletecollection answers with what it deleted).
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 TRAINJOBS_PATH = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{{namespace}}/{names.PLURAL}"
 
 
@@ -148,8 +150,10 @@ class Kube:
         *,
         content_type: str = "application/json",
         timeout: float = TIMEOUT_SECONDS,
+        accept: str = "application/json",
+        parse: bool = True,
     ) -> dict[str, Any]:
-        """The answer's JSON; ApiError for any status but 2xx."""
+        """The answer's JSON ({} unless `parse`: read and dropped); ApiError for any status but 2xx."""
         data = json.dumps(body).encode() if body is not None else None
         relogged = resent = False
         while True:
@@ -158,7 +162,7 @@ class Kube:
             connection.timeout = timeout
             if connection.sock is not None:
                 connection.sock.settimeout(timeout)
-            headers = {"Accept": "application/json", "User-Agent": f"{names.MANAGED_BY}/{__version__}"}
+            headers = {"Accept": accept, "User-Agent": f"{names.MANAGED_BY}/{__version__}"}
             if data is not None:
                 headers["Content-Type"] = content_type
             started = time.monotonic()
@@ -184,9 +188,9 @@ class Kube:
                         self._endpoint = self._login()
                 continue
             if 200 <= response.status < 300:
-                answer: dict[str, Any] = json.loads(payload) if payload else {}
+                answer: dict[str, Any] = json.loads(payload) if payload and parse else {}
                 return answer
-            raise ApiError(response.status, _message(payload, response.reason))
+            raise ApiError.of(response.status, payload, response.reason)
 
     def _request_unless_gone(
         self, method: str, path: str, body: Mapping[str, Any] | None = None, **kwargs: Any
@@ -201,11 +205,13 @@ class Kube:
             raise
 
     def _post(self, path: str, body: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
-        """As _request, but NamespaceEnding when the namespace is being deleted (nothing is created there)."""
+        """As _request, but NamespaceEnding when the namespace is being deleted or gone (a 404 that names the
+        namespace, not the object): nothing is created there."""
         try:
             return self._request("POST", path, body, **kwargs)
         except ApiError as error:
-            if error.status == 403 and "being terminated" in error.message:
+            terminating = error.status == 403 and "being terminated" in error.message
+            if terminating or (error.status == 404 and error.kind == "namespaces"):
                 raise NamespaceEnding(error.message) from None
             raise
 
@@ -246,11 +252,12 @@ class Kube:
                 raise
             log.info("pod %s/%s is no longer the one with uid %s: left alone", namespace, name, uid)
 
-    def delete_pods(self, namespace: str, labels: str, fields: str) -> int:
-        """Deletes the pods both selectors match with one request (deletecollection); how many it deleted."""
+    def delete_pods(self, namespace: str, labels: str, fields: str) -> None:
+        """Deletes the pods both selectors match with one request (deletecollection). Its answer, the pods it
+        deleted, is asked for as their metadata only and not parsed: nothing reads it."""
         query = urllib.parse.urlencode({"labelSelector": labels, "fieldSelector": fields})
-        answer = self._request_unless_gone("DELETE", f"{_core(namespace, 'pods')}?{query}")
-        return len((answer or {}).get("items") or [])
+        path = f"{_core(namespace, 'pods')}?{query}"
+        self._request_unless_gone("DELETE", path, accept=METADATA_ONLY, parse=False)
 
     def pod_uid(self, namespace: str, name: str) -> str | None:
         """The uid of the pod of this name now; None if there is none."""
@@ -330,9 +337,10 @@ class Kube:
         return self._request_unless_gone("GET", _lease(namespace, name), timeout=timeout)
 
     def create_lease(self, namespace: str, body: Mapping[str, Any], *, timeout: float) -> bool:
-        """False if another replica created it first (409)."""
+        """False if another replica created it first (409). Its namespace missing or ending is an ApiError,
+        tried again (not NamespaceEnding: the Lease is no job's)."""
         try:
-            self._post(_lease(namespace), body, timeout=timeout)
+            self._request("POST", _lease(namespace), body, timeout=timeout)
         except ApiError as error:
             if error.status == 409:
                 return False
@@ -388,13 +396,3 @@ def _trainjob(namespace: str, name: str) -> str:
 
 def _quote(segment: str) -> str:
     return urllib.parse.quote(segment, safe="")
-
-
-def _message(payload: bytes, reason: str) -> str:
-    """The API server's message (its Status object), else the HTTP reason."""
-    try:
-        answer = json.loads(payload)
-    except ValueError:
-        return payload.decode(errors="replace").strip()[:1024] or reason
-    message = answer.get("message") if isinstance(answer, dict) else None
-    return str(message) if message else reason

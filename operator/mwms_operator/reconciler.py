@@ -127,16 +127,17 @@ class Reconciler:
             return  # gone or going (its pods too, e.g. with its namespace): nothing to recreate
         try:
             await self._reconcile(key, body)
-        except refusals.NamespaceEnding:  # a pod, the Service or an event refused
+        except refusals.NamespaceEnding:  # a pod, the Service or an event refused (403, or 404 if gone)
             self._namespace_ending(key.namespace)
             self.queue.forget(key)  # a status write that waits too: nothing is written there any more
             self.state.settle(key)
 
     def _namespace_ending(self, namespace: str) -> None:
-        """The namespace is being deleted, and its jobs with it: leave them alone (said once)."""
+        """The namespace is being deleted or gone, and its jobs with it: leave them alone (said once)."""
         if self.state.end_namespace(namespace):
             log.info(
-                "namespace %s is being deleted: its TrainJobs are left alone until they are gone", namespace
+                "namespace %s is being deleted or gone: its TrainJobs are left alone until they are gone",
+                namespace,
             )
 
     async def _reconcile(self, key: JobKey, body: Mapping[str, Any]) -> None:

@@ -4,6 +4,8 @@ that the work queue retries."""
 
 from __future__ import annotations
 
+import json
+
 from mwms_contract.conditions import (
     API_SERVER_ERROR,
     API_SERVER_THROTTLED,
@@ -14,11 +16,24 @@ from mwms_contract.conditions import (
 
 
 class ApiError(Exception):
-    """An answer of the API server other than 2xx."""
+    """An answer of the API server other than 2xx: its message and, where its Status has details, the kind
+    they name (a 404's `namespaces` is the namespace not found, `pods` the pod)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, kind: str = "") -> None:
         super().__init__(f"({status}) {message}")
-        self.status, self.message = status, message
+        self.status, self.message, self.kind = status, message, kind
+
+    @classmethod
+    def of(cls, status: int, payload: bytes, reason: str) -> ApiError:
+        """From the answer's body: a Status object, else text (a proxy's), else the HTTP reason."""
+        try:
+            answer = json.loads(payload)
+        except ValueError:
+            return cls(status, payload.decode(errors="replace").strip()[:1024] or reason)
+        answer = answer if isinstance(answer, dict) else {}
+        details = answer.get("details")
+        kind = details.get("kind") if isinstance(details, dict) else None
+        return cls(status, str(answer.get("message") or reason), str(kind or ""))
 
 
 class Rejected(Exception):
@@ -26,7 +41,8 @@ class Rejected(Exception):
 
 
 class NamespaceEnding(Exception):
-    """The namespace is being deleted: the API server creates nothing in it, and its TrainJobs go with it."""
+    """The namespace is being deleted (403), or is gone already (404 naming the namespace) while the watch
+    still holds its TrainJobs: the API server creates nothing in it, and its TrainJobs go with it."""
 
 
 class Refused(Exception):

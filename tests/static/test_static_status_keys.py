@@ -40,7 +40,8 @@ OTHER_OBJECTS: dict[str, frozenset[str]] = {
     "operator/mwms_operator/pods.py": POD,
     "operator/mwms_operator/events.py": EVENT,
     "operator/mwms_operator/logs.py": frozenset({"message"}),  # a JSON log record
-    "operator/mwms_operator/k8s.py": frozenset({"status", "message"}),  # the patch's body; a Status reply
+    "operator/mwms_operator/k8s.py": frozenset({"status", "message"}),  # the patch's body; an Event's
+    "operator/mwms_operator/refusals.py": frozenset({"message"}),  # a Status reply (ApiError.of)
     "operator/mwms_operator/mlflow_api.py": frozenset({"status"}),  # MLflow's run info and update
     "operator/mwms_operator/progress.py": frozenset({"metrics"}),  # MLflow's run data
     "operator/mwms_operator/runwatch.py": frozenset({"epochs"}),  # spec.trainer.epochs

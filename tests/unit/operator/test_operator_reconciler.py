@@ -58,9 +58,8 @@ class RecordingKube:
         self.calls.append(("delete_pod", name))
         self.calls.append(("delete_pod_uid", uid))
 
-    def delete_pods(self, namespace: str, labels: str, fields: str) -> int:
+    def delete_pods(self, namespace: str, labels: str, fields: str) -> None:
         self.calls.append(("delete_pods", (labels, fields)))
-        return 0
 
     def delete_trainjob(self, namespace: str, name: str, uid: str) -> None:
         self.calls.append(("delete_trainjob", (name, uid)))

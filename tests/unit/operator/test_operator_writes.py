@@ -318,7 +318,7 @@ def test_pods_made_before_the_uid_label_or_without_the_right_to_delete_collectio
     each pod is deleted by its own uid, as before."""
 
     class Forbidden(RecordingKube):
-        def delete_pods(self, namespace: str, labels: str, fields: str) -> int:
+        def delete_pods(self, namespace: str, labels: str, fields: str) -> None:
             super().delete_pods(namespace, labels, fields)
             raise ApiError(403, 'pods is forbidden: cannot deletecollection resource "pods"')
 

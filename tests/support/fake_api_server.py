@@ -1,0 +1,76 @@
+"""A stand-in for the API server: a real HTTP server on 127.0.0.1 (TLS if asked) that answers each request
+as a test says and records what it was sent, for tests of the operator's API client (k8s.py) and of what the
+operator does with the API server's real answers (their Status bodies copied verbatim)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import ssl
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    client: tuple[str, int]  # the client's address: one per TCP connection
+
+
+@dataclass
+class FakeApiServer:
+    """Answers every request with `answer(seen) -> (status, body)`; records what it was sent."""
+
+    url: str = ""
+    answer: Callable[[Seen], tuple[int, Any]] = lambda seen: (200, {})
+    seen: list[Seen] = field(default_factory=list)
+    drop_after_answer: bool = False  # close the connection without saying so (an idle timeout)
+
+    def reply(self, status: int, body: Any = None) -> None:
+        self.answer = lambda seen: (status, body if body is not None else {})
+
+    def refuse(self, status: int, message: str) -> None:
+        self.reply(status, {"kind": "Status", "status": "Failure", "message": message, "code": status})
+
+
+def serve(fake: FakeApiServer, tls: ssl.SSLContext | None = None) -> Iterator[FakeApiServer]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive
+
+        def handle_one(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            seen = Seen(self.command, self.path, dict(self.headers), json.loads(raw) if raw else None,
+                        self.client_address)  # fmt: skip
+            fake.seen.append(seen)
+            status, body = fake.answer(seen)
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            if fake.drop_after_answer:
+                self.close_connection = True
+
+        do_GET = do_POST = do_PATCH = do_DELETE = handle_one
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    fake.url = f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
