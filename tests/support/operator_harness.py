@@ -10,6 +10,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,21 @@ class OperatorProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "mwms_operator"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
         )
+
+    def metrics_text(self, timeout: float = 60.0) -> str:
+        """The operator's /metrics page; waits (up to `timeout`) for the port to listen: a test that reads it
+        right after start() must not race the operator's start-up."""
+        deadline = time.monotonic() + timeout
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=10) as answer:
+                    return answer.read().decode()
+            except (ConnectionError, urllib.error.URLError) as error:
+                if isinstance(error, urllib.error.HTTPError) or time.monotonic() > deadline:
+                    raise
+                assert self.process is not None and self.process.poll() is None, "the operator exited"
+                time.sleep(0.2)  # poll until it listens
 
     def kill(self) -> None:
         """SIGKILL: no graceful shutdown, like a node dying under the operator."""

@@ -115,11 +115,7 @@ def test_three_workers_succeed_with_the_chiefs_run(operator, make_standin, kubec
     reasons = [reason for _, reason, _ in events_of(kubectl, namespace, "three")]
     assert "PodsCreated" in reasons and "ChiefSucceeded" in reasons
 
-    metrics = (
-        urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10)
-        .read()
-        .decode()
-    )
+    metrics = operator.metrics_text()
     assert (
         f'mwms_trainjobs{{namespace="{namespace}",phase="Succeeded"}} 1.0' in metrics
         and "mwms_reconcile_duration_seconds_count" in metrics
@@ -148,11 +144,11 @@ def test_a_retryable_exit_restarts_the_whole_group_once(operator, make_standin, 
 
 def pods_deleted_together(operator) -> float:
     """deletecollections of pods the API server answered 200, by the operator's own metric."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10).read()
+    text = operator.metrics_text()
     wanted = {"verb": "deletecollection", "resource": "pods", "code": "200"}
     return sum(
         sample.value
-        for family in text_string_to_metric_families(text.decode())
+        for family in text_string_to_metric_families(text)
         for sample in family.samples
         if sample.name == "mwms_api_requests_total" and sample.labels == wanted
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -120,8 +119,7 @@ def test_the_crd_deletes_with_jobs_present_while_the_operator_is_stopped(
 
 def creates_sent(operator) -> float:
     """Pod and Service creates the operator has sent, by its own metric (answered or not)."""
-    url = f"http://127.0.0.1:{operator.metrics_port}/metrics"
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    text = operator.metrics_text()
     return sum(
         sample.value
         for family in text_string_to_metric_families(text)

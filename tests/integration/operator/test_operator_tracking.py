@@ -256,8 +256,7 @@ def test_metrics_count_outcomes_by_namespace(operator, make_standin, kubectl, na
             timeout=130,
         )  # fmt: skip
     time.sleep(3)  # a few more reconciles of the finished jobs: they must not count again
-    url = f"http://127.0.0.1:{operator.metrics_port}/metrics"
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    text = operator.metrics_text()
     expected = [
         f'mwms_trainjobs_succeeded_total{{namespace="{namespace}"}} 1.0',
         f'mwms_trainjobs_failed_total{{namespace="{namespace}",reason="WorkerFailed"}} 1.0',
