@@ -5,12 +5,14 @@
 
 An API server and etcd only (no controller manager, no scheduler, no node, no KWOK): this script plays the
 scheduler and the kubelet. It creates --jobs TrainJobs of --replicas workers, binds each pod the operator
-makes to a node name and writes it the status a kubelet would (Running, the trainer container running and
-ready, pod IP), then waits until every job says Running and samples the operator's RSS, and the anonymous
+makes to a node name and writes it the statuses a kubelet would (containers being created, then Running,
+the trainer container running and ready, a pod IP), then waits until every job says Running and samples the operator's RSS, and the anonymous
 and file-backed parts of it (/proc/<pid>/smaps_rollup), over --settle seconds (the operator's 60 s resync,
 which gives free heap memory back, falls inside it). --env sets the operator's environment (e.g.
 MALLOC_ARENA_MAX=2) for a before/after on one harness. --tracemalloc also writes a tracemalloc snapshot of
-the operator taken at the end (the tracing itself costs memory: its RSS is not comparable to a plain run's).
+the operator taken at the end (the tracing itself costs memory: its RSS is not comparable to a plain run's),
+and beside it (<file>.stats) Python's allocator statistics and the gc's; with RSS_BENCH_FRAMES=0 in this
+script's environment only those, without tracing (RSS comparable); RSS_BENCH_FRAMES=N keeps N frames.
 Needs no lock but its subnet index; results go to bench/results/rss.json under --label, with the load.
 """
 
@@ -63,18 +65,6 @@ def dump():
     else:
         open(out, "w").close()
 threading.Thread(target=dump, daemon=True).start()
-if os.environ.get("RSS_BENCH_STRIP"):
-    from mwms_operator.__main__ import keep_out_unused_clients
-    keep_out_unused_clients()
-    import json, kopf._cogs.clients.api as api
-    class Slim:
-        @staticmethod
-        def loads(text):
-            event = json.loads(text)
-            meta = (event.get("object") or {}).get("metadata") or {}
-            meta.pop("managedFields", None)
-            return event
-    api.json = Slim
 sys.argv = ["mwms_operator"]
 runpy.run_module("mwms_operator", run_name="__main__", alter_sys=True)
 """
@@ -246,6 +236,8 @@ def main() -> None:
     parser.add_argument("--operator-src", type=Path, default=REPO / "operator")
     args = parser.parse_args()
     extra = dict(item.split("=", 1) for item in args.env)
+    if args.tracemalloc:
+        args.tracemalloc.unlink(missing_ok=True)  # the run waits for it to appear
     result: dict[str, Any] = {
         "what": f"{args.jobs} TrainJobs of {args.replicas} workers, all Running (pods bound and given a "
         "running status by this script), on an API server and etcd without scheduler or node",
