@@ -6,9 +6,10 @@
 An API server and etcd only (no controller manager, no scheduler, no node, no KWOK): this script plays the
 scheduler and the kubelet. It creates --jobs TrainJobs of --replicas workers, binds each pod the operator
 makes to a node name and writes it the statuses a kubelet would (containers being created, then Running,
-the trainer container running and ready, a pod IP), then waits until every job says Running and samples the operator's RSS, and the anonymous
-and file-backed parts of it (/proc/<pid>/smaps_rollup), over --settle seconds (the operator's 60 s resync,
-which gives free heap memory back, falls inside it). --env sets the operator's environment (e.g.
+the trainer container running and ready, a pod IP), then waits until every job says Running and samples the
+operator's RSS, its anonymous and file-backed parts (/proc/<pid>/smaps_rollup) and where the anonymous part
+lies (heap, thread arenas, stacks, the rest), over --settle seconds (the operator's 60 s resync, which gives
+free heap memory back, falls inside it). --env sets the operator's environment (e.g.
 MALLOC_ARENA_MAX=2) for a before/after on one harness. --tracemalloc also writes a tracemalloc snapshot of
 the operator taken at the end (the tracing itself costs memory: its RSS is not comparable to a plain run's),
 and beside it (<file>.stats) Python's allocator statistics and the gc's; with RSS_BENCH_FRAMES=0 in this
