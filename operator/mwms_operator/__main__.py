@@ -150,7 +150,7 @@ def main() -> None:
     keep_out_unused_clients()
     import kopf
 
-    from mwms_operator import handlers, metrics
+    from mwms_operator import handlers, memory, metrics
 
     parser = argparse.ArgumentParser(
         prog="python -m mwms_operator", description="Settings: MWMS_* variables."
@@ -168,6 +168,8 @@ def main() -> None:
         handler.addFilter(_QuietTimers())
     if config.log_level != "DEBUG":  # one access line per liveness probe (every 10 s) buries what matters
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    if not memory.slim_watch_events():
+        log.info("kopf %s parses its watch events itself: they keep their managedFields", kopf.__version__)
     registry = kopf.OperatorRegistry()
     handlers.register(registry, config)
     log.info("mwms-operator starting: %s", config)

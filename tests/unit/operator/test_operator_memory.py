@@ -52,3 +52,36 @@ def test_the_resync_hands_back_free_memory_each_interval(monkeypatch):
 
     asyncio.run(asyncio.wait_for(two_rounds(), 30))
     assert calls[:4] == ["resync", "released", "resync", "released"]
+
+
+def test_watch_events_lose_their_managed_fields_and_nothing_else():
+    event = {
+        "type": "MODIFIED",
+        "object": {
+            "metadata": {"name": "w-0", "labels": {"a": "b"}, "managedFields": [{"manager": "kubelet"}]},
+            "status": {"phase": "Running"},
+        },
+    }
+    assert memory.without_managed_fields(event) == {
+        "type": "MODIFIED",
+        "object": {"metadata": {"name": "w-0", "labels": {"a": "b"}}, "status": {"phase": "Running"}},
+    }
+    error = {"type": "ERROR", "object": {"kind": "Status", "code": 410}}  # no metadata: left as it is
+    assert memory.without_managed_fields(dict(error)) == error
+
+
+def test_kopf_parses_its_watch_stream_without_managed_fields(monkeypatch):
+    """On the kopf version pinned: its api.stream parses each line with the module's `json.loads`, which
+    slim_watch_events replaces (a kopf that parses otherwise makes this fail, not the operator)."""
+    import inspect
+    import json
+
+    from kopf._cogs.clients import api
+
+    monkeypatch.setattr(api, "json", json)
+    assert "json.loads(line" in inspect.getsource(api.stream)
+    assert memory.slim_watch_events()
+    assert memory.slim_watch_events()  # a second call changes nothing
+    line = b'{"type": "ADDED", "object": {"metadata": {"name": "w-0", "managedFields": [{}]}}}'
+    assert api.json.loads(line.decode()) == {"type": "ADDED", "object": {"metadata": {"name": "w-0"}}}
+    assert api.json.dumps({"a": 1}) == '{"a": 1}'  # the rest of the module as it was
