@@ -92,12 +92,12 @@ def wait_for_job(kubectl, namespace: str, name: str, predicate, timeout: float, 
         time.sleep(1)
 
 
-def wait_for_log(kubectl, namespace: str, pod: str, predicate, timeout: float, what: str) -> None:
+def wait_for_log(kubectl, namespace: str, pod: str, predicate, timeout: float, what: str) -> str:
     deadline = time.monotonic() + timeout
     while True:
         log = kubectl("logs", pod, "-n", namespace, check=False).stdout
         if predicate(log):
-            return
+            return log
         if time.monotonic() > deadline:
             raise AssertionError(f"pod/{pod}: {what} not logged after {timeout}s:\n{log[-2000:]}")
         time.sleep(0.5)
@@ -135,6 +135,7 @@ def test_killed_worker_then_killed_chief_restart_the_group_which_resumes_into_on
     checkpoint.chmod(0o777)  # the trainer runs as 65532; a hostPath is the host's directory as it is
     name = "kills"
     node_kubectl.apply(training_job(name, checkpoint), "-n", node_namespace)
+    seen: list[str] = []  # what each kill saw, printed if the test fails
     try:
         # Worker 1 once epoch 1 is checkpointed; then the chief (worker 0) once the restarted group has
         # resumed and finished another epoch. The resumed attempt's log is told apart by its resume line.
@@ -143,8 +144,11 @@ def test_killed_worker_then_killed_chief_restart_the_group_which_resumes_into_on
             (f"{name}-worker-0", lambda log: EPOCH_DONE.search(log.partition(RESUMED)[2])),
         )
         for restarts, (victim, mid_fit) in enumerate(kills, start=1):
-            wait_for_log(node_kubectl, node_namespace, victim, mid_fit, 600, f"attempt {restarts}: an epoch")
+            log = wait_for_log(
+                node_kubectl, node_namespace, victim, mid_fit, 600, f"attempt {restarts}: an epoch"
+            )
             kill_worker_in_containerd(node_kubectl, real_node, node_namespace, victim)
+            seen.append(f"killed {victim}: {progress_lines(log)}; checkpoints then: {files_of(checkpoint)}")
             wait_for_job(
                 node_kubectl,
                 node_namespace,
@@ -161,7 +165,27 @@ def test_killed_worker_then_killed_chief_restart_the_group_which_resumes_into_on
         assert 2 <= int(tags[TAG_RESUMED_FROM_EPOCH]) < EPOCHS, tags.get(TAG_RESUMED_FROM_EPOCH)
     except Exception:
         print(operator_log())
+        last = node_kubectl("logs", f"{name}-worker-0", "-n", node_namespace, check=False).stdout
+        print("\n".join([*seen, f"last chief: {progress_lines(last)}; checkpoints: {files_of(checkpoint)}"]))
         raise
+
+
+def progress_lines(log: str) -> list[str]:
+    """A worker log's resume and epoch lines: which epoch each attempt started at and reached."""
+    return [line[:80] for line in log.splitlines() if RESUMED in line or EPOCH_DONE.match(line)]
+
+
+def files_of(directory: Path) -> list[str]:
+    """The checkpoint files on the host, with their sizes and modification times (a file the trainer removes
+    meanwhile, a worker's temporary copy, is left out)."""
+    found = []
+    for path in sorted(directory.rglob("*")):
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            continue
+        found.append(f"{path.relative_to(directory)} {stat.st_size} {stat.st_mtime:.1f}")
+    return found
 
 
 def set_suspend(kubectl, namespace: str, name: str, suspend: bool) -> None:
