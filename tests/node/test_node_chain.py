@@ -10,6 +10,7 @@ are mwms_dev.chain's, as in `make demo` and the kind workflow."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -176,16 +177,19 @@ def progress_lines(log: str) -> list[str]:
 
 
 def files_of(directory: Path) -> list[str]:
-    """The checkpoint files on the host, with their sizes and modification times (a file the trainer removes
-    meanwhile, a worker's temporary copy, is left out)."""
+    """The checkpoint files on the host, with their sizes and modification times. The trainer removes its
+    workers' temporary copies meanwhile: os.walk skips a directory that went, and a file that went is left
+    out."""
     found = []
-    for path in sorted(directory.rglob("*")):
-        try:
-            stat = path.stat()
-        except FileNotFoundError:
-            continue
-        found.append(f"{path.relative_to(directory)} {stat.st_size} {stat.st_mtime:.1f}")
-    return found
+    for parent, _, names in os.walk(directory):  # os.walk ignores a directory removed under it
+        for name in sorted(names):
+            path = Path(parent, name)
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                continue
+            found.append(f"{path.relative_to(directory)} {stat.st_size} {stat.st_mtime:.1f}")
+    return sorted(found)
 
 
 def set_suspend(kubectl, namespace: str, name: str, suspend: bool) -> None:
