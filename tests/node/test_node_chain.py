@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -33,6 +34,7 @@ pytestmark = [
 REPO = Path(__file__).resolve().parents[2]
 MINIMAL_SAMPLE = REPO / "manifests" / "samples" / "minimal.yaml"
 JOB_LABEL = "mwms.dev/job-name"
+RESTART_LABEL = "mwms.dev/restart"
 
 
 def job_pods(kubectl, namespace: str, name: str) -> list[dict]:
@@ -93,25 +95,51 @@ def wait_for_job(kubectl, namespace: str, name: str, predicate, timeout: float, 
         time.sleep(1)
 
 
-def wait_for_log(kubectl, namespace: str, pod: str, predicate, timeout: float, what: str) -> str:
+def running_container(kubectl, namespace: str, pod: str, restart: int, timeout: float) -> str:
+    """The containerd container id of the pod of the group's `restart`-th (re)start, once its container
+    runs; a pod of that name from an earlier start, being deleted, is waited out."""
     deadline = time.monotonic() + timeout
-    while True:
-        log = kubectl("logs", pod, "-n", namespace, check=False).stdout
-        if predicate(log):
-            return log
-        if time.monotonic() > deadline:
-            raise AssertionError(f"pod/{pod}: {what} not logged after {timeout}s:\n{log[-2000:]}")
+    while time.monotonic() < deadline:
+        found = kubectl("get", "pod", pod, "-n", namespace, "-o", "json", check=False)
+        if found.returncode == 0:
+            body = json.loads(found.stdout)
+            (status,) = body["status"].get("containerStatuses") or [{}]
+            ours = body["metadata"]["labels"].get(RESTART_LABEL) == str(restart)
+            if ours and "running" in status.get("state", {}) and status.get("containerID"):
+                return status["containerID"].removeprefix("containerd://")
         time.sleep(0.5)
+    raise AssertionError(f"pod/{pod}: no running container of restart {restart} after {timeout}s")
 
 
-def kill_worker_in_containerd(kubectl, real_node, namespace: str, pod_name: str) -> None:
-    """SIGKILL the worker's process through containerd, as the OOM killer or a crash would end it."""
-    pod = kubectl.json("get", "pod", pod_name, "-n", namespace)
-    (status,) = pod["status"]["containerStatuses"]
-    real_node.ctr("tasks", "kill", "--signal", "SIGKILL", status["containerID"].removeprefix("containerd://"))
+def follow_log(kubectl, namespace: str, pod: str, predicate, timeout: float, what: str) -> str:
+    """The pod's log as it was the moment `predicate` held, read line by line from `kubectl logs --follow`:
+    a kill that follows lands within a line of it, not a poll's interval and a process start later."""
+    deadline = time.monotonic() + timeout
+    log = ""
+    while time.monotonic() < deadline:
+        follower = kubectl.stream("logs", "--follow", pod, "-n", namespace)
+        stop = threading.Timer(max(0.0, deadline - time.monotonic()), follower.kill)
+        stop.start()
+        try:
+            log = ""
+            for line in follower.stdout:
+                log += line
+                if predicate(log):
+                    return log
+        finally:
+            stop.cancel()
+            follower.kill()
+            follower.wait()
+        time.sleep(0.5)  # the stream ended (the container is not up yet, or went): follow it again
+    raise AssertionError(f"pod/{pod}: {what} not logged after {timeout}s:\n{log[-2000:]}")
 
 
-EPOCHS = 5
+def kill_in_containerd(real_node, container_id: str) -> None:
+    """SIGKILL a worker's process through containerd, as the OOM killer or a crash would end it."""
+    real_node.ctr("tasks", "kill", "--signal", "SIGKILL", container_id)
+
+
+EPOCHS = 8  # the chief is killed after epoch 2 of the second attempt: six epochs to spare
 RESUMED = "resumes from the checkpoint"
 EPOCH_DONE = re.compile(rf"^worker \d+ epoch \d+/{EPOCHS} ", re.MULTILINE)
 
@@ -145,11 +173,15 @@ def test_killed_worker_then_killed_chief_restart_the_group_which_resumes_into_on
             (f"{name}-worker-0", lambda log: EPOCH_DONE.search(log.partition(RESUMED)[2])),
         )
         for restarts, (victim, mid_fit) in enumerate(kills, start=1):
-            log = wait_for_log(
-                node_kubectl, node_namespace, victim, mid_fit, 600, f"attempt {restarts}: an epoch"
-            )
-            kill_worker_in_containerd(node_kubectl, real_node, node_namespace, victim)
-            seen.append(f"killed {victim}: {progress_lines(log)}; checkpoints then: {files_of(checkpoint)}")
+            # The container id is read before the epoch line it waits for, so the kill follows that line at
+            # once: late enough, the kill would land after the fit and test nothing.
+            container = running_container(node_kubectl, node_namespace, victim, restarts - 1, 600)
+            what = f"attempt {restarts}: an epoch"
+            log = follow_log(node_kubectl, node_namespace, victim, mid_fit, 600, what)
+            kill_in_containerd(real_node, container)
+            files = files_of(checkpoint)
+            seen.append(f"killed {victim}: {progress_lines(log)}; checkpoints then: {files}")
+            assert not any("/fitted/" in f for f in files), f"the kill of {victim} landed after the fit ended"
             wait_for_job(
                 node_kubectl,
                 node_namespace,
