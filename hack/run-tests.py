@@ -40,11 +40,11 @@ from support.tiers import table, under_ci  # noqa: E402
 LANES = ("cluster", "compute")
 CLUSTER_NICE, COMPUTE_NICE = 0, 10
 AFTER_INTEGRATION = ["tests/node", "tests/e2e"]  # each starts its own cluster, after the shared one stopped
-# static last: its promtool test waits for the last background build; scale (KWOK's fake nodes beside a
-# control plane of its own, no real node) waits for kwok's, the one before
+# The tests that wait on a background build (SeaweedFS, KWOK, promtool) run after all these, in this order
 COMPUTE_TIERS = ["tests/unit", "tests/images", "tests/tf", "tests/scale", "tests/static"]
-# make targets, built one after another in this order; their tests wait on the build lock
-BACKGROUND_BUILDS = ["kueue", "mlflow-s3", "seaweedfs", "kwok", "promtool"]
+# make targets, two at a time in this order (`make -j2`): SeaweedFS and Kueue, the longest, first. Their tests
+# wait on the build lock, and run last in their session (the `waits_for_build` marker, tests/conftest.py).
+BACKGROUND_BUILDS = ["seaweedfs", "kueue", "mlflow-s3", "kwok", "promtool"]
 SHARED_CLUSTER_START_SECONDS = 1200  # a cold node unpacks the images once: minutes on 2 cores
 print_lock = threading.Lock()
 
@@ -179,7 +179,7 @@ def passing_codes() -> set[int]:
 
 def start_builds() -> subprocess.Popen[bytes]:
     log = (RESULTS / "builds.log").open("wb")
-    argv = ["nice", "-n", str(COMPUTE_NICE), "make", "--no-print-directory", *BACKGROUND_BUILDS]
+    argv = ["nice", "-n", str(COMPUTE_NICE), "make", "--no-print-directory", "-j2", *BACKGROUND_BUILDS]
     say(f"[builds] {' '.join(argv[3:])} (log: build/test-results/builds.log)")
     return subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 

@@ -64,6 +64,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(TierReport(), "mwms-tiers")
 
 
+@pytest.hookimpl(trylast=True)  # after the integration tier keeps its shard's modules
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `waits_for_build` go last, in their order: on a cold machine their build
+    (hack/run-tests.py starts it beside the tests) takes minutes, and the session runs its other tests
+    meanwhile."""
+    items.sort(key=lambda item: item.get_closest_marker("waits_for_build") is not None)  # a stable sort
+
+
 def platform_problem() -> str | None:
     """Why this machine cannot run a local cluster, or None. Only true platform limits count."""
     if os.geteuid() != 0:

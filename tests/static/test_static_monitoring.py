@@ -16,7 +16,7 @@ import yaml
 from static_support import CHART, MONITORING_VALUES, REPO, find, helm_template, load_all, missing_tool, run
 from support.promnames import LIBRARY_PREFIXES, PREFIX, names_read, naming_problems, series_names
 
-pytestmark = pytest.mark.static
+pytestmark = [pytest.mark.static, pytest.mark.waits_for_build]
 
 RUNBOOKS = REPO / "docs" / "runbooks.md"
 ALERTS_TEST = Path(__file__).parent / "data" / "alerts-test.yaml"

@@ -65,32 +65,47 @@ def test_an_unknown_shard_is_refused(monkeypatch):
         shards.current_shard()
 
 
-def collected(shard: str | None) -> set[str]:
-    """The integration tier's test ids that pytest collects for a shard (None: unsharded)."""
+def collected(shard: str | None, paths: tuple[str, ...] = ("tests/integration",)) -> list[str]:
+    """The test ids that pytest collects under `paths` for a shard (None: unsharded), in the order it runs
+    them."""
     env = {k: v for k, v in os.environ.items() if k not in ("MWMS_TEST_SHARD", "CI")}
     if shard:
         env["MWMS_TEST_SHARD"] = shard
-    argv = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "--collect-only",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "tests/integration",
-    ]
+    argv = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *paths]
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return {line for line in done.stdout.splitlines() if line.startswith("tests/integration/")}
+    return [line for line in done.stdout.splitlines() if line.startswith("tests/")]
 
 
 def test_the_shards_together_collect_every_test_of_the_tier_once():
-    whole = collected(None)
-    parts = [collected(shard) for shard in shards.SHARDS]
+    whole = set(collected(None))
+    parts = [set(collected(shard)) for shard in shards.SHARDS]
     assert whole and all(parts)
     assert set().union(*parts) == whole
     assert sum(len(part) for part in parts) == len(whole)
+
+
+WAITING_MODULES = {  # marked waits_for_build: their builds run beside the tests (hack/run-tests.py)
+    "tests/integration/operator/test_operator_kueue.py",
+    "tests/integration/operator/test_operator_object_storage.py",
+    "tests/scale/test_scale_smoke.py",
+    "tests/static/test_static_monitoring.py",
+}
+
+
+def waits(test_id: str) -> bool:
+    return test_id.split("::")[0] in WAITING_MODULES
+
+
+SESSIONS = [(shard, ("tests/integration",)) for shard in shards.SHARDS]
+SESSIONS.append((None, ("tests/scale", "tests/static")))  # the compute lane's last two tiers
+
+
+@pytest.mark.parametrize("shard, paths", SESSIONS)
+def test_the_tests_that_wait_on_a_background_build_run_last_in_their_session(shard, paths):
+    ids = collected(shard, paths)
+    order = [waits(test_id) for test_id in ids]
+    assert order == sorted(order), [test_id for test_id in ids if waits(test_id)]
 
 
 def test_each_shard_starts_its_spare_clusters_on_a_bridge_of_its_own(monkeypatch):

@@ -23,7 +23,12 @@ import pytest
 
 # Kueue may still be building in `make test`'s background (hack/run-tests.py): the module's fixtures wait
 # on its build lock, so the timeout counts the tests themselves only.
-pytestmark = [pytest.mark.integration, pytest.mark.kueue, pytest.mark.timeout(func_only=True)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.kueue,
+    pytest.mark.waits_for_build,
+    pytest.mark.timeout(func_only=True),
+]
 
 SUFFIX = uuid.uuid4().hex[:6]
 QUEUE = "mwms-queue"

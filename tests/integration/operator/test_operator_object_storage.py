@@ -16,7 +16,7 @@ from support.trainjobs import trainjob
 
 # SeaweedFS may still be building in `make test`'s background (hack/run-tests.py): the module's fixtures
 # wait on its build lock, so the timeout counts the tests themselves only.
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(func_only=True)]
+pytestmark = [pytest.mark.integration, pytest.mark.waits_for_build, pytest.mark.timeout(func_only=True)]
 
 
 @pytest.fixture(scope="module")
