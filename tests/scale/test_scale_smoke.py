@@ -73,12 +73,16 @@ def test_a_thousand_simulated_workers_end_as_their_scripts_dictate(env: Any) -> 
     for i, job in enumerate(sorted(losers)):
         scale.kwok.lose(ns, f"{job}-worker-{i % REPLICAS}")
 
+    last: dict[str, dict] = {}  # the statuses the last look saw, named if the wait times out
+
     def settled() -> dict[str, dict] | None:
         # The groups, then the statuses: the operator writes `Restarting` before it creates a new group, so
         # a `Running` read after the new group was seen running is the new group's.
         # A group after the loss: the first, or a second one if KWOK's late delete hit the first (below)
         restarted = losers <= groups_running("1") | groups_running("2")
         jobs = scale.jobs(ns)
+        last.clear()
+        last.update(jobs)
         ended = all(
             jobs.get(name, {}).get("phase") in ("Succeeded", "Failed")
             for kind in ("ok", "fail", "retry")
@@ -88,7 +92,11 @@ def test_a_thousand_simulated_workers_end_as_their_scripts_dictate(env: Any) -> 
         running = restarted and all(jobs.get(name, {}).get("phase") == "Running" for name in losers)
         return jobs if ended and ttl_gone and running else None
 
-    jobs = run.wait(settled, 300, "every job to end as its script dictates", 1)
+    try:
+        jobs = run.wait(settled, 300, "every job to end as its script dictates", 1)
+    except TimeoutError as exc:
+        phases = {name: (s.get("phase"), s.get("restarts")) for name, s in sorted(last.items())}
+        raise AssertionError(f"{exc}; phase and restarts of each job: {phases}") from exc
     assert scale.operator.poll() is None, scale.operator_log_tail()
 
     def of(kind: str) -> dict[str, dict]:
