@@ -8,12 +8,17 @@ import sys
 
 from mwms_dev.procs import stop_process
 
-# The child says "ready" once its SIGTERM handler is in place, then sleeps until it is signalled.
+# The child says "ready" once its SIGTERM handler is in place, then sleeps until it is signalled. It unblocks
+# SIGTERM first: a child inherits the signal mask of the thread that started it, and what is tested here is
+# stop_process, not the test process's mask (in one cold CI run, at load ~11, the first test's child outlived
+# its 60 s grace; it says on stderr if it found SIGTERM blocked).
 CHILD = """\
 import signal, sys, time
+if signal.SIGTERM in signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGTERM}}):
+    print("the child inherited SIGTERM blocked", file=sys.stderr, flush=True)
 {handler}
 print("ready", flush=True)
-time.sleep(60)
+time.sleep(120)
 """
 
 
