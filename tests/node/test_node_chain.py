@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from support.trainjobs import trainjob
 
+from mwms_contract import names
 from mwms_dev.chain import check_mlflow, runs_of_job, score_model
 from mwms_trainer.tracking import TAG_RESUMED_FROM_EPOCH
 
@@ -34,7 +35,6 @@ pytestmark = [
 REPO = Path(__file__).resolve().parents[2]
 MINIMAL_SAMPLE = REPO / "manifests" / "samples" / "minimal.yaml"
 JOB_LABEL = "mwms.dev/job-name"
-RESTART_LABEL = "mwms.dev/restart"
 
 
 def job_pods(kubectl, namespace: str, name: str) -> list[dict]:
@@ -104,7 +104,7 @@ def running_container(kubectl, namespace: str, pod: str, restart: int, timeout: 
         if found.returncode == 0:
             body = json.loads(found.stdout)
             (status,) = body["status"].get("containerStatuses") or [{}]
-            ours = body["metadata"]["labels"].get(RESTART_LABEL) == str(restart)
+            ours = body["metadata"]["labels"].get(names.LABEL_RESTART) == str(restart)
             if ours and "running" in status.get("state", {}) and status.get("containerID"):
                 return status["containerID"].removeprefix("containerd://")
         time.sleep(0.5)
@@ -213,8 +213,8 @@ def files_of(directory: Path) -> list[str]:
     workers' temporary copies meanwhile: os.walk skips a directory that went, and a file that went is left
     out."""
     found = []
-    for parent, _, names in os.walk(directory):  # os.walk ignores a directory removed under it
-        for name in sorted(names):
+    for parent, _, file_names in os.walk(directory):  # os.walk ignores a directory removed under it
+        for name in sorted(file_names):
             path = Path(parent, name)
             try:
                 stat = path.stat()
