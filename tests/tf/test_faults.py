@@ -18,6 +18,7 @@ from mwms_trainer.local import free_ports
 
 pytestmark = pytest.mark.tf
 RETRYABLE = names.EXIT_RETRYABLE
+PEER_LOSS_SECONDS = 180  # TensorFlow's health check finds a lost peer within ~60 s; the rest is for load
 
 
 def _wait_for(predicate, timeout, what):
@@ -36,10 +37,13 @@ def test_worker_killed_mid_fit_then_group_resumes_from_checkpoint(mlflow_server,
     try:
         _wait_for(lambda: f"epoch 4/{epochs}" in first.log(0), 300, "the chief's 4th epoch")
         first.procs[2].kill()
-        killed_at = time.monotonic()
+        # The survivors must end by themselves (a worker that hangs here would hold a hand-started group
+        # for ever). An all-reduce with the dead peer fails at once (2.8 s from kill to exit, idle); one that
+        # misses it relies on MultiWorkerMirroredStrategy's health check: every 30 s, three tries of 10 s,
+        # so up to about 60 s, and more on a loaded machine (a CI run at load ~11 passed 30 s). A bound,
+        # not a timing.
         for i in (0, 1):
-            assert first.procs[i].wait(timeout=30) == RETRYABLE, first.log(i)[-3000:]
-        assert time.monotonic() - killed_at <= 30
+            assert first.procs[i].wait(timeout=PEER_LOSS_SECONDS) == RETRYABLE, first.log(i)[-3000:]
     finally:
         first.kill()
     assert first.termination(0).startswith("retryable: lost a peer")
