@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml contract/pyproject.toml c
 export MWMS_CACHE ?= $(HOME)/.cache/mwms
 export PIP_CACHE_DIR := $(MWMS_CACHE)/pip
 
-.PHONY: deps-demo deps-test setup builds venv tools control-plane images lock kueue kwok seaweedfs mlflow-s3 promtool node demo test \
+.PHONY: deps-demo deps-test setup builds venv tools control-plane images lock kueue kwok versitygw mlflow-s3 promtool node demo test \
 	test-unit test-integration test-node test-kueue lint clean
 
 # The host's prerequisites first (Debian packages, Go, root), so nothing long starts on a machine that lacks
@@ -53,9 +53,9 @@ kueue:
 kwok:
 	bash hack/build-kwok.sh
 
-# SeaweedFS's `weed`, the real S3-compatible server of the object-storage tests; cached by version.
-seaweedfs:
-	bash hack/build-seaweedfs.sh
+# The Versity S3 Gateway, the real S3-compatible server of the object-storage tests; cached by version.
+versitygw:
+	bash hack/build-versitygw.sh
 
 # Prometheus's promtool, for the static test of the chart's alerting rules; cached by version.
 promtool:
@@ -78,8 +78,9 @@ builds: venv tools
 demo: deps-demo builds
 	$(VENV)/bin/mwms demo
 
-# The tiers in two lanes side by side (the cluster tiers, and the CPU-bound ones), Kueue, SeaweedFS, promtool
-# and the MLflow-S3 environment built meanwhile; ends with each tier's counts and wall time (hack/run-tests.py).
+# The tiers in two lanes side by side (the cluster tiers, and the CPU-bound ones), Kueue, the S3 server, KWOK,
+# promtool and the MLflow-S3 environment built meanwhile; ends with each tier's counts and wall time
+# (hack/run-tests.py).
 # `.venv/bin/python -m pytest tests` runs the same tests one after another.
 test: deps-test builds
 	$(PY) hack/run-tests.py $(PYTEST_ARGS)

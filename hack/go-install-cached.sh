@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # go_install_cached NAME DIR MODULE CMD VERSION ASSETS DEST [nice]: `go install MODULE/CMD@VERSION` into
-# DIR/bin and a copy of the module's ASSETS directory (CRDs, config) into DIR/DEST, once per DIR (flock-guarded;
-# a second run with both present is a no-op). Works for modules without `replace` directives. Prints DIR.
-# Sourced by hack/build-kueue.sh and hack/build-training-operator.sh.
+# DIR/bin and a copy of the module's ASSETS (a directory or a file: CRDs, config, a license) into DIR/DEST, once
+# per DIR (flock-guarded; a second run with both present is a no-op). Works for modules without `replace`
+# directives. Prints DIR. Sourced by hack/build-{kueue,kwok,versitygw,training-operator}.sh.
 go_install_cached() {
   local name=$1 dir=$2 module=$3 cmd=$4 version=$5 assets=$6 dest=$7 niceness=${8:-0} binary started src
   binary="$dir/bin/$(basename "$cmd")"
   log() { echo "build-$name: $*" >&2; }
-  if [ -x "$binary" ] && [ -d "$dir/$dest" ]; then
+  if [ -x "$binary" ] && [ -e "$dir/$dest" ]; then
     echo "$dir"
     return
   fi
@@ -15,7 +15,7 @@ go_install_cached() {
   mkdir -p "$dir"
   exec 9>"$dir/build.lock"
   flock 9
-  if [ -x "$binary" ] && [ -d "$dir/$dest" ]; then
+  if [ -x "$binary" ] && [ -e "$dir/$dest" ]; then
     echo "$dir"
     return
   fi

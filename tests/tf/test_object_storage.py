@@ -1,5 +1,5 @@
-"""dataPath in a bucket: real TensorFlow workers read csv/parquet tables from a real S3-compatible server
-(SeaweedFS, tests/support/s3_server.py), and a real `mlflow server` stores the chief's model there.
+"""dataPath in a bucket: real TensorFlow workers read csv/parquet tables from a real S3-compatible server (the
+Versity S3 Gateway, tests/support/s3_server.py), and a real `mlflow server` stores the chief's model there.
 
 - sharding files: each worker has its own recording proxy in front of the server, so the test sees which
   objects each one opened: only its own (and, for the chief, the held-out one).
@@ -28,7 +28,7 @@ from tf_support import StallingProxy, group, models_of, runs_of, trainjob_spec, 
 
 from mwms_contract import names
 
-# SeaweedFS and the MLflow-S3 environment may still be building in `make test`'s background
+# The S3 server and the MLflow-S3 environment may still be building in `make test`'s background
 # (hack/run-tests.py): the module's fixtures wait on their build locks, so the timeout counts the tests
 # themselves only.
 pytestmark = [pytest.mark.tf, pytest.mark.waits_for_build, pytest.mark.timeout(func_only=True)]
@@ -157,7 +157,7 @@ def test_a_wrong_key_a_missing_bucket_or_an_empty_prefix_exits_2_at_once_naming_
 
 
 def test_throttling_and_5xx_answers_are_retried_with_backoff(s3, tmp_path, monkeypatch):
-    """The first answers are 503 (SeaweedFS's and AWS's SlowDown status): the listing still succeeds."""
+    """The first answers are 503 (AWS's SlowDown status): the listing still succeeds."""
     from mwms_trainer import data, objectstore
 
     write_parts(tmp_path / "table.parquet", files=2)

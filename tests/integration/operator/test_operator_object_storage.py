@@ -1,7 +1,8 @@
 """dataPath in a bucket on the real control plane: the operator's TrainJob, real TensorFlow workers on the
-real node, a real S3-compatible server (SeaweedFS) on the pod bridge's gateway, the credentials from a
-Secret through spec.template. They never show in the TrainJob, its events or the operator's log; a wrong
-one fails the job at once as WorkerFailed naming the URI, and another scheme is refused as InvalidSpec."""
+real node, a real S3-compatible server (the Versity S3 Gateway) on the pod bridge's gateway, the credentials
+from a Secret through spec.template. They never show in the TrainJob, its events or the operator's log; a
+wrong one fails the job at once as WorkerFailed naming the URI, and another scheme is refused as
+InvalidSpec."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from support.s3_server import BUCKET, S3Server, env_from_secret, make_secret
 from support.tables import write_parts
 from support.trainjobs import trainjob
 
-# SeaweedFS may still be building in `make test`'s background (hack/run-tests.py): the module's fixtures
+# The S3 server may still be building in `make test`'s background (hack/run-tests.py): the module's fixtures
 # wait on its build lock, so the timeout counts the tests themselves only.
 pytestmark = [pytest.mark.integration, pytest.mark.waits_for_build, pytest.mark.timeout(func_only=True)]
 
