@@ -21,6 +21,7 @@ from support.trainjobs import trainjob
 
 from mwms_contract import names
 from mwms_dev.chain import check_mlflow, runs_of_job, score_model
+from mwms_trainer.kept import KEPT_DIR
 from mwms_trainer.tracking import TAG_RESUMED_FROM_EPOCH
 
 # Loading the trainer image (~1 GB) and the chart come first, on 2 shared cores: more than the default 600 s.
@@ -181,7 +182,8 @@ def test_killed_worker_then_killed_chief_restart_the_group_which_resumes_into_on
             kill_in_containerd(real_node, container)
             files = files_of(checkpoint)
             seen.append(f"killed {victim}: {progress_lines(log)}; checkpoints then: {files}")
-            assert not any("/fitted/" in f for f in files), f"the kill of {victim} landed after the fit ended"
+            fitted = [f for f in files if f"/{KEPT_DIR}/" in f]  # where the chief keeps the fitted model
+            assert not fitted, f"the kill of {victim} landed after the fit ended: {fitted}"
             wait_for_job(
                 node_kubectl,
                 node_namespace,

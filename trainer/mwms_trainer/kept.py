@@ -12,6 +12,7 @@ from typing import Any
 from mwms_trainer.config import Settings
 from mwms_trainer.tfenv import keras
 
+KEPT_DIR = "fitted"  # under the job's folder on the checkpoint volume
 KEPT_MODEL = "model.keras"
 KEPT_UPLOAD = "upload.json"  # written last: its presence means the kept model is complete
 
@@ -32,7 +33,7 @@ def kept_model_dir(settings: Settings) -> str | None:
     BackupAndRestore's directory, which fit deletes when it ends. None without a volume."""
     if not settings.checkpoint_dir:
         return None
-    return os.path.join(settings.checkpoint_dir, settings.job_uid, "fitted")
+    return os.path.join(settings.checkpoint_dir, settings.job_uid, KEPT_DIR)
 
 
 def keep_fitted(directory: str, plain: Any, upload: Upload) -> None:
