@@ -21,6 +21,9 @@ NODES = 100
 # class -> number of 4-worker jobs: 250 jobs, 1,000 workers
 CLASSES = {"ok": 100, "fail": 40, "retry": 30, "ttl": 40, "lose": 40}
 FAILURE = "failed: simulated: the loss went to NaN"
+# A `lose` job's restarts allowed: one for its loss, the rest for KWOK's late deletes (below), which hit more
+# groups under load (a cold CI run at load ~12 saw a third loss end 2 of 40 jobs at a limit of 2).
+LOSE_BACKOFF_LIMIT = 6
 
 
 def load_run() -> Any:
@@ -55,7 +58,7 @@ def test_a_thousand_simulated_workers_end_as_their_scripts_dictate(env: Any) -> 
             {"backoff_limit": 1},
         ),
         "ttl": (WorkerScript(run_for="3s"), {"ttl": 2}),
-        "lose": (WorkerScript(run_for=None), {"backoff_limit": 2}),
+        "lose": (WorkerScript(run_for=None), {"backoff_limit": LOSE_BACKOFF_LIMIT}),
     }
     ns = scale.namespace("smoke")
     jobs = [
@@ -78,8 +81,9 @@ def test_a_thousand_simulated_workers_end_as_their_scripts_dictate(env: Any) -> 
     def settled() -> dict[str, dict] | None:
         # The groups, then the statuses: the operator writes `Restarting` before it creates a new group, so
         # a `Running` read after the new group was seen running is the new group's.
-        # A group after the loss: the first, or a second one if KWOK's late delete hit the first (below)
-        restarted = losers <= groups_running("1") | groups_running("2")
+        # A group after the loss: the first, or a later one if KWOK's late deletes hit the first (below)
+        after_loss = (groups_running(str(r)) for r in range(1, LOSE_BACKOFF_LIMIT + 1))
+        restarted = losers <= set().union(*after_loss)
         jobs = scale.jobs(ns)
         last.clear()
         last.update(jobs)
