@@ -14,14 +14,16 @@ pytestmark = pytest.mark.integration
 def test_workers_that_run_but_do_not_all_join_time_out_naming_each_with_its_last_reason(
     operator, make_standin, kubectl, namespace
 ):
-    # Worker 1 hangs before its rendezvous; worker 0 runs and waits for it.
-    job = make_standin("apart", 2, env={"STANDIN_HANG_INDEX": "1"}, runPolicy={"startupTimeoutSeconds": 15})
+    # Worker 1 hangs before its rendezvous; worker 0 runs and waits for it. 30 s: long enough that the later
+    # of the two has started and failed a readiness probe, whose output is the reason named (at 15 s, a CI
+    # run at load ~12 ended the job while worker 0 had given none yet: "no reason given yet").
+    job = make_standin("apart", 2, env={"STANDIN_HANG_INDEX": "1"}, runPolicy={"startupTimeoutSeconds": 30})
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "apart", "Failed")
     failed = condition(done, "Failed")
     assert failed["reason"] == "StartupTimeout", failed
     message = failed["message"]
-    assert "not every worker joined the group within 15s" in message, message
+    assert "not every worker joined the group within 30s" in message, message
     said = "Unhealthy: Readiness probe failed:"
     waiting = f"worker 0 (apart-worker-0): {said} waiting for peers: worker 1 (apart-worker-1."
     hung = f"worker 1 (apart-worker-1): {said} the trainer has not begun its rendezvous yet"
