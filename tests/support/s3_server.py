@@ -11,13 +11,12 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from support.mlflow_server import stop_group
+from support.mlflow_server import free_port, stop_group
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_SECONDS = 120  # well under a second idle; more on 2 loaded cores
@@ -52,12 +51,6 @@ def mlflow_s3_python() -> str:
     if built.returncode != 0:
         raise RuntimeError(f"hack/mlflow-s3-venv.sh failed (run `make mlflow-s3`): {built.stderr[-3000:]}")
     return built.stdout.strip()
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def make_secret(kubectl: Any, namespace: str, name: str, access_key: str, secret_key: str) -> None:
