@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# Build the real Kubernetes control-plane binaries (kube-apiserver, kube-controller-manager,
-# kube-scheduler) and etcd from the official Go modules, into a cache keyed by version
-# (the recipe, shared with hack/build-node.sh, is in hack/k8s-build.sh).
+# The real Kubernetes control-plane binaries (kube-apiserver, kube-controller-manager, kube-scheduler, from
+# hack/build-kubernetes.sh) and etcd built from its official Go module, into a cache keyed by version.
 # A second run with everything present is a no-op. Prints the bin directory on stdout.
 set -euo pipefail
 
@@ -11,12 +10,12 @@ ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 # RECIPE changes whenever the way the binaries are built changes, so an old cache is not reused.
 RECIPE=2
 BIN_DIR="$CACHE_ROOT/control-plane/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-r$RECIPE/bin"
-K8S_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler)
+CONTROL_PLANE_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler)
 
 log() { echo "build-control-plane: $*" >&2; }
 
 missing=()
-for cmd in "${K8S_COMMANDS[@]}" etcd; do
+for cmd in "${CONTROL_PLANE_COMMANDS[@]}" etcd; do
   [ -x "$BIN_DIR/$cmd" ] || missing+=("$cmd")
 done
 if [ ${#missing[@]} -eq 0 ]; then
@@ -32,10 +31,9 @@ trap 'rm -rf "$work"' EXIT
 started=$(date +%s)
 
 needs_k8s=0
-for cmd in "${K8S_COMMANDS[@]}"; do [[ " ${missing[*]} " == *" $cmd "* ]] && needs_k8s=1; done
+for cmd in "${CONTROL_PLANE_COMMANDS[@]}"; do [[ " ${missing[*]} " == *" $cmd "* ]] && needs_k8s=1; done
 if [ $needs_k8s -eq 1 ]; then
-  log "building ${K8S_COMMANDS[*]} from k8s.io/kubernetes $K8S_VERSION (staging modules $STAGING_VERSION)"
-  build_k8s_commands "$work" "$BIN_DIR" "${K8S_COMMANDS[@]}"
+  link_k8s_commands "$BIN_DIR" "${CONTROL_PLANE_COMMANDS[@]}"
 fi
 
 if [[ " ${missing[*]} " == *" etcd "* ]]; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build what a real local node runs, from official sources, into a cache keyed by version:
-#   bin/   kubelet, kube-proxy (k8s.io/kubernetes, the control plane's version and recipe), coredns
+#   bin/   kubelet, kube-proxy (from hack/build-kubernetes.sh, the control plane's version), coredns
 #   cni/   the reference CNI plugins bridge, host-local, loopback, portmap (github.com/containernetworking/plugins)
 #   images/pause.oci.tar    kubernetes' build/pause/linux/pause.c, static, in an image built from scratch
 #   images/coredns.oci.tar  the coredns binary in an image built from scratch
@@ -23,7 +23,7 @@ LOCAL_PATH_VERSION=${LOCAL_PATH_VERSION:-v0.0.30}
 # RECIPE changes whenever the way the parts are built changes, so an old cache is not reused.
 RECIPE=1
 NODE_DIR="$CACHE_ROOT/node/k8s-$K8S_VERSION-cni-$CNI_VERSION-coredns-$COREDNS_VERSION-pause-$PAUSE_VERSION-r$RECIPE"
-K8S_COMMANDS=(kubelet kube-proxy)
+NODE_COMMANDS=(kubelet kube-proxy)
 CNI_PLUGINS=(main/bridge ipam/host-local main/loopback meta/portmap)
 # Image names as the node's containerd knows them: local builds, so a local name, never an upstream one.
 PAUSE_IMAGE="localhost/mwms/pause:$PAUSE_VERSION"
@@ -35,7 +35,7 @@ LOCAL_PATH_ARCHIVE="images/local-path-provisioner-$LOCAL_PATH_VERSION.oci.tar"
 log() { echo "build-node: $*" >&2; }
 
 wanted=()
-for cmd in "${K8S_COMMANDS[@]}" coredns; do wanted+=("bin/$cmd"); done
+for cmd in "${NODE_COMMANDS[@]}" coredns; do wanted+=("bin/$cmd"); done
 for plugin in "${CNI_PLUGINS[@]}"; do wanted+=("cni/${plugin#*/}"); done
 wanted+=(images/pause.oci.tar images/coredns.oci.tar images/busybox.oci.tar "$LOCAL_PATH_ARCHIVE" images/names.json)
 missing=()
@@ -151,8 +151,7 @@ printf '{"pause": "%s", "coredns": "%s", "busybox": "%s", "local-path-provisione
 
 # Last: the long build (minutes cold), so the quick parts above are cached even if it is interrupted.
 if has_missing bin/kubelet || has_missing bin/kube-proxy; then
-  log "building ${K8S_COMMANDS[*]} from k8s.io/kubernetes $K8S_VERSION"
-  build_k8s_commands "$work" "$NODE_DIR/bin" "${K8S_COMMANDS[@]}"
+  link_k8s_commands "$NODE_DIR/bin" "${NODE_COMMANDS[@]}"
 fi
 
 elapsed=$(( $(date +%s) - started ))

@@ -1,6 +1,6 @@
 # Sourced by every build script: one variable, MWMS_CACHE (default ~/.cache/mwms), holds every cache the builds
 # fill, so `MWMS_CACHE=$(mktemp -d) make test` is a cold run and `rm -rf` of one folder forgets everything:
-#   control-plane/ node/ kueue/ kwok/ versitygw/ promtool/ peer/  Go-built binaries, keyed by version
+#   kubernetes/ control-plane/ node/ kueue/ kwok/ versitygw/ promtool/ peer/  Go-built binaries, keyed by version
 #   go/mod go/build  Go's module and build caches, shared by every Go build (one Kubernetes version: the node
 #                    reuses what the control plane compiled); go/mod is read-only: `chmod -R u+w` before `rm -rf`
 #   images/          buildah's store and the images' wheels (MWMS_IMAGES_CACHE still moves it alone)

@@ -1,5 +1,6 @@
-# Sourced by hack/build-control-plane.sh and hack/build-node.sh: one recipe for every binary we build from
-# the official Go modules. No Go source is committed: the throw-away modules are generated at build time.
+# Sourced by the build scripts of the control plane, the node and the Kubernetes binaries: one recipe for every
+# binary we build from the official Go modules. No Go source is committed: the throw-away modules are generated
+# at build time.
 # shellcheck shell=bash
 
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
@@ -8,6 +9,8 @@ STAGING_VERSION=${STAGING_VERSION:-v0.${K8S_VERSION#v1.}}
 source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"  # CACHE_ROOT, Go and pip caches under MWMS_CACHE
 export GOFLAGS="-trimpath -mod=mod" CGO_ENABLED=0
 GO_LDFLAGS="-s -w"
+# Every command hack/build-kubernetes.sh builds in one go: the control plane's and the node's.
+K8S_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 
 # build_k8s_commands WORK_DIR BIN_DIR CMD...: build k8s.io/kubernetes/cmd/CMD at $K8S_VERSION into BIN_DIR.
 build_k8s_commands() {
@@ -42,11 +45,22 @@ build_k8s_commands() {
   done
   (cd "$mod_dir" && { go mod tidy -e >&2 2>/dev/null || true; }
    go get "k8s.io/kubernetes@$K8S_VERSION" >&2
-   for cmd in "$@"; do
-     echo "  go build $cmd" >&2
-     go build -ldflags "$k8s_ldflags" -o "$bin_dir/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd" >&2
-     mv "$bin_dir/$cmd.tmp" "$bin_dir/$cmd"
-   done)
+   echo "  go build $*" >&2
+   mkdir -p "$work/out"
+   # One invocation for every command: the packages they share are compiled once.
+   go build -ldflags "$k8s_ldflags" -o "$work/out/" "${@/#/k8s.io/kubernetes/cmd/}" >&2
+   for cmd in "$@"; do mv "$work/out/$cmd" "$bin_dir/$cmd"; done)
+}
+
+# link_k8s_commands BIN_DIR CMD...: put hack/build-kubernetes.sh's CMD binaries into BIN_DIR (built if missing).
+link_k8s_commands() {
+  local bin_dir=$1 k8s_bin cmd
+  shift
+  k8s_bin=$(bash "$(dirname "${BASH_SOURCE[0]}")/build-kubernetes.sh")
+  for cmd in "$@"; do
+    ln -f "$k8s_bin/$cmd" "$bin_dir/$cmd.tmp" 2>/dev/null || cp "$k8s_bin/$cmd" "$bin_dir/$cmd.tmp"
+    mv "$bin_dir/$cmd.tmp" "$bin_dir/$cmd"
+  done
 }
 
 # k8s_source_dir: where the Go module cache holds k8s.io/kubernetes at $K8S_VERSION (downloads it if needed).
