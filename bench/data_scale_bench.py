@@ -4,7 +4,7 @@ Writes a Spark-style directory of parquet part files under a temporary directory
 free space is checked first), trains one epoch with 2 local `python -m mwms_trainer` workers and a large
 global batch, and records each worker's peak RSS (VmHWM; the target is < 2 GiB), the training rows/s of the
 epoch and the wall times into bench/results/data_scale.json.
---s3: the same table also from a local S3 server (the Versity S3 Gateway, tests/support/s3_server.py; `make
+--s3: the same table also from a local S3 server (the Versity S3 Gateway, mwms_kit/s3_server.py; `make
 versitygw`) as `dataPath: s3://...`, measured right after local disk, both into
 bench/results/data_scale_s3.json.
 Usage: nice -n 10 .venv/bin/python bench/data_scale_bench.py [--gib 3] [--files 24] [--workers 2] [--s3]
@@ -151,7 +151,7 @@ def train_from_s3(tmp: Path, args: argparse.Namespace) -> dict[str, object]:
     import sys
 
     sys.path.insert(0, str(TESTS))
-    from support.s3_server import BUCKET, S3Server
+    from mwms_kit.s3_server import BUCKET, S3Server
 
     with S3Server(tmp / "s3") as s3:
         began = time.time()

@@ -148,10 +148,9 @@ def main() -> None:
     parser.add_argument("--no-doc", action="store_true")
     args = parser.parse_args()
 
-    from support import operator_harness as harness
-
     from mwms_dev.cluster import LocalCluster, free_port
     from mwms_dev.devcluster import project_images
+    from mwms_kit import operator_harness as harness
 
     loadavg_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="mwms-load-") as tmp:

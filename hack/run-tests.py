@@ -10,11 +10,11 @@ priority (its tf tier's object-storage tests wait for the S3 server); those test
 
 The cluster lane starts one shared cluster (a control plane and the real node) and runs the integration tier
 on it in three shards side by side, each in its own namespaces with its own operators
-(tests/support/shards.py), then the tests marked `exclusive` alone; it stops that cluster and runs the node
+(mwms_kit/shards.py), then the tests marked `exclusive` alone; it stops that cluster and runs the node
 and e2e tiers, which start their own. `--shards 1` runs the integration tier as one pytest session instead.
 
 Each pytest run's output is streamed with its name in front and kept in build/test-results/<run>.log; each
-writes its tiers' counts (tests/support/tiers.py) to build/test-results/<run>.json. Exit status: 0 only if
+writes its tiers' counts (mwms_kit/tiers.py) to build/test-results/<run>.json. Exit status: 0 only if
 every run and build passed. Extra arguments go to every pytest run (e.g. `-x`, `-k name`).
 `python hack/run-tests.py --lanes cluster` runs one lane."""
 
@@ -31,12 +31,12 @@ import threading
 import time
 from pathlib import Path
 
+from mwms_kit.shards import SHARDS
+from mwms_kit.tiers import table, under_ci
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "build" / "test-results"
 TEMP_ROOT = Path("/tmp") / f"mwms-{hashlib.sha1(str(REPO).encode()).hexdigest()[:6]}"  # one per checkout
-sys.path.insert(0, str(REPO / "tests"))
-from support.shards import SHARDS  # noqa: E402  (tests/ is not a package; pytest puts it on sys.path too)
-from support.tiers import table, under_ci  # noqa: E402
 
 LANES = ("cluster", "compute")
 CLUSTER_NICE, COMPUTE_NICE = 0, 10
@@ -62,7 +62,7 @@ def run_pytest(name: str, paths: list[str], pytest_args: list[str], nice: int, e
     # A temporary folder of its own: pytest's numbered ones (/tmp/pytest-of-root/pytest-N) are pruned by
     # whichever session starts next, which may be one running beside this one. Short: sockets live below it.
     basetemp = TEMP_ROOT / name.rsplit("-", 1)[-1]
-    junit = RESULTS / f"{name}.xml"  # each test's time (tests/support/shards.py's WEIGHTS come from these)
+    junit = RESULTS / f"{name}.xml"  # each test's time (mwms_kit/shards.py's WEIGHTS come from these)
     argv = ["nice", "-n", str(nice), sys.executable, "-m", "pytest", f"--basetemp={basetemp}"]
     argv += [f"--junitxml={junit}", *paths, *pytest_args]
     say(f"[{name}] {' '.join(argv[3:])}")
@@ -95,13 +95,13 @@ def in_parallel(*runs: tuple) -> list[int]:
 
 
 def start_shared_cluster() -> tuple[subprocess.Popen[bytes], Path | None]:
-    """The integration tier's shared cluster (tests/support/shards.py serve); its ready file, or None with
+    """The integration tier's shared cluster (mwms_kit/shards.py serve); its ready file, or None with
     the reason printed when it did not come up."""
     ready = TEMP_ROOT / "shared-cluster.json"  # beside its state, not among the tier reports in RESULTS
     ready.parent.mkdir(parents=True, exist_ok=True)
     ready.unlink(missing_ok=True)
     argv = [
-        sys.executable, str(REPO / "tests" / "support" / "shards.py"), "serve",
+        sys.executable, "-m", "mwms_kit.shards", "serve",
         "--state-dir", str(TEMP_ROOT / "shared"),  # short: the node's sockets live below it
         "--subnet-index", os.environ.get("MWMS_TEST_SUBNET_INDEX", "0"),
         "--ready-file", str(ready),

@@ -5,7 +5,7 @@ plane (mwms_dev.cluster.LocalCluster) with one real kubelet node and the project
 tier's `cluster` (tests/integration/conftest.py), the node tier's and README's own use it, one at a time.
 `make_kubectl(kubeconfig)`: kubectl as a cluster's admin (`kubectl(*args)`, `.json(*args)`,
 `.apply(manifest_dict)`, `.fresh_namespace()`). `wait_for`: poll a predicate.
-Every run ends with a table of each tier's counts and wall time, and under CI a skip fails (support/tiers.py).
+Every run ends with a table of each tier's counts and wall time, and under CI a skip fails (mwms_kit.tiers).
 `subnet_index`: MWMS_TEST_SUBNET_INDEX (default 0, at most 25; helpers developing in parallel use their own):
 the integration tier's cluster takes it, the node tier's +20, a test's spare cluster +10 (+15 in the
 integration tier's shard b), README's own +30.
@@ -26,8 +26,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from support.shards import namespace_name, spare_subnet_offset
-from support.tiers import TierReport
+
+from mwms_kit.shards import namespace_name, spare_subnet_offset
+from mwms_kit.tiers import TierReport
 
 
 def find_kubectl() -> str:
@@ -60,7 +61,7 @@ def cluster_subnet_index() -> int:
 
 def pytest_configure(config: pytest.Config) -> None:
     cluster_subnet_index()  # a bad value stops the session at once, not at the node tier's first test
-    # Each tier's counts and wall time at the end; under CI a skip fails (support/tiers.py).
+    # Each tier's counts and wall time at the end; under CI a skip fails (mwms_kit.tiers).
     config.pluginmanager.register(TierReport(), "mwms-tiers")
 
 
@@ -119,7 +120,7 @@ class Kubectl:
     @contextmanager
     def fresh_namespace(self, prefix: str = "t") -> Iterator[str]:
         """A new namespace, ready for pods; deleted (without waiting) afterwards."""
-        name = namespace_name(prefix)  # under the shard's prefix when sharded (support/shards.py)
+        name = namespace_name(prefix)  # under the shard's prefix when sharded (mwms_kit/shards.py)
         self("create", "namespace", name)
         # Pods are refused until the service-account controller has made the namespace's `default` account.
         wait_for(

@@ -10,7 +10,7 @@ second real node, node-2, with the trainer image when node-lost runs), a real `m
 worker) on the pod bridge, and `python -m mwms_operator` logged in as its ServiceAccount with the RBAC from
 manifests/ (the same harness as the operator's integration tests). Workers are the real trainer (`python -m
 mwms_trainer` from the image name; TensorFlow, 2 workers, a few epochs of breast_cancer) or the stand-in
-worker (tests/support/standin_worker.py: no TensorFlow; on real nodes `python -c <its source>` in the
+worker (tests/kit/mwms_kit/standin_worker.py: no TensorFlow; on real nodes `python -c <its source>` in the
 trainer image). --short: stand-in, 1 trial each, 3 operator kills, no node-lost experiment (what CI runs, as
 tests/integration/operator/test_operator_chaos_short.py). Needs root (bridge, network namespaces); real
 nodes run one cluster per machine: wrap the run in `flock /tmp/mwms-node.lock`.
@@ -50,7 +50,7 @@ def load(name: str, path: Path) -> Any:
 experiments = load("mwms_chaos_experiments", HERE / "experiments.py")
 # tests/support: the operator as the integration tests run it (its ServiceAccount's token, RBAC enforced).
 sys.path.insert(0, str(REPO / "tests"))
-from support import operator_harness as harness  # noqa: E402
+from mwms_kit import operator_harness as harness  # noqa: E402
 
 
 class Kubectl:
@@ -307,7 +307,7 @@ def main() -> None:
             if "node-lost" in chosen:
                 trainer = [p for p in project_images() if "trainer" in p.name]
                 cluster.start_kubelet_node("node-2", images=trainer)
-            from support.standin import standin_container  # tests/ is on sys.path (above)
+            from mwms_kit.standin import standin_container  # tests/ is on sys.path (above)
 
             image = next(name for name in node.images() if "/mwms-trainer:" in name)
             standin = standin_container(image)

@@ -3,7 +3,7 @@
 `cluster` (package: the node stops when this tier ends, before the node tier starts its own; only one real
 node runs per machine): on subnet index MWMS_TEST_SUBNET_INDEX, with the project's images from build/images/
 (`make images`); or, under hack/run-tests.py, the shared cluster every shard of this tier attaches to
-(support/shards.py: MWMS_TEST_CLUSTER, MWMS_TEST_SHARD; each shard runs its own modules). `kubectl`
+(mwms_kit/shards.py: MWMS_TEST_CLUSTER, MWMS_TEST_SHARD; each shard runs its own modules). `kubectl`
 (package): kubectl as its admin. `namespace`: a fresh namespace per test, deleted afterwards.
 `trainer_image`: the project's trainer image loaded on the node, which the stand-in workers run in (skips
 without `make images`).
@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.shards import AttachedCluster, assign, current_shard
-from support.standin import trainer_image as find_trainer_image
+
+from mwms_kit.shards import AttachedCluster, assign, current_shard
+from mwms_kit.standin import trainer_image as find_trainer_image
 
 HERE = Path(__file__).parent
 

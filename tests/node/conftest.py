@@ -87,7 +87,7 @@ def node_operator(real_cluster, node_kubectl, tmp_path_factory) -> Iterator[Simp
 
 @pytest.fixture(scope="package")
 def node_trainer_image(real_node) -> str:
-    from support.standin import trainer_image
+    from mwms_kit.standin import trainer_image
 
     return trainer_image(real_node.images())
 

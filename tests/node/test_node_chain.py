@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from support.trainjobs import trainjob
 
 from mwms_contract import names
 from mwms_dev.chain import check_mlflow, runs_of_job, score_model
+from mwms_kit.trainjobs import trainjob
 from mwms_trainer.kept import KEPT_DIR
 from mwms_trainer.tracking import TAG_RESUMED_FROM_EPOCH
 

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.trainjobs import trainjob
 
 from mwms_dev.devmode import DEV_MOUNT, PRIVILEGED, dev_mode_template, dev_mode_values
+from mwms_kit.trainjobs import trainjob
 
 pytestmark = [pytest.mark.node, pytest.mark.integration, pytest.mark.tf, pytest.mark.timeout(1500)]
 

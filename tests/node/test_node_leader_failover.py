@@ -14,7 +14,7 @@ must end as if nothing happened: it never has more pods than its replicas at any
 from before it starts until it ends, not a sample), none is recreated, it succeeds with exactly one MLflow run
 in its experiment, `FINISHED`, and at the end only the Lease's holder says it leads.
 
-The workers are the stand-in (support/standin_worker.py) in the trainer image, writing a real MLflow run to
+The workers are the stand-in (mwms_kit/standin_worker.py) in the trainer image, writing a real MLflow run to
 the chart's bundled server, an epoch every 2 s for ~40 s: no TensorFlow, so the job is cheap and the loss of
 the leader lands inside the run."""
 
@@ -32,10 +32,10 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support.standin import standin_container
-from support.trainjobs import trainjob
 
 from mwms_dev.chain import mlflow_get, mlflow_post
+from mwms_kit.standin import standin_container
+from mwms_kit.trainjobs import trainjob
 
 pytestmark = [pytest.mark.node, pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(1500)]
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 import yaml
-from support.s3_server import BUCKET, S3Server, env_from_secret, make_secret
 
 from mwms_dev.chain import SEED_SAMPLE, check_mlflow, runs_of_job, score_model
+from mwms_kit.s3_server import BUCKET, S3Server, env_from_secret, make_secret
 
 pytestmark = [
     pytest.mark.node,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.trainjobs import trainjob
+
+from mwms_kit.trainjobs import trainjob
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 

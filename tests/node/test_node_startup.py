@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.mlflow_server import MlflowServer
-from support.trainjobs import trainjob
+
+from mwms_kit.mlflow_server import MlflowServer
+from mwms_kit.trainjobs import trainjob
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 STARTUP_TIMEOUT = 60  # the chief imports TensorFlow and opens its MLflow run before it waits for its peer

@@ -3,12 +3,14 @@ trainer image `make images` built): `mwms submit` of the seed's ported train() s
 `MirroredStrategyRunner(cluster=Cluster(...)).run(train)` each run 2 trainer containers in a `restricted`
 namespace, mounting the user's code from the job's ConfigMap, and give one MLflow run and one model; a failing
 script ends Failed with its traceback line. The same flows as the integration tier's
-tests/integration/operator/test_operator_submit.py, with its scripts and helpers (tests/support/submit.py)."""
+tests/integration/operator/test_operator_submit.py, with its scripts and helpers (mwms_kit/submit.py)."""
 
 from __future__ import annotations
 
 import pytest
-from support.submit import (
+
+from mwms_dev.chain import check_mlflow
+from mwms_kit.submit import (
     CHIEFS_METRICS,
     FAILING_LINE,
     FAILING_SCRIPT,
@@ -19,8 +21,6 @@ from support.submit import (
     run_mwms,
     run_seed_function,
 )
-
-from mwms_dev.chain import check_mlflow
 
 # The tier's first test also loads the trainer image and installs the chart, on 2 shared cores.
 pytestmark = [

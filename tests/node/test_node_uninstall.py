@@ -8,7 +8,7 @@ operator made and Helm does not know, is gone too (the chart's post-delete hook)
 bundled MLflow), in namespaced mode on its own `restricted` namespace (a second cluster-wide operator would
 also act on the other tests' jobs) and without the CRD, which `node_chain`'s release owns.
 
-kustomize: docs/install.md's "keep TrainJobs" commands, read from the doc (support/install_doc.py) and run as
+kustomize: docs/install.md's "keep TrainJobs" commands, read from the doc (mwms_kit/install_doc.py) and run as
 a shell script after `kubectl apply -k` of manifests/, with a TrainJob in the operator's namespace (so the
 doc's last line keeps the namespace, and what is left in it can be listed). Every kind the API server serves
 is listed there afterwards. The install is manifests/ through an overlay that sets MWMS_WATCH_NAMESPACES to
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.install_doc import kustomize_uninstall_script
-from support.trainjobs import trainjob
 
 from mwms_dev.devmode import tools_bin
+from mwms_kit.install_doc import kustomize_uninstall_script
+from mwms_kit.trainjobs import trainjob
 
 pytestmark = [pytest.mark.node, pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(1500)]
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 import yaml
-from support import modules
 
 from mwms_dev.kwok import STAGES_DIR, WorkerScript
+from mwms_kit import modules
 
 
 @pytest.fixture(scope="module")

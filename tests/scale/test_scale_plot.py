@@ -7,7 +7,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from support import modules
+from mwms_kit import modules
 
 
 def run(pods: int, replicas: int) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support import modules
+
+from mwms_kit import modules
 
 # func_only: the fixture may wait on a cold KWOK build in `make test`'s background (hack/build-kwok.sh's
 # lock), bounded by mwms_dev.kwok.build's own timeout; the test itself takes ~1 minute, 2 at load ~14.

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support import modules
+
+from mwms_kit import modules
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 from static_support import CHART, KUBE_VERSIONS, MANIFESTS, REPO, find, helm_template, load_all, run
-from support.install_doc import kustomize_uninstall_script
+
+from mwms_kit.install_doc import kustomize_uninstall_script
 
 pytestmark = pytest.mark.static
 

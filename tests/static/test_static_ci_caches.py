@@ -18,7 +18,18 @@ CI = REPO / ".github" / "workflows" / "ci.yml"
 # module and build caches; the binaries and wheels they produce are what is cached.
 NEVER_CACHED = ("images", "node/containerd-root", "go")
 # Built by the test job (make test) and worth a cache of their own.
-COMPONENTS = {"kubernetes", "control-plane", "node", "kueue", "kwok", "versitygw", "promtool", "tools", "mlflow-s3", "pip"}
+COMPONENTS = {
+    "kubernetes",
+    "control-plane",
+    "node",
+    "kueue",
+    "kwok",
+    "versitygw",
+    "promtool",
+    "tools",
+    "mlflow-s3",
+    "pip",
+}
 
 
 def cache_steps() -> list[dict]:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 from static_support import CHART, MONITORING_VALUES, REPO, find, helm_template, load_all, missing_tool, run
-from support.promnames import LIBRARY_PREFIXES, PREFIX, names_read, naming_problems, series_names
+
+from mwms_kit.promnames import LIBRARY_PREFIXES, PREFIX, names_read, naming_problems, series_names
 
 pytestmark = [pytest.mark.static, pytest.mark.waits_for_build]
 

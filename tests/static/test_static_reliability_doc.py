@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from static_support import REPO
-from support import modules
+
+from mwms_kit import modules
 
 pytestmark = pytest.mark.static
 

@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.mlflow_server import MlflowServer
+
+from mwms_kit.mlflow_server import MlflowServer
 
 
 @pytest.fixture(scope="session")

@@ -9,11 +9,11 @@ import time
 import uuid
 
 import pytest
-from support.pid_namespace import AVAILABLE as PID_NAMESPACES
-from support.pid_namespace import WHY_NOT
 from tf_support import group, models_of, runs_of, trainjob_spec
 
 from mwms_contract import names
+from mwms_kit.pid_namespace import AVAILABLE as PID_NAMESPACES
+from mwms_kit.pid_namespace import WHY_NOT
 from mwms_trainer.local import free_ports
 
 pytestmark = pytest.mark.tf

@@ -1,5 +1,5 @@
 """dataPath in a bucket: real TensorFlow workers read csv/parquet tables from a real S3-compatible server (the
-Versity S3 Gateway, tests/support/s3_server.py), and a real `mlflow server` stores the chief's model there.
+Versity S3 Gateway, mwms_kit/s3_server.py), and a real `mlflow server` stores the chief's model there.
 
 - sharding files: each worker has its own recording proxy in front of the server, so the test sees which
   objects each one opened: only its own (and, for the chief, the held-out one).
@@ -22,11 +22,11 @@ from urllib.parse import unquote, urlsplit
 
 import pandas as pd
 import pytest
-from support.mlflow_server import MlflowServer
-from support.s3_server import BUCKET, S3Server, mlflow_s3_python
 from tf_support import StallingProxy, group, models_of, runs_of, trainjob_spec, write_parts
 
 from mwms_contract import names
+from mwms_kit.mlflow_server import MlflowServer
+from mwms_kit.s3_server import BUCKET, S3Server, mlflow_s3_python
 
 # The S3 server and the MLflow-S3 environment may still be building in `make test`'s background
 # (hack/run-tests.py): the module's fixtures wait on their build locks, so the timeout counts the tests

@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable
 
 import pytest
-from support.pid_namespace import AVAILABLE, WHY_NOT, pid1_of
 from tf_support import Group, StallingProxy, group, trainjob_spec
 
 from mwms_contract import names
+from mwms_kit.pid_namespace import AVAILABLE, WHY_NOT, pid1_of
 
 pytestmark = [pytest.mark.tf, pytest.mark.skipif(not AVAILABLE, reason=WHY_NOT)]
 GRACE_PERIOD_SECONDS = 30  # a pod's default terminationGracePeriodSeconds

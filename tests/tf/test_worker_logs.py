@@ -13,10 +13,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from support.pid_namespace import AVAILABLE, WHY_NOT, pid1_of, start_as_pid1
 from tf_support import POISON, REPO, group, runs_of, trainjob_spec
 
 from mwms_contract import names
+from mwms_kit.pid_namespace import AVAILABLE, WHY_NOT, pid1_of, start_as_pid1
 
 pytestmark = pytest.mark.tf
 CODE = REPO / "tests" / "data" / "usercode"

@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from support.pid_namespace import start_as_pid1
-from support.tables import write_parts  # noqa: F401  (the tf tests' tables; tests/support for other tiers too)
-from support.trainjobs import trainjob
-
 from mwms_contract.trainjob import TrainJobSpec
+from mwms_kit.pid_namespace import start_as_pid1
+from mwms_kit.tables import write_parts  # noqa: F401  (the tf tests' tables; tests/support for other tiers too)
+from mwms_kit.trainjobs import trainjob
 from mwms_operator.config import OperatorConfig
 from mwms_operator.spec import parse_trainjob
 from mwms_trainer import local

@@ -1,4 +1,4 @@
-"""The integration tier's shards (tests/support/shards.py): every module in exactly one shard, the same split
+"""The integration tier's shards (mwms_kit/shards.py): every module in exactly one shard, the same split
 in every shard process, namespaces and operators kept apart by the shard's prefix."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import modules, shards
+
+from mwms_kit import modules, shards
 
 REPO = Path(__file__).resolve().parents[2]
 INTEGRATION = REPO / "tests" / "integration"

@@ -1,4 +1,4 @@
-"""tests/support/tiers.py, run as pytest runs it: in a pytest process of its own over a small tests/ tree,
+"""mwms_kit/tiers.py, run as pytest runs it: in a pytest process of its own over a small tests/ tree,
 with and without CI set."""
 
 from __future__ import annotations
@@ -11,13 +11,9 @@ from pathlib import Path
 
 import pytest
 
-SUPPORT = Path(__file__).resolve().parents[1]  # tests/, which holds support/
-
 SAMPLE = {
-    "tests/conftest.py": f"""
-import sys
-sys.path.insert(0, {str(SUPPORT)!r})
-from support.tiers import TierReport
+    "tests/conftest.py": """
+from mwms_kit.tiers import TierReport
 
 def pytest_configure(config):
     config.pluginmanager.register(TierReport(), "mwms-tiers")

@@ -1,10 +1,10 @@
-"""The tests' one TrainJob factory (tests/support/trainjobs.py): what each of its keywords puts where."""
+"""The tests' one TrainJob factory (tests/kit/mwms_kit/trainjobs.py): what each of its keywords puts where."""
 
 import pytest
-from support.trainjobs import trainjob
 
 from mwms_contract.names import API_VERSION, KIND
 from mwms_contract.trainjob import parse
+from mwms_kit.trainjobs import trainjob
 
 HEAD = {"apiVersion": "mwms.dev/v1alpha1", "kind": "TrainJob"}
 SECRET_ENV = {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}

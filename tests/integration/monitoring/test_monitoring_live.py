@@ -2,7 +2,7 @@
 chart's alerts and dashboard read only names it exports; its JSON log lines name the job they are about; and
 refusals retried 50 times against the real API server leave one Event with a count, not 50. The operator is
 the same `python -m mwms_operator`, with the CRD and RBAC of manifests/, as tests/integration/operator runs it
-(tests/support/operator_harness.py)."""
+(tests/kit/mwms_kit/operator_harness.py)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from support import operator_harness as harness
-from support.promnames import LIBRARY_PREFIXES, names_read, naming_problems, series_names
-from support.trainjobs import trainjob
+
+from mwms_kit import operator_harness as harness
+from mwms_kit.promnames import LIBRARY_PREFIXES, names_read, naming_problems, series_names
+from mwms_kit.trainjobs import trainjob
 
 pytestmark = pytest.mark.integration
 

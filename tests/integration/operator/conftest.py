@@ -1,7 +1,7 @@
-"""The operator as users run it (support.operator_harness: `python -m mwms_operator` with the CRD and RBAC
+"""The operator as users run it (mwms_kit.operator_harness: `python -m mwms_operator` with the CRD and RBAC
 from manifests/, logged in as its ServiceAccount through a TokenRequest, so RBAC is enforced), against the
-tier's cluster (a real node); the workers are stand-ins (tests/support/standin_worker.py) in pods of the
-project's trainer image. Only fixtures here: what they call lives in tests/support/."""
+tier's cluster (a real node); the workers are stand-ins (tests/kit/mwms_kit/standin_worker.py) in pods of the
+project's trainer image. Only fixtures here: what they call lives in tests/kit/mwms_kit/."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.mlflow_server import MlflowServer
-from support.operator_harness import REPO, OperatorProcess, apply_operator_rbac, service_account_kubeconfig
-from support.shards import watched_namespaces
-from support.standin import standin_container
-from support.trainjobs import trainjob
 
 from mwms_dev.cluster import free_port
+from mwms_kit.mlflow_server import MlflowServer
+from mwms_kit.operator_harness import REPO, OperatorProcess, apply_operator_rbac, service_account_kubeconfig
+from mwms_kit.shards import watched_namespaces
+from mwms_kit.standin import standin_container
+from mwms_kit.trainjobs import trainjob
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,7 @@ def standin(trainer_image: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="package")
 def make_standin(standin: dict[str, Any]) -> Callable[..., dict[str, Any]]:
-    """`make_standin(name, replicas=3, env={...}, container={...}, **spec)`: a TrainJob (support.trainjobs)
+    """`make_standin(name, replicas=3, env={...}, container={...}, **spec)`: a TrainJob (mwms_kit.trainjobs)
     whose `trainer` container runs the stand-in worker instead of TensorFlow; `container` adds to or
     overrides its fields, `template` is the rest of the pod template."""
 

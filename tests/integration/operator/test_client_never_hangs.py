@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from support.submit import run_mwms
+
+from mwms_kit.submit import run_mwms
 
 pytestmark = pytest.mark.integration
 

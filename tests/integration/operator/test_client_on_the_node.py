@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.submit import run_mwms
+
+from mwms_kit.submit import run_mwms
 
 pytestmark = pytest.mark.integration
 

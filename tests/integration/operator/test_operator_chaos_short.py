@@ -8,8 +8,9 @@ from __future__ import annotations
 import random
 
 import pytest
-from support import modules
-from support.shards import namespace_prefix
+
+from mwms_kit import modules
+from mwms_kit.shards import namespace_prefix
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +26,7 @@ def chaos():
 
 @pytest.fixture
 def lab(chaos, cluster, kubectl, operator, standin):
-    # Its namespaces under the shard's prefix: the shard's operators watch only those (support/shards.py).
+    # Its namespaces under the shard's prefix: the shard's operators watch only those (mwms_kit/shards.py).
     return chaos.Lab(
         kubectl, operator, cluster, standin, random.Random(20261202), namespace_prefix=namespace_prefix()
     )

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.trainjobs import trainjob
+
+from mwms_kit.trainjobs import trainjob
 
 pytestmark = pytest.mark.integration
 

@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
-from support.shards import namespace_name
-from support.trainjobs import trainjob
 
 from mwms_contract.names import GROUP, PLURAL, RESERVED_ENV, VERSION
+from mwms_kit.shards import namespace_name
+from mwms_kit.trainjobs import trainjob
 
 pytestmark = pytest.mark.integration
 

@@ -94,7 +94,7 @@ def test_a_worker_stuck_terminating_is_named_while_the_new_group_waits(
 
 
 # Deleting the CRD deletes every TrainJob in the cluster: under hack/run-tests.py this runs alone, after both
-# shards of the tier (support/shards.py).
+# shards of the tier (mwms_kit/shards.py).
 @pytest.mark.exclusive
 def test_the_crd_deletes_with_jobs_present_while_the_operator_is_stopped(
     operator, make_standin, kubectl, namespace, wait_for

@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.s3_server import BUCKET, S3Server, env_from_secret, make_secret
-from support.tables import write_parts
-from support.trainjobs import trainjob
+
+from mwms_kit.s3_server import BUCKET, S3Server, env_from_secret, make_secret
+from mwms_kit.tables import write_parts
+from mwms_kit.trainjobs import trainjob
 
 # The S3 server may still be building in `make test`'s background (hack/run-tests.py): the module's fixtures
 # wait on its build lock, so the timeout counts the tests themselves only.

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from support.submit import (
+
+from mwms_kit.submit import (
     CHIEFS_METRICS,
     FAILING_LINE,
     FAILING_SCRIPT,
@@ -21,7 +22,7 @@ from support.submit import (
     run_seed_function,
     user_module,
 )
-from support.trainjobs import trainjob
+from mwms_kit.trainjobs import trainjob
 
 pytestmark = pytest.mark.integration
 

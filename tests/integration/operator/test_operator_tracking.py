@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.auth_proxy import AuthProxy
+
+from mwms_kit.auth_proxy import AuthProxy
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.submit import run_mwms
 
 from mwms import Client
+from mwms_kit.submit import run_mwms
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[3]

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 import yaml
-from support.trainjobs import trainjob
 
 from mwms import cli, jobs
 from mwms import output as printing
+from mwms_kit.trainjobs import trainjob
 
 NOW = datetime.datetime(2026, 1, 2, 12, 0, 0, tzinfo=datetime.UTC)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.trainjobs import trainjob
 
 from mwms_dev.devmode import DEV_MOUNT, dev_mode_template, dev_pythonpath, with_dev_template
+from mwms_kit.trainjobs import trainjob
 
 REPO = Path(__file__).resolve().parents[3]
 

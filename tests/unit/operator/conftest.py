@@ -6,8 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from support.trainjobs import trainjob
 
+from mwms_kit.trainjobs import trainjob
 from mwms_operator.config import OperatorConfig
 
 # What the API server adds to a stored TrainJob, as the operator's handlers see it.

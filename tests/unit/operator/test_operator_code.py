@@ -2,10 +2,10 @@
 entrypoint passed in the environment; a job without it keeps the built-in fit."""
 
 import pytest
-from support.trainjobs import trainjob
 
 from mwms_contract import names
 from mwms_contract.trainjob import CodeSpec, SpecError
+from mwms_kit.trainjobs import trainjob
 from mwms_operator.builders import build_worker_pod
 from mwms_operator.spec import parse_trainjob
 

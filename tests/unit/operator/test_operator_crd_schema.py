@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
-from support.trainjobs import trainjob
 
 from mwms_contract.names import RESERVED_ENV
+from mwms_kit.trainjobs import trainjob
 from mwms_operator.config import OperatorConfig
 from mwms_operator.pods import WorkerPod
 from mwms_operator.policy import decide

@@ -13,9 +13,9 @@ from typing import Any
 import kopf
 import pytest
 from prometheus_client import REGISTRY
-from support.fake_api_server import FakeApiServer, Seen, serve
 
 from mwms_dev import pki
+from mwms_kit.fake_api_server import FakeApiServer, Seen, serve
 from mwms_operator import k8s, refusals
 
 # Only the metadata, not a whole TrainJob: an event's apiVersion and kind must come from the operator itself.

@@ -17,9 +17,9 @@ from typing import Any
 
 import kopf
 import pytest
-from support.fake_api_server import FakeApiServer, Seen, serve
-from support.trainjobs import trainjob
 
+from mwms_kit.fake_api_server import FakeApiServer, Seen, serve
+from mwms_kit.trainjobs import trainjob
 from mwms_operator import k8s, refusals
 from mwms_operator.config import OperatorConfig
 from mwms_operator.reconciler import Reconciler

@@ -3,8 +3,7 @@
 import dataclasses
 from datetime import timedelta
 
-from support.decisions import EVICTED, T0, pod, unjoined
-
+from mwms_kit.decisions import EVICTED, T0, pod, unjoined
 from mwms_operator.builders import READINESS_PROBE
 from mwms_operator.pods import (
     PodEvents,

@@ -4,8 +4,8 @@ CrashLoopBackOff (10 s doubling up to 5 minutes), and a disruption never waits."
 from datetime import timedelta
 
 import pytest
-from support.decisions import T0, conditions, group, pod, running_status, spec, step
 
+from mwms_kit.decisions import T0, conditions, group, pod, running_status, spec, step
 from mwms_operator.facts import restart_backoff
 from mwms_operator.status import CreatePods, DeletePods, format_time, next_due
 

@@ -7,8 +7,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from support.trainjobs import trainjob
 
+from mwms_kit.trainjobs import trainjob
 from mwms_operator.config import OperatorConfig
 from mwms_operator.lookups import EVENTS_FRESH_SECONDS
 from mwms_operator.pods import worker_pod

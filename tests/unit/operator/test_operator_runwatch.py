@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from support.trainjobs import trainjob
-
 from mwms_contract.conditions import MLFLOW_RUN_ENDED, RUN_ENDED_BY_CHIEF, RUN_ENDED_BY_OPERATOR
+from mwms_kit.trainjobs import trainjob
 from mwms_operator.config import OperatorConfig
 from mwms_operator.runwatch import RunWatch
 from mwms_operator.spec import parse_for_group

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from support.trainjobs import trainjob
-
+from mwms_kit.trainjobs import trainjob
 from mwms_operator.state import State, job_key
 
 STATUS = {

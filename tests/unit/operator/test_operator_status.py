@@ -5,11 +5,10 @@ import re
 from datetime import timedelta
 from pathlib import Path
 
-from support.decisions import RUN, T0, group, pod, running_status, spec, step
-
 from mwms_contract import conditions
 from mwms_contract.status import STATUS_KEYS, MlflowRun, Progress, TrainJobStatus
 from mwms_contract.trainjob import SpecError
+from mwms_kit.decisions import RUN, T0, group, pod, running_status, spec, step
 from mwms_operator.facts import REFUSALS
 from mwms_operator.status import format_time, next_due
 

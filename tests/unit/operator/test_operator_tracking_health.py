@@ -12,7 +12,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from support.decisions import META, T0, conditions, group, running_status, spec
 
 from mwms_contract.conditions import (
     MLFLOW_RUN_ENDED,
@@ -22,6 +21,7 @@ from mwms_contract.conditions import (
     RUN_ENDED_BY_OPERATOR,
     TRACKING_REASONS,
 )
+from mwms_kit.decisions import META, T0, conditions, group, running_status, spec
 from mwms_operator.config import OperatorConfig
 from mwms_operator.policy import decide
 from mwms_operator.progress import ProgressReader, Unreadable

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.trainjobs import trainjob
 
 from mwms_contract import names
+from mwms_kit.trainjobs import trainjob
 from mwms_operator.config import OperatorConfig
 from mwms_operator.spec import parse_trainjob
 from mwms_trainer import local

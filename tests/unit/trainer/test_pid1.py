@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.pid_namespace import AVAILABLE, WHY_NOT, pid1_of, wait_for_file
-from support.pid_namespace import start_as_pid1 as as_pid1
 
+from mwms_kit.pid_namespace import AVAILABLE, WHY_NOT, pid1_of, wait_for_file
+from mwms_kit.pid_namespace import start_as_pid1 as as_pid1
 from mwms_trainer import pid1
 
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY_NOT)

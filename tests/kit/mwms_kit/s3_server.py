@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from support.mlflow_server import free_port, stop_group
+from mwms_kit.mlflow_server import free_port, stop_group
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 START_TIMEOUT_SECONDS = 120  # well under a second idle; more on 2 loaded cores
 BUCKET = "mwms-data"
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from mwms_kit.trainjobs import trainjob
 from mwms_operator.config import OperatorConfig
 from mwms_operator.pods import PodEvents, WorkerPod
 from mwms_operator.policy import decide
 from mwms_operator.spec import parse_trainjob
 from mwms_operator.status import JobMeta
-from support.trainjobs import trainjob
 
 META = JobMeta(name="mnist", namespace="team-a", uid="uid-1", generation=1)
 T0 = datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC)

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "submit"
+DATA = Path(__file__).resolve().parents[2] / "data" / "submit"
 SEED_SCRIPT = DATA / "seed_train.py"  # the seed's train(), ported to a script
 FAILING_SCRIPT = DATA / "failing.py"
 FAILING_LINE = """KeyError: "label column 'diagnosis' not found" (failing.py, line 5)"""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-INSTALL_MD = Path(__file__).resolve().parents[2] / "docs" / "install.md"
+INSTALL_MD = Path(__file__).resolve().parents[3] / "docs" / "install.md"
 KEEP_TRAINJOBS = "## Uninstalling and keeping your TrainJobs"
 
 

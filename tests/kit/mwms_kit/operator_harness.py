@@ -19,9 +19,9 @@ from typing import Any
 import yaml
 
 from mwms_dev.cluster import free_port
-from support.shards import watched_namespaces
+from mwms_kit.shards import watched_namespaces
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 OPERATOR_NAMESPACE = "mwms-system"
 SERVICE_ACCOUNT = "mwms-operator"
 

@@ -4,7 +4,7 @@ Why: the tier mostly waits on pods and API servers, and one real node runs per m
 tables have fixed names), so the shards' pytest processes share one cluster instead of each starting its own.
 
 How they keep out of each other's way:
-- `MWMS_TEST_CLUSTER` names the JSON file the shared cluster's owner wrote (`python tests/support/shards.py
+- `MWMS_TEST_CLUSTER` names the JSON file the shared cluster's owner wrote (`python -m mwms_kit.shards
   serve`): the tier's `cluster` fixture attaches to it instead of starting one (AttachedCluster).
 - `MWMS_TEST_SHARD` (`a`, `b` or `c`) puts every namespace a test makes under `<shard>-` (namespace_name) and
   every operator the test kit starts on those namespaces only (`MWMS_WATCH_NAMESPACES=<shard>-*`, unless the

@@ -1,1 +1,0 @@
-"""Test-side helpers shared across tiers (importable as `support` from tests/conftest.py's directory)."""
