@@ -56,7 +56,8 @@ build_k8s_commands() {
 link_k8s_commands() {
   local bin_dir=$1 k8s_bin cmd
   shift
-  k8s_bin=$(bash "$(dirname "${BASH_SOURCE[0]}")/build-kubernetes.sh")
+  # Its own lock, not the caller's: a caller holding its lock exports MWMS_BUILD_LOCKED.
+  k8s_bin=$(env -u MWMS_BUILD_LOCKED bash "$(dirname "${BASH_SOURCE[0]}")/build-kubernetes.sh")
   for cmd in "$@"; do
     ln -f "$k8s_bin/$cmd" "$bin_dir/$cmd.tmp" 2>/dev/null || cp "$k8s_bin/$cmd" "$bin_dir/$cmd.tmp"
     mv "$bin_dir/$cmd.tmp" "$bin_dir/$cmd"
