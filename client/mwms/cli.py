@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import mwms.completion as completion
+import mwms.convert_cli as convert_cli
 import mwms.inspect_cli as inspect_cli
 import mwms.kubectl as kubectl
 import mwms.submit as packing
@@ -201,6 +202,10 @@ def cmd_completion(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     return EXIT_OK
 
 
+def cmd_convert(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    return convert_cli.run(args, out, err, sys.stdin)
+
+
 def cmd_local(argv: Sequence[str]) -> int:
     """The trainer's local mode in its own process: the client never imports the trainer."""
     if importlib.util.find_spec("mwms_trainer") is None or importlib.util.find_spec("tensorflow") is None:
@@ -311,6 +316,9 @@ def parser(plugins: Mapping[str, importlib.metadata.EntryPoint]) -> argparse.Arg
     )
     runs = verb("runs", cmd_runs, "the MLflow run and model of TrainJobs (default: all)", ("json", "yaml"))
     runs.add_argument("names", nargs="*")
+    converting = verbs.add_parser("convert", help=convert_cli.HELP, description=convert_cli.DESCRIPTION)
+    converting.set_defaults(run=cmd_convert)
+    convert_cli.arguments(converting)
     completing = verbs.add_parser("completion", help="shell completion: source <(mwms completion bash)")
     completing.add_argument("shell", choices=completion.SHELLS)
     completing.set_defaults(run=cmd_completion, top=top)

@@ -3,7 +3,6 @@ pod is hardened, the operator settings are ones the operator reads, and the samp
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from static_support import (
     helm_template,
     load_all,
     run,
+    strict_json_schema,
     validate_strict,
     venv_tool,
 )
@@ -207,29 +207,8 @@ def test_mlflow_allows_its_in_cluster_names():
 
 
 def crd_json_schema() -> dict:
-    """The CRD's openAPIV3Schema as a JSON Schema that rejects unknown fields, as `kubectl apply` does
-    (server-side strict field validation). OpenAPI v3.0 schemas are draft-04 (boolean exclusiveMinimum)."""
-    crd = next(d for d in load_all((MANIFESTS / "crd.yaml").read_text()))
-    (version,) = [v for v in crd["spec"]["versions"] if v["storage"]]
-    schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
-
-    def strict(node):
-        if isinstance(node, dict):
-            if (
-                "properties" in node
-                and "additionalProperties" not in node
-                and not node.get("x-kubernetes-preserve-unknown-fields")
-            ):
-                node["additionalProperties"] = False
-            for child in node.values():
-                strict(child)
-        elif isinstance(node, list):
-            for child in node:
-                strict(child)
-
-    strict(schema)
-    schema["$schema"] = "http://json-schema.org/draft-04/schema#"
-    return schema
+    """Our CRD's schema, strict as `kubectl apply` is."""
+    return strict_json_schema(next(d for d in load_all((MANIFESTS / "crd.yaml").read_text())))
 
 
 def check_trainjob(doc: dict, tmp_path: Path) -> tuple[int, str]:
