@@ -1,6 +1,7 @@
 """A stand-in for the API server: a real HTTP server on 127.0.0.1 (TLS if asked) that answers each request
 as a test says and records what it was sent, for tests of the operator's API client (k8s.py) and of what the
-operator does with the API server's real answers (their Status bodies copied verbatim)."""
+operator does with the API server's real answers (their Status bodies copied verbatim), and of the client's
+(a followed log is a chunked Stream)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import http.server
 import json
 import ssl
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,16 @@ class Seen:
     headers: dict[str, str]
     body: Any
     client: tuple[str, int]  # the client's address: one per TCP connection
+
+
+@dataclass
+class Stream:
+    """A body sent as it is made (chunked, as a followed pod log is): each chunk in turn, then its end, or,
+    with `cut`, the connection closed instead (as when it is reset mid-stream; a reset itself could drop
+    what the client has not read yet)."""
+
+    chunks: Iterable[bytes]
+    cut: bool = False
 
 
 @dataclass
@@ -49,6 +60,9 @@ def serve(fake: FakeApiServer, tls: ssl.SSLContext | None = None) -> Iterator[Fa
                         self.client_address)  # fmt: skip
             fake.seen.append(seen)
             status, body = fake.answer(seen)
+            if isinstance(body, Stream):
+                self.stream(status, body)
+                return
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -57,6 +71,18 @@ def serve(fake: FakeApiServer, tls: ssl.SSLContext | None = None) -> Iterator[Fa
             self.wfile.write(data)
             if fake.drop_after_answer:
                 self.close_connection = True
+
+        def stream(self, status: int, body: Stream) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for chunk in body.chunks:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            if body.cut:
+                self.close_connection = True
+            else:
+                self.wfile.write(b"0\r\n\r\n")
 
         do_GET = do_POST = do_PATCH = do_DELETE = handle_one
 
