@@ -9,7 +9,7 @@ command (mwms.cli).
 from __future__ import annotations
 
 from mwms.conversion import Conversion, ConvertError, Remark
-from mwms.jobs import Condition, Job, NoResult, Progress, Run
+from mwms.jobs import Condition, Job, JobSuspended, NoResult, Progress, Run
 from mwms.kube import Cluster, NotFound, SubmitError
 from mwms.runner import MirroredStrategyRunner
 from mwms.sdk import Client
@@ -22,6 +22,7 @@ __all__ = [
     "Conversion",
     "ConvertError",
     "Job",
+    "JobSuspended",
     "MirroredStrategyRunner",
     "NoResult",
     "NotFound",

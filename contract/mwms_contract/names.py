@@ -91,11 +91,13 @@ EXIT_FAILURE = 1
 EXIT_INVALID_CONFIG = 2  # permanent: a setting is wrong
 EXIT_RETRYABLE = 75  # EX_TEMPFAIL: peer lost, startup deadline, MLflow unavailable
 
-# The `mwms` command's exit codes (scripts rely on them): kubectl's, and one of its own for `wait`.
+# The `mwms` command's exit codes (scripts rely on them): kubectl's, and one of its own for a suspended job.
 CLI_EXIT_OK = 0
 CLI_EXIT_ERROR = 1  # not found, refused, unreachable; a failed job (`wait`, `submit --follow`); a timeout
 CLI_EXIT_USAGE = 2  # a bad command line, or `submit` created nothing
-CLI_EXIT_SUSPENDED = 3  # `wait`: the job is Suspended, so no phase follows until someone resumes it
+CLI_EXIT_SUSPENDED = (
+    3  # the job is Suspended (`wait`, `submit --follow`, `logs -f`): nothing follows till resumed
+)
 CLI_EXIT_INTERRUPTED = 130  # Ctrl-C
 
 # Images: the operator's default trainer image; `make images` builds both under these names.

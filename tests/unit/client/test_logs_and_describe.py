@@ -133,12 +133,17 @@ def test_an_earlier_groups_log_comes_from_the_run_even_while_a_new_pod_has_its_n
     assert mlflow.auth[-1] == "Bearer t0k"  # the user's own MLflow credentials
 
 
-def test_all_workers_of_a_job_whose_pods_are_gone_and_a_missing_one_says_why(monkeypatch, mlflow):
+def test_all_workers_of_a_job_whose_pods_are_gone_and_a_missing_one_says_why_and_exits_1(monkeypatch, mlflow):
+    """The others' logs are all printed; the exit code is the missing one's alone (`--worker 1`)."""
     mlflow.files[("r1", "logs/group-1/worker-0.log")] = "chief\n"
     api = Api(trainjob(mlflow.uri, phase="Failed"), {})
     code, out, err = run(monkeypatch, api, "logs", "j", "--all")
-    assert (code, out) == (0, "[worker-0] chief\n")
-    assert "mwms logs: [worker-1] no log of worker 1 in group 1: its pod is gone and run r1 has no " in err
+    assert (code, out) == (1, "[worker-0] chief\n")
+    said = err.splitlines()
+    assert said[0].startswith(
+        "mwms logs: [worker-1] no log of worker 1 in group 1: its pod is gone and run r1 "
+    )
+    assert said[1:] == ["mwms logs: the log of worker 1 could not be read (said above)"]
     code, out, err = run(monkeypatch, api, "logs", "j", "--worker", "1")
     assert (code, out) == (1, "")
     assert "logs/group-1/worker-1.log" in err

@@ -4,15 +4,22 @@ becomes of the job (no pod yet, deleted, a new group, suspended) or of a refused
 from __future__ import annotations
 
 import io
+import json
+import re
 import threading
-from collections.abc import Callable
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mwms import cli, submit
+from mwms import Cluster, MirroredStrategyRunner, cli, submit
+from mwms.jobs import JobSuspended
 from mwms.kube import NotFound, SubmitError
 from mwms.sdk import Client
+from mwms_kit.fake_api_server import FakeApiServer, Seen, Stream, serve
 
 BOUND = 30  # seconds a test waits for what must end long before: a hang fails the test, not the run
 
@@ -257,3 +264,292 @@ def test_logs_follow_keeps_a_stopped_groups_last_lines_then_says_a_new_group_sta
         "pod j-worker-0 ended: trainjob/j restarted its group (restart 1); "
         "`mwms logs -f j` follows the new chief"
     ]
+
+
+# -- on the wire: the real client against mwms_kit's fake API server --------------------------------------
+
+NS = "team-a"
+JOBS = f"/apis/mwms.dev/v1alpha1/namespaces/{NS}/trainjobs/"
+PODS = f"/api/v1/namespaces/{NS}/pods/"
+SUSPENDED = "trainjob/j is Suspended (resume it: spec.runPolicy.suspend=false)"
+REFUSED = (
+    'pods "j-worker-0" is forbidden: User "system:serviceaccount:team-a:dev" cannot get resource "pods/log" '
+    'in API group "" in the namespace "team-a"'
+)
+
+
+def wire_job(phase: str = "Running", replicas: int = 1, suspend: bool | None = None) -> dict[str, Any]:
+    """The TrainJob `j` as the API server sends it."""
+    spec: dict[str, Any] = {"replicas": replicas}
+    if suspend is not None:
+        spec["runPolicy"] = {"suspend": suspend}
+    metadata = {"name": "j", "namespace": NS, "uid": "job-uid"}
+    return {"apiVersion": "mwms.dev/v1alpha1", "kind": "TrainJob", "metadata": metadata, "spec": spec,
+            "status": {"phase": phase, "restarts": 0}}  # fmt: skip
+
+
+def wire_pod(index: int = 0) -> dict[str, Any]:
+    """Worker `index`'s pod, its trainer container running, as the API server sends it."""
+    container = {"name": "trainer", "image": "trainer", "imageID": "", "ready": True, "restartCount": 0,
+                 "state": {"running": {"startedAt": "2026-01-01T12:00:00Z"}}}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"j-worker-{index}", "uid": f"pod-{index}", "labels": {"mwms.dev/restart": "0"}},
+        "spec": {"containers": [{"name": "trainer", "image": "trainer"}]},
+        "status": {"phase": "Running", "containerStatuses": [container]},
+    }
+
+
+def stamped(*lines: str) -> list[bytes]:
+    """Log lines as `timestamps=true` gives them, one a nanosecond after the other."""
+    return [f"2026-01-01T12:00:01.{i + 1:09d}Z {line}\n".encode() for i, line in enumerate(lines)]
+
+
+class Wire:
+    """How the fake API server answers for the TrainJob `j` (None: deleted) and its pods (by name), the
+    created ConfigMap and TrainJob, and each log request (`logs`: (status, body) in turn, the last one
+    again)."""
+
+    def __init__(self, job: dict[str, Any] | None, pods: dict[str, Any], logs: list[tuple[int, Any]]) -> None:
+        self.job, self.pods, self.logs = job, pods, list(logs)
+        self.log_requests: list[dict[str, list[str]]] = []
+
+    def __call__(self, seen: Seen) -> tuple[int, Any]:
+        url = urllib.parse.urlparse(seen.path)
+        missing = {"kind": "Status", "message": "not found", "reason": "NotFound", "code": 404}
+        if url.path.endswith("/log"):
+            self.log_requests.append(urllib.parse.parse_qs(url.query))
+            return self.logs.pop(0) if len(self.logs) > 1 else self.logs[0]
+        if seen.method in ("POST", "PATCH"):  # submit: the ConfigMap, the TrainJob, its owner
+            created = dict(seen.body or {})
+            created["metadata"] = {"uid": "created-uid", **(created.get("metadata") or {})}
+            return (201 if seen.method == "POST" else 200), created
+        if url.path.startswith(JOBS):
+            return (200, self.job) if self.job is not None else (404, missing)
+        if url.path.startswith(PODS):
+            pod = self.pods.get(url.path.removeprefix(PODS))
+            return (200, pod) if pod is not None else (404, missing)
+        return 404, missing
+
+
+@pytest.fixture
+def wire(tmp_path) -> Iterator[tuple[FakeApiServer, Path]]:
+    """The fake API server and a kubeconfig for it (namespace team-a)."""
+    for fake in serve(FakeApiServer()):
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": fake.url}}],
+            "users": [{"name": "dev", "user": {"token": "t0k3n"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "dev", "namespace": NS}}],
+            "current-context": "fake",
+        }
+        path = tmp_path / "kubeconfig"
+        path.write_text(json.dumps(config))
+        yield fake, path
+
+
+def bounded(call: Callable[[], Any]) -> Any:
+    """call()'s value or exception, or a failed test when it has not returned within BOUND seconds."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(("value", call()))
+        except BaseException as e:  # noqa: BLE001  (handed to the test)
+            outcome.append(("error", e))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(BOUND)
+    assert outcome, "still runs: it hangs"
+    kind, value = outcome[0]
+    if kind == "error":
+        raise value
+    return value
+
+
+def mwms_on(kubeconfig: Path, *argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = bounded(lambda: cli.main([*argv, "--kubeconfig", str(kubeconfig)], out, err))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_logs_follow_with_pods_log_refused_names_the_missing_right_and_exits_1(wire):
+    fake, kubeconfig = wire
+    refused = {"kind": "Status", "status": "Failure", "message": REFUSED, "reason": "Forbidden", "code": 403}
+    fake.answer = Wire(wire_job(), {"j-worker-0": wire_pod()}, [(403, refused)])
+    code, out, err = mwms_on(kubeconfig, "logs", "j", "-f")
+    assert (code, out) == (1, ""), err
+    assert err.startswith(f"mwms logs: the API server refused the log of pod j-worker-0: {REFUSED}")
+    assert "(this needs the RBAC right to get pods/log in namespace team-a: a Role with" in err
+    assert "`kubectl auth can-i get pods/log -n team-a` checks it)" in err
+    assert mwms_on(kubeconfig, "logs", "j") == (1, "", err)  # the log so far: the same refusal
+
+
+def test_follow_with_pods_log_refused_says_so_and_still_follows_the_job_to_its_end(wire):
+    fake, kubeconfig = wire
+    refused = {"kind": "Status", "status": "Failure", "message": REFUSED, "reason": "Forbidden", "code": 403}
+    wired = Wire(wire_job(), {"j-worker-0": wire_pod()}, [(403, refused)])
+    fake.answer = wired
+    out, followed = io.StringIO(), []
+    client = Client(kubeconfig=kubeconfig)
+    following = threading.Thread(target=lambda: followed.append(bounded(lambda: client.follow("j", out))))
+    following.start()
+    wait_until(lambda: "pods/log" in out.getvalue())
+    wired.job = wire_job("Succeeded")
+    following.join(BOUND)
+    assert [job.phase for job in followed] == ["Succeeded"]
+    assert f"j: the API server refused the log of pod j-worker-0: {REFUSED}" in out.getvalue()
+
+
+def wait_until(condition: Callable[[], Any]) -> None:
+    """Polls what a follower printed (a StringIO tells no one when it is written)."""
+    deadline = time.monotonic() + BOUND
+    while not condition():
+        assert time.monotonic() < deadline, "it never came"
+        time.sleep(0.05)
+
+
+def test_a_reset_log_stream_is_followed_again_from_the_line_after_the_last_one(wire):
+    fake, kubeconfig = wire
+    wired = Wire(
+        wire_job(),
+        {"j-worker-0": wire_pod()},
+        [
+            (200, Stream(stamped("epoch 1", "epoch 2")[1:], cut=True)),  # --tail 1, then a reset
+            (200, Stream(stamped("epoch 1", "epoch 2", "epoch 3"), cut=True)),  # the whole log again
+            (200, Stream(stamped("epoch 1", "epoch 2", "epoch 3", "epoch 4"))),  # and it ends
+        ],
+    )
+    fake.answer = wired
+    code, out, err = mwms_on(kubeconfig, "logs", "j", "-f", "--tail", "1")
+    assert (code, out, err) == (0, "epoch 2\nepoch 3\nepoch 4\n", "")
+    asked = [(q.get("tailLines"), str(q.get("timestamps")).lower()) for q in wired.log_requests]
+    assert asked == [(["1"], "['true']"), (None, "['true']"), (None, "['true']")]  # older clients say True
+
+
+def test_a_log_that_lost_the_last_line_it_gave_resumes_after_its_time(wire):
+    """The log rotated while the stream was down: the line after the last one given is the first later."""
+    fake, kubeconfig = wire
+    lines = stamped("epoch 1", "epoch 2", "epoch 3", "epoch 4")
+    fake.answer = Wire(
+        wire_job(),
+        {"j-worker-0": wire_pod()},
+        [(200, Stream(lines[:2], cut=True)), (200, Stream(lines[1:1] + lines[2:]))],
+    )
+    assert mwms_on(kubeconfig, "logs", "j", "-f") == (0, "epoch 1\nepoch 2\nepoch 3\nepoch 4\n", "")
+
+
+def test_a_log_stream_that_keeps_breaking_is_named_and_exits_1(wire, monkeypatch):
+    monkeypatch.setattr("mwms.kube.STREAM_RETRY_DELAYS", (0.0, 0.0))
+    fake, kubeconfig = wire
+    fake.answer = Wire(
+        wire_job(),
+        {"j-worker-0": wire_pod()},
+        [(200, Stream(stamped("epoch 1"), cut=True)), (200, Stream(stamped("epoch 1"), cut=True))],
+    )
+    code, out, err = mwms_on(kubeconfig, "logs", "j", "-f")
+    assert (code, out) == (1, "epoch 1\n"), err
+    assert err.startswith("mwms logs: the log of pod j-worker-0 broke off 3 times in a row")
+    assert err.endswith("the last: Response ended prematurely\n")
+
+
+def test_logs_follow_of_a_suspended_job_ends_at_once_as_wait_does(wire):
+    fake, kubeconfig = wire
+    fake.answer = Wire(wire_job("Suspended", suspend=True), {}, [(404, {})])
+    assert mwms_on(kubeconfig, "logs", "j", "-f") == (3, "", f"mwms logs: {SUSPENDED}\n")
+    assert mwms_on(kubeconfig, "logs", "j", "-f", "--all")[::2] == (3, f"mwms logs: {SUSPENDED}\n")
+    assert mwms_on(kubeconfig, "wait", "j") == (3, "trainjob/j Suspended\n", f"mwms wait: {SUSPENDED}\n")
+
+
+def held_log(*lines: str) -> tuple[Stream, threading.Event, threading.Event]:
+    """A log stream that gives `lines`, then stays open until `ended` is set (its container ends)."""
+    sent, ended = threading.Event(), threading.Event()
+
+    def chunks() -> Iterator[bytes]:
+        yield from stamped(*lines)
+        sent.set()
+        ended.wait(BOUND)
+
+    return Stream(chunks()), sent, ended
+
+
+def test_a_suspend_mid_stream_ends_logs_follow_saying_so(wire):
+    fake, kubeconfig = wire
+    log, sent, ended = held_log("epoch 1")
+    wired = Wire(wire_job(), {"j-worker-0": wire_pod()}, [(200, log)])
+    fake.answer = wired
+    result: list[tuple[int, str, str]] = []
+    following = threading.Thread(target=lambda: result.append(mwms_on(kubeconfig, "logs", "j", "-f")))
+    following.start()
+    assert sent.wait(BOUND)
+    wired.job, wired.pods = wire_job("Suspended", suspend=True), {}  # the operator deleted the pod
+    ended.set()
+    following.join(BOUND)
+    assert result == [(3, "epoch 1\n", f"mwms logs: pod j-worker-0 is gone: {SUSPENDED}\n")]
+
+
+def test_submit_follow_and_the_sdk_end_on_a_suspended_job_as_wait_does(wire, tmp_path):
+    fake, kubeconfig = wire
+    fake.answer = Wire(wire_job("Suspended", suspend=True), {}, [(404, {})])
+    script = tmp_path / "train.py"
+    script.write_text("print(1)\n")
+    code, out, err = mwms_on(kubeconfig, "submit", str(script), "--name", "j", "--follow")
+    assert (code, err) == (3, f"mwms submit: {SUSPENDED}\n")
+    assert out.splitlines() == ["trainjob/j created in namespace team-a", "j: Suspended"]
+    with pytest.raises(JobSuspended, match=re.escape(SUSPENDED)):
+        bounded(lambda: Client(kubeconfig=kubeconfig).follow("j", io.StringIO()))
+    runner = MirroredStrategyRunner(use_gpu=False, cluster=Cluster(kubeconfig=str(kubeconfig)))
+    with pytest.raises(JobSuspended, match=re.escape(SUSPENDED).replace("/j", r"/train-\w+")):
+        bounded(lambda: runner.run(train))
+
+
+def train() -> int:
+    return 1
+
+
+def test_a_suspend_while_following_ends_follow_saying_so(wire):
+    fake, kubeconfig = wire
+    log, sent, ended = held_log("epoch 1")
+    wired = Wire(wire_job(), {"j-worker-0": wire_pod()}, [(200, log)])
+    fake.answer = wired
+    out = io.StringIO()
+    raised: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            bounded(lambda: Client(kubeconfig=kubeconfig).follow("j", out))
+        except JobSuspended as e:
+            raised.append(e)
+
+    following = threading.Thread(target=follow)
+    following.start()
+    assert sent.wait(BOUND)
+    wait_until(lambda: "epoch 1" in out.getvalue())
+    wired.job, wired.pods = wire_job("Suspended", suspend=True), {}
+    ended.set()
+    following.join(BOUND)
+    assert [str(e) for e in raised] == [SUSPENDED]
+    assert out.getvalue().splitlines() == ["j: Running", "[worker-0] epoch 1", "j: Suspended"]
+
+
+def test_logs_follow_all_of_a_job_deleted_while_followed_exits_1_as_logs_follow_does(wire):
+    fake, kubeconfig = wire
+    logs = [held_log("epoch 1") for _ in range(2)]
+    pods = {f"j-worker-{i}": wire_pod(i) for i in range(2)}
+    wired = Wire(wire_job(replicas=2), pods, [(200, log) for log, _, _ in logs])
+    fake.answer = wired
+    result: list[tuple[int, str, str]] = []
+    argv = ("logs", "j", "-f", "--all")
+    following = threading.Thread(target=lambda: result.append(mwms_on(kubeconfig, *argv)))
+    following.start()
+    assert all(sent.wait(BOUND) for _, sent, _ in logs)
+    wired.job, wired.pods = None, {}
+    for _, _, ended in logs:
+        ended.set()
+    following.join(BOUND)
+    [(code, out, err)] = result
+    assert sorted(out.splitlines()) == ["[worker-0] epoch 1", "[worker-1] epoch 1"]
+    assert (code, err) == (1, "mwms logs: trainjob/j was deleted while its chief's log was followed\n")
