@@ -24,6 +24,7 @@ ANNOTATION_KUEUE_RETRIABLE_IN_GROUP = "kueue.x-k8s.io/retriable-in-group"
 ROLE_CHIEF = "chief"
 ROLE_WORKER = "worker"
 
+
 CONTAINER_NAME = "trainer"  # TF_CONFIG goes into this container only
 DEFAULT_PORT = 2222
 PORT_NAME = "mwms"
@@ -35,6 +36,14 @@ TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 RENDEZVOUS_MOUNT_PATH = "/mwms/rendezvous"
 RENDEZVOUS_FILE = RENDEZVOUS_MOUNT_PATH + "/state"
 RENDEZVOUS_JOINED = "joined"
+# The readiness probe's command that reads that state (shell builtins only: no process per probe but the
+# shell); the kubelet's `Unhealthy` event carries what it printed, the last reason a worker has not joined.
+RENDEZVOUS_PROBE_COMMAND = (
+    "sh",
+    "-c",
+    f'{{ read -r state < {RENDEZVOUS_FILE}; }} 2>/dev/null || state="the trainer has not'
+    f' begun its rendezvous yet"; echo "$state"; [ "$state" = {RENDEZVOUS_JOINED} ]',
+)
 
 # URI schemes spec.trainer.dataPath may use (other "://" URIs are refused; plain paths are in the worker).
 DATA_PATH_SCHEMES = ("s3",)
@@ -137,3 +146,8 @@ LOG_CUT_MARKER = "[mwms: log cut]"
 def log_artifact_path(restart: int, index: int) -> str:
     """Where worker `index` of the group's `restart`-th (re)start keeps its log in the job's run."""
     return f"{LOG_ARTIFACT_DIR}/group-{restart}/worker-{index}.log"
+
+
+def pod_name(job_name: str, index: int) -> str:
+    """Worker `index`'s pod, and its hostname under the job's headless Service (named as the job)."""
+    return f"{job_name}-worker-{index}"

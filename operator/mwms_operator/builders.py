@@ -12,19 +12,10 @@ from mwms_contract.trainjob import CodeSpec, TrainJobSpec, trainer_env
 CHECKPOINT_VOLUME = "mwms-checkpoint"
 CODE_VOLUME = "mwms-code"
 RENDEZVOUS_VOLUME = "mwms-rendezvous"
-# Ready once the worker has joined its group: the probe prints the trainer's rendezvous state (the kubelet
-# puts it in the `Unhealthy` event, where the operator's startup timeout reads the last reason) and fails
-# until it says joined. Only where our trainer writes that state (runs_trainer_entrypoint). Shell builtins
-# only: no process starts per probe but the shell.
+# Ready once the worker has joined its group (the probe's output names why not yet); only where our trainer
+# writes the rendezvous state (runs_trainer_entrypoint).
 READINESS_PROBE = {
-    "exec": {
-        "command": [
-            "sh",
-            "-c",
-            f'{{ read -r state < {names.RENDEZVOUS_FILE}; }} 2>/dev/null || state="the trainer has not'
-            f' begun its rendezvous yet"; echo "$state"; [ "$state" = {names.RENDEZVOUS_JOINED} ]',
-        ]
-    },
+    "exec": {"command": list(names.RENDEZVOUS_PROBE_COMMAND)},
     "periodSeconds": 5,
     "timeoutSeconds": 5,
 }
@@ -45,10 +36,6 @@ def runs_trainer_entrypoint(container: dict[str, Any], image: str) -> bool:
     if not command:
         return container.get("image", image) == image
     return command[0].rsplit("/", 1)[-1].startswith("python") and command[1:3] == ["-m", "mwms_trainer"]
-
-
-def pod_name(job_name: str, index: int) -> str:
-    return f"{job_name}-worker-{index}"
 
 
 def service_name(job_name: str) -> str:
@@ -128,7 +115,7 @@ def build_worker_pod(
     template = copy.deepcopy(dict(spec.template))
     meta = template.get("metadata") or {}
     pod_spec = template.get("spec") or {}
-    name = pod_name(job_name, index)
+    name = names.pod_name(job_name, index)
 
     labels = dict(meta.get("labels") or {})
     labels.update(job_labels(job_name))

@@ -26,21 +26,11 @@ from mwms_contract.conditions import (
     TEMPLATE_VALID,
     WEBHOOK_UNAVAILABLE,
 )
-from mwms_contract.status import FALSE, TRUE
+from mwms_contract.names import pod_name
+from mwms_contract.status import FALSE, TRUE, format_time, parse_time, truncate
 from mwms_contract.trainjob import SpecError, TrainJobSpec
-from mwms_operator.builders import pod_name
 from mwms_operator.pods import Failure, WorkerPod, classify, replica_statuses, startup_clock
-from mwms_operator.status import (
-    Builder,
-    Decision,
-    DeletePods,
-    Event,
-    JobMeta,
-    Said,
-    format_time,
-    parse_time,
-    truncate,
-)
+from mwms_operator.status import Builder, Decision, DeletePods, Event, JobMeta, Said
 
 # The clocks of a group's start (startup timeout, container errors): stopped whenever that group ends.
 STOPPED_STARTUP_CLOCKS = {"stalled_since": None, "container_error_since": None}

@@ -29,6 +29,7 @@ from typing import Any
 import kopf
 
 from mwms_contract import names
+from mwms_contract.status import MAX_MESSAGE, format_time
 from mwms_operator import __version__, metrics
 from mwms_operator.events import EventBook, new_event
 from mwms_operator.refusals import ApiError, NamespaceEnding, NameTaken, refusal
@@ -291,9 +292,9 @@ class Kube:
         meta = job.get("metadata") or {}
         namespace, uid, now = str(meta.get("namespace")), str(meta.get("uid")), datetime.now(UTC)
         key, message, repeat = self._events.correlate(
-            namespace, uid, type_, reason, message[:1024], time.monotonic()
+            namespace, uid, type_, reason, message[:MAX_MESSAGE], time.monotonic()
         )
-        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = format_time(now)
         try:
             path = _core(namespace, "events")
             if repeat is not None:

@@ -19,9 +19,7 @@ from mwms_contract.conditions import (
     TERMINAL,
     WORKER_FAILED,
 )
-from mwms_contract.status import ReplicaCounts, TrainJobStatus, typed
-from mwms_operator.builders import READINESS_PROBE
-from mwms_operator.status import parse_time, truncate
+from mwms_contract.status import ReplicaCounts, TrainJobStatus, parse_time, truncate, typed
 
 # Container waiting reasons that mean "this will not start by itself". InvalidImageName never heals; a failing
 # pull or a missing Secret/ConfigMap might (a registry hiccup, a Secret another controller creates a moment
@@ -241,8 +239,7 @@ def _own_probe(pod: Mapping[str, Any]) -> bool:
     containers = (pod.get("spec") or {}).get("containers") or []
     trainer: Mapping[str, Any] = next((c for c in containers if c.get("name") == names.CONTAINER_NAME), {})
     probe = trainer.get("readinessProbe") or {}
-    rendezvous: Mapping[str, Any] = READINESS_PROBE["exec"]  # type: ignore[assignment]
-    return bool(probe) and (probe.get("exec") or {}).get("command") != rendezvous["command"]
+    return bool(probe) and (probe.get("exec") or {}).get("command") != list(names.RENDEZVOUS_PROBE_COMMAND)
 
 
 def _creating(status: Mapping[str, Any]) -> bool:

@@ -28,7 +28,7 @@ from mwms_contract.conditions import (
     WAITING_FOR_OLD_PODS,
     WORKERS_PENDING,
 )
-from mwms_contract.status import TrainJobStatus
+from mwms_contract.status import TrainJobStatus, format_time, parse_time, truncate
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.facts import (
     REFUSALS,
@@ -53,9 +53,6 @@ from mwms_operator.status import (
     JobMeta,
     Said,
     chief_mlflow,
-    format_time,
-    parse_time,
-    truncate,
 )
 
 

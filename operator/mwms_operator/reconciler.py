@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mwms_contract.conditions import PENDING, PODS_CREATED, SUSPENDED, TERMINAL
-from mwms_contract.status import TrainJobStatus, typed
+from mwms_contract.status import TrainJobStatus, parse_time, typed
 from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator import builders, k8s, memory, metrics, refusals
@@ -32,7 +32,6 @@ from mwms_operator.status import (
     JobMeta,
     deferrable,
     next_due,
-    parse_time,
 )
 from mwms_operator.workqueue import WorkQueue
 

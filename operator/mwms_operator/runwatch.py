@@ -17,14 +17,14 @@ from mwms_contract.conditions import (
     RUNNING,
     TERMINAL,
 )
-from mwms_contract.status import TrainJobStatus, typed
+from mwms_contract.status import TrainJobStatus, format_time, typed
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator import k8s, refusals
 from mwms_operator.config import OperatorConfig
 from mwms_operator.progress import ProgressReader, Skipped, Unreadable, status_patch
 from mwms_operator.spec import parse_for_group
 from mwms_operator.state import JobKey, State
-from mwms_operator.status import Said, format_time
+from mwms_operator.status import Said
 from mwms_operator.workqueue import WorkQueue
 
 # A run the operator could not end is tried again this many times, one progress interval apart (and once more

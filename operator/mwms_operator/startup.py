@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from mwms_contract.conditions import CONTAINER_ERROR, FAILED, STARTUP_TIMEOUT, SUSPENDED, TERMINAL
-from mwms_contract.status import TrainJobStatus, typed
+from mwms_contract.status import TrainJobStatus, parse_time, truncate, typed
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.facts import Facts
 from mwms_operator.pods import (
@@ -21,7 +21,7 @@ from mwms_operator.pods import (
     why_not_joined,
     why_pending,
 )
-from mwms_operator.status import Decision, parse_time, truncate
+from mwms_operator.status import Decision
 
 
 def events_wanted(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from mwms_contract import termination
@@ -27,21 +27,19 @@ from mwms_contract.conditions import (
     TERMINAL,
     WORKERS_PENDING,
 )
-from mwms_contract.status import FALSE, TRUE, Condition, MlflowRun, ReplicaCounts, TrainJobStatus, typed
+from mwms_contract.names import pod_name
+from mwms_contract.status import (
+    FALSE,
+    TRUE,
+    Condition,
+    MlflowRun,
+    ReplicaCounts,
+    TrainJobStatus,
+    format_time,
+    parse_time,
+    typed,
+)
 from mwms_contract.trainjob import SpecError, TrainJobSpec
-from mwms_operator.builders import pod_name
-
-MAX_MESSAGE = 1024
-
-
-def format_time(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 @dataclass(frozen=True)
@@ -50,10 +48,6 @@ class JobMeta:
     namespace: str
     uid: str
     generation: int = 1
-
-
-def truncate(text: str) -> str:
-    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
 
 
 @dataclass(frozen=True)

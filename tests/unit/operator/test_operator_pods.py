@@ -3,6 +3,7 @@
 import dataclasses
 from datetime import timedelta
 
+from mwms_contract.status import format_time
 from mwms_kit.decisions import EVICTED, T0, pod, unjoined
 from mwms_operator.builders import READINESS_PROBE
 from mwms_operator.pods import (
@@ -14,7 +15,6 @@ from mwms_operator.pods import (
     why_not_joined,
     worker_pod,
 )
-from mwms_operator.status import format_time
 
 
 def test_a_pods_events_say_whether_it_pulls_when_a_pull_ended_and_its_last_warning():

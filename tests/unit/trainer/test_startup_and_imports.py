@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from mwms_contract import names
-from mwms_contract.names import RENDEZVOUS_FILE
-from mwms_operator.builders import READINESS_PROBE
+from mwms_contract.names import RENDEZVOUS_FILE, RENDEZVOUS_PROBE_COMMAND
 from mwms_trainer import startup
 from mwms_trainer.cluster import Cluster
 from mwms_trainer.errors import RetryableError
@@ -66,7 +65,7 @@ def test_without_a_deadline_the_rendezvous_waits_for_a_late_peer_and_says_whom_i
 
 def _readiness(path) -> subprocess.CompletedProcess[str]:
     """The worker pods' real readiness probe, reading `path` instead of the volume's file."""
-    command = [part.replace(RENDEZVOUS_FILE, str(path)) for part in READINESS_PROBE["exec"]["command"]]
+    command = [part.replace(RENDEZVOUS_FILE, str(path)) for part in RENDEZVOUS_PROBE_COMMAND]
     return subprocess.run(command, capture_output=True, text=True, timeout=30)
 
 
