@@ -13,8 +13,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from mwms_operator import logs
 from mwms_operator.config import LOG_FORMATS, ConfigError, OperatorConfig
+from mwms_operator.telemetry import log_format
 
 if TYPE_CHECKING:
     from mwms_operator.leader import Elector
@@ -80,7 +80,8 @@ def wait_to_lead(config: OperatorConfig) -> Elector:
     SIGTERM or SIGINT meanwhile."""
     import kopf
 
-    from mwms_operator import k8s, leader, metrics
+    from mwms_operator import k8s, leader
+    from mwms_operator.telemetry import metrics
 
     identity = f"{socket.gethostname()}_{os.getpid()}"  # the pod's name, and the process in it
     elector = leader.Elector(
@@ -150,7 +151,8 @@ def main() -> None:
     keep_out_unused_clients()
     import kopf
 
-    from mwms_operator import handlers, memory, metrics
+    from mwms_operator import handlers
+    from mwms_operator.telemetry import memory, metrics
 
     parser = argparse.ArgumentParser(
         prog="python -m mwms_operator", description="Settings: MWMS_* variables."
@@ -163,7 +165,7 @@ def main() -> None:
     except ConfigError as error:
         print(f"mwms-operator: invalid setting: {error}", file=sys.stderr)
         sys.exit(2)
-    logs.configure(config.log_level, config.log_format)
+    log_format.configure(config.log_level, config.log_format)
     for handler in logging.getLogger().handlers:
         handler.addFilter(_QuietTimers())
     if config.log_level != "DEBUG":  # one access line per liveness probe (every 10 s) buries what matters

@@ -13,11 +13,12 @@ from typing import Any
 import kopf
 
 from mwms_contract import names
-from mwms_operator import k8s, metrics
+from mwms_operator import k8s
 from mwms_operator.config import OperatorConfig
 from mwms_operator.pods import worker_pod
 from mwms_operator.reconciler import Reconciler
 from mwms_operator.state import owner_key
+from mwms_operator.telemetry import metrics
 
 TRAINJOBS = (names.GROUP, names.VERSION, names.PLURAL)
 KOPF_PREFIX = "kopf.mwms.dev"

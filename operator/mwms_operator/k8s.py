@@ -30,9 +30,10 @@ import kopf
 
 from mwms_contract import names
 from mwms_contract.status import MAX_MESSAGE, format_time
-from mwms_operator import __version__, metrics
+from mwms_operator import __version__
 from mwms_operator.events import EventBook, new_event
 from mwms_operator.refusals import ApiError, NamespaceEnding, NameTaken, refusal
+from mwms_operator.telemetry import metrics
 
 log = logging.getLogger(__name__)
 

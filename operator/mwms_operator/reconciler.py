@@ -15,7 +15,7 @@ from mwms_contract.conditions import PENDING, PODS_CREATED, SUSPENDED, TERMINAL
 from mwms_contract.status import TrainJobStatus, parse_time, typed
 from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError, TrainJobSpec
-from mwms_operator import builders, k8s, memory, metrics, refusals
+from mwms_operator import builders, k8s, refusals
 from mwms_operator.config import OperatorConfig
 from mwms_operator.lookups import PodEventLookups
 from mwms_operator.pods import deletion_selector, worker_pod
@@ -33,6 +33,7 @@ from mwms_operator.status import (
     deferrable,
     next_due,
 )
+from mwms_operator.telemetry import memory, metrics
 from mwms_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
-from mwms_operator import logs, metrics
+from mwms_operator.telemetry import log_format, metrics
 
 K = TypeVar("K", bound=Hashable)
 log = logging.getLogger(__name__)
@@ -208,7 +208,7 @@ class WorkQueue(Generic[K]):
             self._latency.observe(time.monotonic() - self._added.pop(key, time.monotonic()))
             self._dirty.discard(key)
             self._busy.add(key)
-            with logs.about(key):  # its log lines name the job (logs.py), the retry's too
+            with log_format.about(key):  # its log lines name the job (log_format.py), the retry's too
                 started = time.monotonic()
                 try:
                     await self._handle(key)
@@ -236,7 +236,7 @@ class WorkQueue(Generic[K]):
                     self._busy.discard(key)
                     if key in self._dirty:
                         self._put(key)
-            note = self.failure_log.note()  # about the queue, not the job: outside logs.about(key)
+            note = self.failure_log.note()  # about the queue, not the job: outside log_format.about(key)
             if note is not None:
                 log.log(*note)
 

@@ -27,7 +27,7 @@ def _families() -> list[tuple[str, str]]:
     """(name, type) of every family the operator's registry exports, the client library's own included."""
     from prometheus_client import REGISTRY
 
-    import mwms_operator.metrics  # noqa: F401  (registers the operator's metrics)
+    import mwms_operator.telemetry.metrics  # noqa: F401  (registers the operator's metrics)
 
     return [(f.name, f.type) for f in REGISTRY.collect() if f.name.startswith((PREFIX, *LIBRARY_PREFIXES))]
 
@@ -135,7 +135,7 @@ def test_every_alert_has_a_for_a_severity_and_a_runbook_that_says_what_to_do(hel
 
 
 def test_failures_are_split_by_the_contracts_reasons_into_the_platforms_and_the_users(helm):
-    from mwms_operator.metrics import PLATFORM_FAILURE_REASONS, USER_FAILURE_REASONS
+    from mwms_operator.telemetry.metrics import PLATFORM_FAILURE_REASONS, USER_FAILURE_REASONS
 
     alerts = _rules(helm)
 
@@ -216,7 +216,7 @@ def test_every_panel_honours_job_and_the_namespace_of_trainjob_metrics(helm):
     own panels, its CPU, memory, queues and API requests, are the whole operator's)."""
     from prometheus_client.metrics import MetricWrapperBase
 
-    from mwms_operator import metrics
+    from mwms_operator.telemetry import metrics
 
     by_namespace = {
         m._name

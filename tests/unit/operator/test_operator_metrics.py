@@ -6,8 +6,9 @@ import asyncio
 from prometheus_client import REGISTRY, generate_latest
 
 from mwms_contract.conditions import FAILED, STARTUP_TIMEOUT, WORKER_FAILED
-from mwms_operator import __version__, metrics
+from mwms_operator import __version__
 from mwms_operator.pods import WorkerPod
+from mwms_operator.telemetry import metrics
 from mwms_operator.workqueue import WorkQueue
 
 
