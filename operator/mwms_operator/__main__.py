@@ -17,7 +17,7 @@ from mwms_operator.config import LOG_FORMATS, ConfigError, OperatorConfig
 from mwms_operator.telemetry import log_format
 
 if TYPE_CHECKING:
-    from mwms_operator.leader import Elector
+    from mwms_operator.kube.leader import Elector
 
 log = logging.getLogger("mwms_operator")
 # The leader could not renew its Lease in time, saw another holder, or its renewing failed: it exits at once
@@ -80,12 +80,13 @@ def wait_to_lead(config: OperatorConfig) -> Elector:
     SIGTERM or SIGINT meanwhile."""
     import kopf
 
-    from mwms_operator import k8s, leader
+    from mwms_operator.kube import leader
+    from mwms_operator.kube.client import Kube
     from mwms_operator.telemetry import metrics
 
     identity = f"{socket.gethostname()}_{os.getpid()}"  # the pod's name, and the process in it
     elector = leader.Elector(
-        k8s.Kube.connect(kopf.OperatorSettings()),
+        Kube.connect(kopf.OperatorSettings()),
         config.leader_election_namespace,
         identity,
         config.leader_election_timing,
@@ -118,7 +119,7 @@ def wait_to_lead(config: OperatorConfig) -> Elector:
 def renew_in_background(elector: Elector, stop: threading.Event) -> threading.Thread:
     """Renew the Lease until `stop`; whatever else ends the renewing (the deadline, another holder, any
     error at all) exits the process at once."""
-    from mwms_operator.leader import LeaseLost
+    from mwms_operator.kube.leader import LeaseLost
 
     def renew() -> None:
         try:

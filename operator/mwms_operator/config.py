@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from mwms_contract import names
 from mwms_operator import __version__
+from mwms_operator.kube.leader import Timing
 from mwms_operator.tracking import ANY, TrackingAccess, TrackingCredentials, server_base, without_userinfo
 
 # The trainer image of this operator's own release: the two images are versioned together.
@@ -14,15 +15,6 @@ DEFAULT_TRAINER_IMAGE = f"{names.TRAINER_IMAGE}:{__version__}"
 DEFAULT_TRACKING_URI = "http://mlflow:5000"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = ("text", "json")
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Leader election's durations in seconds, as client-go's (defaults: kube-controller-manager's)."""
-
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
 
 
 class ConfigError(ValueError):

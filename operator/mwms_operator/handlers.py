@@ -13,8 +13,8 @@ from typing import Any
 import kopf
 
 from mwms_contract import names
-from mwms_operator import k8s
 from mwms_operator.config import OperatorConfig
+from mwms_operator.kube.client import Kube, login, use_api_threads
 from mwms_operator.pods import worker_pod
 from mwms_operator.reconciler import Reconciler
 from mwms_operator.state import owner_key
@@ -31,7 +31,7 @@ LEGACY_FINALIZER = "mwms.dev/kopf-finalizer"
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     """Registered here, not at import, so the handlers see the config read at startup."""
 
-    kopf.on.login(id="login", registry=registry)(k8s.login)
+    kopf.on.login(id="login", registry=registry)(login)
 
     @kopf.on.startup(id="startup", registry=registry)
     async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
@@ -42,8 +42,8 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         # still receive, parse and drop every pod of the cluster).
         for resource in ("pods", "services"):
             settings.watching.label_selectors[resource] = names.LABEL_JOB_NAME
-        k8s.use_api_threads(config.api_threads)
-        memo.reconciler = Reconciler(k8s.Kube.connect(settings), config)
+        use_api_threads(config.api_threads)
+        memo.reconciler = Reconciler(Kube.connect(settings), config)
         memo.reconciler.start()
         metrics.serve(config.metrics_port)
 

@@ -15,13 +15,17 @@ from mwms_contract.conditions import PENDING, PODS_CREATED, SUSPENDED, TERMINAL
 from mwms_contract.status import TrainJobStatus, parse_time, typed
 from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError, TrainJobSpec
-from mwms_operator import builders, k8s, refusals
+from mwms_operator import builders
 from mwms_operator.config import OperatorConfig
-from mwms_operator.lookups import PodEventLookups
+from mwms_operator.kube import refusals
+from mwms_operator.kube.client import Kube
+from mwms_operator.kube.event_lookups import PodEventLookups
+from mwms_operator.kube.workqueue import WorkQueue
 from mwms_operator.pods import deletion_selector, worker_pod
 from mwms_operator.policy import decide
 from mwms_operator.runwatch import RunWatch
 from mwms_operator.spec import parse_for_group
+from mwms_operator.startup import events_wanted
 from mwms_operator.state import JobKey, State, owner_key
 from mwms_operator.status import (
     CreatePods,
@@ -34,7 +38,6 @@ from mwms_operator.status import (
     next_due,
 )
 from mwms_operator.telemetry import memory, metrics
-from mwms_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 WORKERS = 8  # jobs reconciled at once; each mostly waits on the API server
@@ -47,12 +50,12 @@ DUE_MARGIN_SECONDS = 0.2  # status times have whole seconds; look a little after
 class Reconciler:
     """Watch events -> the state -> a queue of job keys; each key is reconciled by one worker at a time."""
 
-    def __init__(self, kube: k8s.Kube, config: OperatorConfig) -> None:
+    def __init__(self, kube: Kube, config: OperatorConfig) -> None:
         self.kube, self.config = kube, config
         self.state = State()
         self.phases = metrics.PhaseBook()
         self.queue: WorkQueue[JobKey] = WorkQueue(
-            self.reconcile, workers=WORKERS, name="reconcile", expected=k8s.TRANSIENT_ERRORS
+            self.reconcile, workers=WORKERS, name="reconcile", expected=refusals.TRANSIENT_ERRORS
         )
         self.runs = RunWatch(kube, config, self.state, self.queue.add, self._namespace_ending)
         self._resync: asyncio.Task[None] | None = None
@@ -149,7 +152,8 @@ class Reconciler:
         now = datetime.now(UTC)
         if await self._confirm_leaving(key):
             self.queue.add_after(key, LEAVING_GRACE_SECONDS)
-        pods = await self.lookups.with_events(key, spec, self.state.pods_of(key), previous, now)
+        known = self.state.pods_of(key)
+        pods = await self.lookups.with_events(key, known, events_wanted(spec, known, previous, now))
         decision = decide(
             meta,
             spec,

@@ -19,13 +19,14 @@ from mwms_contract.conditions import (
 )
 from mwms_contract.status import TrainJobStatus, format_time, typed
 from mwms_contract.trainjob import SpecError, TrainJobSpec
-from mwms_operator import k8s, refusals
 from mwms_operator.config import OperatorConfig
+from mwms_operator.kube import refusals
+from mwms_operator.kube.client import Kube
+from mwms_operator.kube.workqueue import WorkQueue
 from mwms_operator.progress import ProgressReader, Skipped, Unreadable, status_patch
 from mwms_operator.spec import parse_for_group
 from mwms_operator.state import JobKey, State
 from mwms_operator.status import Said
-from mwms_operator.workqueue import WorkQueue
 
 # A run the operator could not end is tried again this many times, one progress interval apart (and once more
 # after an operator restart): a server that is down for minutes is not tried for ever.
@@ -35,7 +36,7 @@ RUN_END_TRIES = 10
 class RunWatch:
     def __init__(
         self,
-        kube: k8s.Kube,
+        kube: Kube,
         config: OperatorConfig,
         state: State,
         reconcile: Callable[[JobKey], None],
@@ -44,7 +45,7 @@ class RunWatch:
         self.kube, self.config, self.state = kube, config, state
         self._reconcile, self._namespace_ending = reconcile, namespace_ending
         self.queue: WorkQueue[JobKey] = WorkQueue(
-            self.poll, workers=2, name="progress", expected=k8s.TRANSIENT_ERRORS
+            self.poll, workers=2, name="progress", expected=refusals.TRANSIENT_ERRORS
         )
         self.reader = ProgressReader(config.tracking_access())
         self._said: dict[JobKey, dict[str, Said]] = {}

@@ -38,10 +38,10 @@ EVENT = frozenset({"type", "reason", "message"})  # a core/v1 Event
 OTHER_OBJECTS: dict[str, frozenset[str]] = {
     "operator/mwms_operator/builders.py": frozenset({"type"}),  # the pod's seccompProfile
     "operator/mwms_operator/pods.py": POD,
-    "operator/mwms_operator/events.py": EVENT,
+    "operator/mwms_operator/kube/events.py": EVENT,
     "operator/mwms_operator/telemetry/log_format.py": frozenset({"message"}),  # a JSON log record
-    "operator/mwms_operator/k8s.py": frozenset({"status", "message"}),  # the patch's body; an Event's
-    "operator/mwms_operator/refusals.py": frozenset({"message"}),  # a Status reply (ApiError.of)
+    "operator/mwms_operator/kube/client.py": frozenset({"status", "message"}),  # the patch's body; an Event's
+    "operator/mwms_operator/kube/refusals.py": frozenset({"message"}),  # a Status reply (ApiError.of)
     "operator/mwms_operator/mlflow_api.py": frozenset({"status"}),  # MLflow's run info and update
     "operator/mwms_operator/progress.py": frozenset({"metrics"}),  # MLflow's run data
     "operator/mwms_operator/runwatch.py": frozenset({"epochs"}),  # spec.trainer.epochs

@@ -15,9 +15,8 @@ import kopf
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mwms_operator import k8s
-from mwms_operator.config import Timing
-from mwms_operator.leader import Elector, LeaseLost
+from mwms_operator.kube import client as k8s
+from mwms_operator.kube.leader import Elector, LeaseLost, Timing
 
 pytestmark = pytest.mark.integration
 

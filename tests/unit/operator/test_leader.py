@@ -12,8 +12,7 @@ import kopf
 import pytest
 
 from mwms_operator import __main__ as entry
-from mwms_operator.config import Timing
-from mwms_operator.leader import Elector, LeaseLost
+from mwms_operator.kube.leader import Elector, LeaseLost, Timing
 
 ME = "operator-0_1"
 BOUND = 30  # seconds a test waits for what must happen long before (a hang fails, not blocks, the run)

@@ -21,11 +21,12 @@ from test_operator_reconciler import (
 )
 
 from mwms_operator.config import OperatorConfig
-from mwms_operator.lookups import EVENTS_FRESH_SECONDS
+from mwms_operator.kube.event_lookups import EVENTS_FRESH_SECONDS
+from mwms_operator.kube.refusals import ApiError
 from mwms_operator.pods import PodEvents
 from mwms_operator.reconciler import Reconciler
-from mwms_operator.refusals import ApiError
 from mwms_operator.spec import parse_for_group
+from mwms_operator.startup import events_wanted
 
 SERVER_ERROR = ApiError(500, "etcdserver: request timed out")
 
@@ -208,7 +209,8 @@ def worker_1_events(reconciler: Reconciler, clock: list[float], now: float) -> P
     spec, _ = parse_for_group(reconciler.state.jobs[KEY], reconciler.config)
     pods = reconciler.state.pods_of(KEY)
     previous = {"phase": "Pending", "restarts": 0}
-    judged = asyncio.run(reconciler.lookups.with_events(KEY, spec, pods, previous, datetime.now(UTC)))
+    wanted = events_wanted(spec, pods, previous, datetime.now(UTC))
+    judged = asyncio.run(reconciler.lookups.with_events(KEY, pods, wanted))
     return next(p.events for p in judged if p.index == 1)
 
 

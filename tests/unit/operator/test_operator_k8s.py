@@ -16,7 +16,8 @@ from prometheus_client import REGISTRY
 
 from mwms_dev import pki
 from mwms_kit.fake_api_server import FakeApiServer, Seen, serve
-from mwms_operator import k8s, refusals
+from mwms_operator.kube import client as k8s
+from mwms_operator.kube import refusals
 
 # Only the metadata, not a whole TrainJob: an event's apiVersion and kind must come from the operator itself.
 JOB = {"metadata": {"name": "mnist", "namespace": "ns", "uid": "u-1"}}
@@ -295,7 +296,7 @@ def test_an_event_names_the_trainjob_and_a_failed_post_is_only_logged(api, caplo
         "Normal", "PodsCreated", "created worker pods"
     )  # fmt: skip
     api.refuse(403, 'events "mnist." is forbidden: exceeded quota: q, requested: count/events=1')
-    with caplog.at_level("INFO", logger="mwms_operator.k8s"):
+    with caplog.at_level("INFO", logger="mwms_operator.kube.client"):
         kube.post_event(JOB, "Warning", "Failed", "x")
     assert "event Failed on ns/mnist not posted" in caplog.text
     api.refuse(403, "unable to create new content in namespace ns because it is being terminated")

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import pytest
 
 from mwms_operator import __main__ as entry
-from mwms_operator import refusals
 from mwms_operator.config import ConfigError, OperatorConfig
+from mwms_operator.kube import refusals
+from mwms_operator.kube.workqueue import WorkQueue
 from mwms_operator.state import JobKey
 from mwms_operator.telemetry import log_format
-from mwms_operator.workqueue import WorkQueue
 
 
 def line(record: logging.LogRecord) -> dict[str, object]:
@@ -67,7 +67,7 @@ def test_every_line_a_work_queue_worker_logs_names_its_job_also_from_threads():
     async def main() -> None:
         async def handle(key: JobKey) -> None:
             logging.getLogger("mwms_operator.reconciler").info("reconciling")
-            await asyncio.to_thread(logging.getLogger("mwms_operator.k8s").info, "an API call")
+            await asyncio.to_thread(logging.getLogger("mwms_operator.kube.client").info, "an API call")
             raise refusals.ApiError(500, "etcd")  # the queue's own retry line is about the job too
 
         queue: WorkQueue[JobKey] = WorkQueue(

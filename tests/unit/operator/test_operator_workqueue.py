@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from mwms_operator.kube.workqueue import FailureLog, WorkQueue
 from mwms_operator.state import JobKey
-from mwms_operator.workqueue import FailureLog, WorkQueue
 
 
 def run(coro):
@@ -179,7 +179,7 @@ def test_the_queue_logs_a_failing_outage_once_and_its_end(caplog):
         await asyncio.wait_for(all_handled.wait(), 5)  # each retried after 0.5 s, and handled
         await queue.stop()
 
-    with caplog.at_level(logging.INFO, logger="mwms_operator.workqueue"):
+    with caplog.at_level(logging.INFO, logger="mwms_operator.kube.workqueue"):
         run(main())
     said = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert [level for level, _ in said] == [logging.WARNING, logging.INFO], said

@@ -14,11 +14,11 @@ import pytest
 from test_operator_reconciler import KEY, QUOTA, Indexes, RecordingKube, job_body, pod_body
 
 from mwms_operator.config import OperatorConfig
-from mwms_operator.events import EventBook
-from mwms_operator.lookups import EVENTS_FRESH_SECONDS
+from mwms_operator.kube.event_lookups import EVENTS_FRESH_SECONDS
+from mwms_operator.kube.events import EventBook
+from mwms_operator.kube.refusals import ApiError, Refused
 from mwms_operator.pods import worker_pod
 from mwms_operator.reconciler import Reconciler
-from mwms_operator.refusals import ApiError, Refused
 from mwms_operator.state import STATUS_COALESCE_SECONDS
 
 

@@ -28,14 +28,26 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mwms_contract import names
-from mwms_operator.config import Timing
-from mwms_operator.k8s import TRANSIENT_ERRORS, Kube
+from mwms_operator.kube.refusals import TRANSIENT_ERRORS
+
+if TYPE_CHECKING:
+    from mwms_operator.kube.client import Kube
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Leader election's durations in seconds, as client-go's (defaults: kube-controller-manager's)."""
+
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
 
 
 class LeaseLost(Exception):

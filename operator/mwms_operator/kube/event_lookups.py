@@ -7,15 +7,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
-from datetime import datetime
-from typing import Any
+from collections.abc import Callable
 
 from mwms_contract.conditions import POD_EVENTS_FORBIDDEN, POD_EVENTS_UNREADABLE
-from mwms_contract.trainjob import SpecError, TrainJobSpec
-from mwms_operator import k8s, refusals
+from mwms_operator.kube import refusals
+from mwms_operator.kube.client import Kube
 from mwms_operator.pods import UNREADABLE, PodEvents, WorkerPod, pod_events
-from mwms_operator.startup import events_wanted
 from mwms_operator.state import JobKey, State
 
 log = logging.getLogger(__name__)
@@ -38,25 +35,21 @@ EVENT_LOOKUP_FAILURES = 3
 
 
 class PodEventLookups:
-    def __init__(self, kube: k8s.Kube, state: State, requeue: Callable[[JobKey, float], None]) -> None:
+    def __init__(self, kube: Kube, state: State, requeue: Callable[[JobKey, float], None]) -> None:
         self.kube, self.state, self.requeue = kube, state, requeue
         self.slots = asyncio.Semaphore(EVENT_LOOKUPS_AT_ONCE)
 
     async def with_events(
-        self,
-        key: JobKey,
-        spec: TrainJobSpec | SpecError,
-        pods: list[WorkerPod],
-        previous: Mapping[str, Any],
-        now: datetime,
+        self, key: JobKey, pods: list[WorkerPod], wanted: list[WorkerPod]
     ) -> list[WorkerPod]:
-        """The pods the start's rules ask about, with their events (pulls, last reasons; startup.py) as last
-        read. One not yet read is judged as it is (it may be pulling) and the job is looked at again; one
-        whose lookups keep failing (EVENT_LOOKUP_FAILURES), or are refused (403), is judged without them."""
+        """The job's `pods`, those `wanted` by the start's rules (events_wanted) with their events as last
+        read (pulls, last reasons). One not yet read is judged as it is (it may be pulling) and the job is
+        looked at again; one whose lookups keep failing (EVENT_LOOKUP_FAILURES), or are refused (403), is
+        judged without them."""
         found: dict[str, WorkerPod] = {}
         forbidden = False  # once refused, the others are not asked: judged without events (UNREADABLE)
         behind, failing = False, ""
-        for pod in events_wanted(spec, pods, previous, now):
+        for pod in wanted:
             due = self.state.events_due(key, pod.uid, EVENTS_FRESH_SECONDS, EVENTS_STALE_MAX_SECONDS)
             try:
                 if due and not forbidden and not await self._look_up(key, pod, pods):
@@ -89,7 +82,7 @@ class PodEventLookups:
         async with self.slots:
             try:
                 listed = await asyncio.to_thread(self.kube.pod_events, key.namespace, pod.name, pod.uid)
-            except k8s.TRANSIENT_ERRORS as error:
+            except refusals.TRANSIENT_ERRORS as error:
                 if isinstance(error, refusals.ApiError) and error.status == 403:
                     raise
                 log.debug("%s/%s: events of %s not read (again later): %s", *key[:2], pod.name, error)

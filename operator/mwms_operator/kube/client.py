@@ -31,8 +31,8 @@ import kopf
 from mwms_contract import names
 from mwms_contract.status import MAX_MESSAGE, format_time
 from mwms_operator import __version__
-from mwms_operator.events import EventBook, new_event
-from mwms_operator.refusals import ApiError, NamespaceEnding, NameTaken, refusal
+from mwms_operator.kube.events import EventBook, new_event
+from mwms_operator.kube.refusals import TRANSIENT_ERRORS, ApiError, NamespaceEnding, NameTaken, refusal
 from mwms_operator.telemetry import metrics
 
 log = logging.getLogger(__name__)
@@ -47,9 +47,6 @@ DRY_RUN = "&dryRun=All"  # admission (quota, LimitRange, webhooks) answers; noth
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 TRAINJOBS_PATH = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{{namespace}}/{names.PLURAL}"
 
-
-# What a call may raise that a later try can fix: the API server's errors, timeouts, lost connections.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ApiError, OSError, http.client.HTTPException)
 # What a keep-alive connection the server has closed meanwhile raises: sent again on a new connection.
 _STALE_CONNECTION = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 

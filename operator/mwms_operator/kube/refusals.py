@@ -4,6 +4,7 @@ that the work queue retries."""
 
 from __future__ import annotations
 
+import http.client
 import json
 
 from mwms_contract.conditions import (
@@ -34,6 +35,10 @@ class ApiError(Exception):
         details = answer.get("details")
         kind = details.get("kind") if isinstance(details, dict) else None
         return cls(status, str(answer.get("message") or reason), str(kind or ""))
+
+
+# What a call may raise that a later try can fix: the API server's errors, timeouts, lost connections.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ApiError, OSError, http.client.HTTPException)
 
 
 class Rejected(Exception):
