@@ -27,7 +27,7 @@ import numpy as np
 from trainer_bench import run_group  # bench/, same folder
 
 from mwms_operator.config import OperatorConfig
-from mwms_operator.spec import parse_trainjob
+from mwms_operator.render.spec import parse_trainjob
 from mwms_trainer import local
 
 RESULTS = Path(__file__).resolve().parent / "results" / "data_scale.json"
@@ -68,7 +68,8 @@ def train(
         "epochs": 1, "globalBatchSize": batch, "learningRate": 0.01,
     }  # fmt: skip
     spec = parse_trainjob(
-        {"metadata": {"name": name}, "spec": {"replicas": workers, "trainer": trainer}}, OperatorConfig()
+        {"metadata": {"name": name}, "spec": {"replicas": workers, "trainer": trainer}},
+        OperatorConfig().spec_defaults(),
     )
     uri = local.prepare_sqlite_store(root, name)
     job_dir = root / name

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from mwms_operator.config import OperatorConfig
-from mwms_operator.spec import parse_trainjob
+from mwms_operator.render.spec import parse_trainjob
 from mwms_trainer import local
 
 RESULTS = Path(__file__).resolve().parent / "results" / "trainer.json"
@@ -91,7 +91,8 @@ def measure(
     }  # fmt: skip
     name = f"bench-{workers}-{'-'.join(map(str, hidden))}"
     spec = parse_trainjob(
-        {"metadata": {"name": name}, "spec": {"replicas": workers, "trainer": trainer}}, OperatorConfig()
+        {"metadata": {"name": name}, "spec": {"replicas": workers, "trainer": trainer}},
+        OperatorConfig().spec_defaults(),
     )
     uri = local.prepare_sqlite_store(root, name)
     job_dir = root / name

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 from mwms_operator.config import OperatorConfig
-from mwms_operator.spec import parse_trainjob
+from mwms_operator.render.spec import parse_trainjob
 from mwms_trainer import local
 
 RESULTS = Path(__file__).resolve().parent / "results" / "trainer_sigterm.json"
@@ -39,7 +39,7 @@ def measure(phase: str, root: Path) -> dict[str, object]:
             "metadata": {"name": name},
             "spec": {"replicas": replicas, "trainer": trainer, "runPolicy": {"startupTimeoutSeconds": 600}},
         },
-        OperatorConfig(),
+        OperatorConfig().spec_defaults(),
     )
     uri = local.prepare_sqlite_store(root, name)
     job_dir = root / f"{name}-{uuid.uuid4().hex[:6]}"

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from mwms_contract import names
 from mwms_operator import __version__
 from mwms_operator.kube.leader import Timing
+from mwms_operator.render.spec import SpecDefaults
 from mwms_operator.tracking import ANY, TrackingAccess, TrackingCredentials, server_base, without_userinfo
 
 # The trainer image of this operator's own release: the two images are versioned together.
@@ -51,6 +52,9 @@ class OperatorConfig:
     # One per release: two releases in one namespace (each watching its own namespaces) elect separately.
     leader_election_lease: str = "mwms-operator-leader"
     leader_election_timing: Timing = Timing()
+
+    def spec_defaults(self) -> SpecDefaults:
+        return SpecDefaults(tracking_uri=self.tracking_uri, image=self.trainer_image)
 
     def tracking_access(self) -> TrackingAccess:
         bases = frozenset(b for b in map(server_base, self.allowed_tracking_uris) if b is not None)

@@ -3,7 +3,7 @@ one is classified (retryable or not), the replica counts, and whether the group'
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -212,30 +212,8 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
     )
 
 
-def deletion_selector(
-    job_uid: str, pods: Sequence[WorkerPod], doomed: Collection[str]
-) -> tuple[str, str] | None:
-    """(labelSelector, fieldSelector) of one request that deletes the `doomed` pods (names) of the job with
-    this uid, of its `pods` (what the index holds): the job's uid label, so no other job's pod can match (nor
-    one of a job created again under the same name), and the groups and indices of the doomed (a job has one
-    pod per index, its name). Where every doomed pod was active (cleanPodPolicy Running), one that has
-    finished meanwhile is spared, as a pod that finished first is: its final state and logs are kept. None
-    if a doomed pod lacks the uid label (an older operator made it): those are deleted one by one."""
-    targets = [p for p in pods if p.name in doomed]
-    if not targets or any(p.job_uid != job_uid for p in targets):
-        return None
-    restarts = ",".join(str(r) for r in sorted({p.restart for p in targets}))
-    indices = ",".join(str(i) for i in sorted({p.index for p in targets}))
-    labels = (
-        f"{names.LABEL_JOB_UID}={job_uid},{names.LABEL_RESTART} in ({restarts}),"
-        f"{names.LABEL_REPLICA_INDEX} in ({indices})"
-    )
-    spare_finished = all(p.active for p in targets)
-    return labels, ",".join(f"status.phase!={phase}" for phase in (SUCCEEDED, FAILED) if spare_finished)
-
-
 def _own_probe(pod: Mapping[str, Any]) -> bool:
-    """The `trainer` container has a readiness probe that is not the rendezvous one (builders.py's)."""
+    """The `trainer` container has a readiness probe that is not the rendezvous one (render/pod.py's)."""
     containers = (pod.get("spec") or {}).get("containers") or []
     trainer: Mapping[str, Any] = next((c for c in containers if c.get("name") == names.CONTAINER_NAME), {})
     probe = trainer.get("readinessProbe") or {}

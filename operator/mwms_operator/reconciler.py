@@ -15,16 +15,18 @@ from mwms_contract.conditions import PENDING, PODS_CREATED, SUSPENDED, TERMINAL
 from mwms_contract.status import TrainJobStatus, parse_time, typed
 from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError, TrainJobSpec
-from mwms_operator import builders
 from mwms_operator.config import OperatorConfig
 from mwms_operator.kube import refusals
 from mwms_operator.kube.client import Kube
 from mwms_operator.kube.event_lookups import PodEventLookups
 from mwms_operator.kube.workqueue import WorkQueue
-from mwms_operator.pods import deletion_selector, worker_pod
+from mwms_operator.pods import worker_pod
 from mwms_operator.policy import decide
+from mwms_operator.render.labels import deletion_selector
+from mwms_operator.render.pod import build_worker_pod
+from mwms_operator.render.service import build_service
+from mwms_operator.render.spec import parse_for_group
 from mwms_operator.runwatch import RunWatch
-from mwms_operator.spec import parse_for_group
 from mwms_operator.startup import events_wanted
 from mwms_operator.state import JobKey, State, owner_key
 from mwms_operator.status import (
@@ -146,7 +148,7 @@ class Reconciler:
     async def _reconcile(self, key: JobKey, body: Mapping[str, Any]) -> None:
         started = time.monotonic()
         meta = JobMeta(key.name, key.namespace, key.uid, int(body["metadata"].get("generation") or 1))
-        spec, template_error = parse_for_group(body, self.config)
+        spec, template_error = parse_for_group(body, self.config.spec_defaults())
         previous = self.state.status(key)
         creation_refused = self.state.creation_refused(key)
         now = datetime.now(UTC)
@@ -256,9 +258,7 @@ class Reconciler:
             elif isinstance(action, DeleteJob):
                 await asyncio.to_thread(kube.delete_trainjob, meta.namespace, meta.name, meta.uid)
             elif isinstance(spec, TrainJobSpec) and isinstance(action, CreateService):
-                service = builders.build_service(
-                    spec, job_name=meta.name, namespace=meta.namespace, uid=meta.uid
-                )
+                service = build_service(spec, job_name=meta.name, namespace=meta.namespace, uid=meta.uid)
                 await asyncio.to_thread(kube.create_service, meta.namespace, service)
             elif isinstance(spec, TrainJobSpec) and isinstance(action, CreatePods):
                 await self._create_pods(body, meta, spec, action, dry_run_first=dry_run_first)
@@ -300,7 +300,7 @@ class Reconciler:
         created in part only to be deleted."""
         hosts = worker_hosts(meta.name, meta.namespace, spec.replicas, spec.port, self.config.cluster_domain)
         pods = [
-            builders.build_worker_pod(
+            build_worker_pod(
                 spec,
                 job_name=meta.name,
                 namespace=meta.namespace,

@@ -24,7 +24,7 @@ from mwms_operator.kube import refusals
 from mwms_operator.kube.client import Kube
 from mwms_operator.kube.workqueue import WorkQueue
 from mwms_operator.progress import ProgressReader, Skipped, Unreadable, status_patch
-from mwms_operator.spec import parse_for_group
+from mwms_operator.render.spec import parse_for_group
 from mwms_operator.state import JobKey, State
 from mwms_operator.status import Said
 
@@ -87,7 +87,7 @@ class RunWatch:
         if body is None or self.state.namespace_ending(key.namespace):
             return  # gone or going
         status = typed(self.state.status(key))
-        spec, _ = parse_for_group(body, self.config)
+        spec, _ = parse_for_group(body, self.config.spec_defaults())
         if isinstance(spec, SpecError):
             return
         if status.phase == RUNNING:

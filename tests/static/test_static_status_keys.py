@@ -36,7 +36,7 @@ KEYS = frozenset().union(
 POD = frozenset({"phase", "conditions", "type", "status", "reason", "message", "ready"})
 EVENT = frozenset({"type", "reason", "message"})  # a core/v1 Event
 OTHER_OBJECTS: dict[str, frozenset[str]] = {
-    "operator/mwms_operator/builders.py": frozenset({"type"}),  # the pod's seccompProfile
+    "operator/mwms_operator/render/pod.py": frozenset({"type"}),  # the pod's seccompProfile
     "operator/mwms_operator/pods.py": POD,
     "operator/mwms_operator/kube/events.py": EVENT,
     "operator/mwms_operator/telemetry/log_format.py": frozenset({"message"}),  # a JSON log record

@@ -25,7 +25,7 @@ from mwms_operator.kube.event_lookups import EVENTS_FRESH_SECONDS
 from mwms_operator.kube.refusals import ApiError
 from mwms_operator.pods import PodEvents
 from mwms_operator.reconciler import Reconciler
-from mwms_operator.spec import parse_for_group
+from mwms_operator.render.spec import parse_for_group
 from mwms_operator.startup import events_wanted
 
 SERVER_ERROR = ApiError(500, "etcdserver: request timed out")
@@ -206,7 +206,7 @@ def test_the_job_is_told_once_that_its_pods_events_cannot_be_read(reconciler, in
 def worker_1_events(reconciler: Reconciler, clock: list[float], now: float) -> PodEvents | None:
     """Worker 1's events as the start's rules are given them at `now`."""
     clock[0] = now
-    spec, _ = parse_for_group(reconciler.state.jobs[KEY], reconciler.config)
+    spec, _ = parse_for_group(reconciler.state.jobs[KEY], reconciler.config.spec_defaults())
     pods = reconciler.state.pods_of(KEY)
     previous = {"phase": "Pending", "restarts": 0}
     wanted = events_wanted(spec, pods, previous, datetime.now(UTC))

@@ -7,8 +7,8 @@ import asyncio
 from mwms_contract.conditions import MLFLOW_RUN_ENDED, RUN_ENDED_BY_CHIEF, RUN_ENDED_BY_OPERATOR
 from mwms_kit.trainjobs import trainjob
 from mwms_operator.config import OperatorConfig
+from mwms_operator.render.spec import parse_for_group
 from mwms_operator.runwatch import RunWatch
-from mwms_operator.spec import parse_for_group
 from mwms_operator.state import State, job_key
 from mwms_operator.status import Said
 
@@ -57,5 +57,5 @@ def test_a_second_look_before_the_status_says_so_does_not_credit_the_chief_with_
 
 
 def _spec_and_status(body):
-    spec, _ = parse_for_group(body, OperatorConfig.from_env({}))
+    spec, _ = parse_for_group(body, OperatorConfig.from_env({}).spec_defaults())
     return spec, body["status"]

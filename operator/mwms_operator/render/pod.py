@@ -1,5 +1,5 @@
-"""Pure: the headless Service and the worker Pods, as plain dicts (the trainer's environment in them is
-mwms_contract.trainjob.trainer_env, which `mwms local` uses too)."""
+"""Pure: a worker Pod as a plain dict: spec.template merged with what MWMS needs (the trainer's environment,
+TF_CONFIG among it, is mwms_contract.trainjob.trainer_env, which `mwms local` uses too)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from mwms_contract import names
 from mwms_contract.trainjob import CodeSpec, TrainJobSpec, trainer_env
+from mwms_operator.render.labels import owner_reference, worker_labels
 
 CHECKPOINT_VOLUME = "mwms-checkpoint"
 CODE_VOLUME = "mwms-code"
@@ -38,10 +39,6 @@ def runs_trainer_entrypoint(container: dict[str, Any], image: str) -> bool:
     return command[0].rsplit("/", 1)[-1].startswith("python") and command[1:3] == ["-m", "mwms_trainer"]
 
 
-def service_name(job_name: str) -> str:
-    return job_name
-
-
 def code_volume(code: CodeSpec) -> dict[str, Any]:
     """spec.code's files as a volume (mounted read-only). A ConfigMap is optional, so a missing one does not
     leave the pod waiting forever: the trainer then exits 2 naming spec.code.configMap (a permanent failure).
@@ -52,44 +49,6 @@ def code_volume(code: CodeSpec) -> dict[str, Any]:
     if code.items:
         source["items"] = [{"key": key, "path": path} for key, path in code.items]
     return {"name": CODE_VOLUME, "configMap": source}
-
-
-def job_labels(job_name: str) -> dict[str, str]:
-    return {names.LABEL_JOB_NAME: job_name, names.LABEL_MANAGED_BY: names.MANAGED_BY}
-
-
-def owner_reference(job_name: str, uid: str) -> dict[str, Any]:
-    # controller=true: garbage collection removes children with the job, and kubectl shows the owner.
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "name": job_name,
-        "uid": uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def build_service(spec: TrainJobSpec, *, job_name: str, namespace: str, uid: str) -> dict[str, Any]:
-    """Headless: it exists for DNS only; publishNotReadyAddresses so peers resolve before they are Ready."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": service_name(job_name),
-            "namespace": namespace,
-            "labels": job_labels(job_name),
-            "ownerReferences": [owner_reference(job_name, uid)],
-        },
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": {names.LABEL_JOB_NAME: job_name},
-            "ports": [
-                {"name": names.PORT_NAME, "port": spec.port, "targetPort": spec.port, "protocol": "TCP"}
-            ],
-        },
-    }
 
 
 def _trainer_container(containers: list[dict[str, Any]]) -> dict[str, Any]:
@@ -118,15 +77,7 @@ def build_worker_pod(
     name = names.pod_name(job_name, index)
 
     labels = dict(meta.get("labels") or {})
-    labels.update(job_labels(job_name))
-    labels.update(
-        {
-            names.LABEL_REPLICA_INDEX: str(index),
-            names.LABEL_ROLE: names.ROLE_CHIEF if index == 0 else names.ROLE_WORKER,
-            names.LABEL_RESTART: str(restart_count),
-            names.LABEL_JOB_UID: uid,
-        }
-    )
+    labels.update(worker_labels(job_name, uid, index, restart_count))
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
