@@ -29,8 +29,9 @@ from mwms_contract.conditions import (
 from mwms_contract.names import pod_name
 from mwms_contract.status import FALSE, TRUE, format_time, parse_time, truncate
 from mwms_contract.trainjob import SpecError, TrainJobSpec
-from mwms_operator.pods import Failure, WorkerPod, classify, replica_statuses, startup_clock
-from mwms_operator.status import Builder, Decision, DeletePods, Event, JobMeta, Said
+from mwms_operator.observe.findings import CreationRefused, Said
+from mwms_operator.observe.pod_states import Failure, WorkerPod, classify, replica_statuses, startup_clock
+from mwms_operator.status import Builder, Decision, DeletePods, Event, JobMeta
 
 # The clocks of a group's start (startup timeout, container errors): stopped whenever that group ends.
 STOPPED_STARTUP_CLOCKS = {"stalled_since": None, "container_error_since": None}
@@ -45,18 +46,6 @@ REFUSALS = {
     API_SERVER_ERROR: "the API server failed to create the workers",
     NAME_CONFLICT: "a name the job needs is taken",
 }
-
-
-@dataclass(frozen=True)
-class CreationRefused:
-    """The API server refused to create this job's workers for now (a reason of REFUSALS): its message, how
-    many tries were refused, when the next one is, and how long until then."""
-
-    message: str
-    tries: int
-    next_try: datetime
-    wait_seconds: float = 0.0
-    reason: str = CREATE_PODS_REFUSED
 
 
 def restart_backoff(counted: int) -> int:

@@ -33,14 +33,14 @@ from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.facts import (
     REFUSALS,
     STOPPED_STARTUP_CLOCKS,
-    CreationRefused,
     Facts,
     cleanup,
     mark_said,
     prepare,
     restart_backoff,
 )
-from mwms_operator.pods import WorkerPod, failure_reason
+from mwms_operator.observe.findings import CreationRefused, Said
+from mwms_operator.observe.pod_states import WorkerPod, failure_reason
 from mwms_operator.startup import rule_container_error, rule_startup_timeout
 from mwms_operator.status import (
     Builder,
@@ -51,7 +51,6 @@ from mwms_operator.status import (
     DeletePods,
     Event,
     JobMeta,
-    Said,
     chief_mlflow,
 )
 

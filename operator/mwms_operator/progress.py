@@ -24,7 +24,7 @@ from mwms_contract.conditions import (
 from mwms_contract.names import MLFLOW_PARAM_EPOCHS
 from mwms_contract.status import MlflowRun, Progress, TrainJobStatus, run_patch, typed
 from mwms_operator import mlflow_api
-from mwms_operator.status import Said
+from mwms_operator.observe.findings import Said
 from mwms_operator.tracking import TrackingAccess, without_userinfo
 
 log = logging.getLogger(__name__)

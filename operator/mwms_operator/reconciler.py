@@ -20,7 +20,8 @@ from mwms_operator.kube import refusals
 from mwms_operator.kube.client import Kube
 from mwms_operator.kube.event_lookups import PodEventLookups
 from mwms_operator.kube.workqueue import WorkQueue
-from mwms_operator.pods import worker_pod
+from mwms_operator.observe.pod_states import worker_pod
+from mwms_operator.observe.state import JobKey, State, owner_key
 from mwms_operator.policy import decide
 from mwms_operator.render.labels import deletion_selector
 from mwms_operator.render.pod import build_worker_pod
@@ -28,7 +29,6 @@ from mwms_operator.render.service import build_service
 from mwms_operator.render.spec import parse_for_group
 from mwms_operator.runwatch import RunWatch
 from mwms_operator.startup import events_wanted
-from mwms_operator.state import JobKey, State, owner_key
 from mwms_operator.status import (
     CreatePods,
     CreateService,

@@ -23,10 +23,10 @@ from mwms_operator.config import OperatorConfig
 from mwms_operator.kube import refusals
 from mwms_operator.kube.client import Kube
 from mwms_operator.kube.workqueue import WorkQueue
+from mwms_operator.observe.findings import Said
+from mwms_operator.observe.state import JobKey, State
 from mwms_operator.progress import ProgressReader, Skipped, Unreadable, status_patch
 from mwms_operator.render.spec import parse_for_group
-from mwms_operator.state import JobKey, State
-from mwms_operator.status import Said
 
 # A run the operator could not end is tried again this many times, one progress interval apart (and once more
 # after an operator restart): a server that is down for minutes is not tried for ever.

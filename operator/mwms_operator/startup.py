@@ -14,7 +14,7 @@ from mwms_contract.conditions import CONTAINER_ERROR, FAILED, STARTUP_TIMEOUT, S
 from mwms_contract.status import TrainJobStatus, parse_time, truncate, typed
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.facts import Facts
-from mwms_operator.pods import (
+from mwms_operator.observe.pod_states import (
     FATAL_WAITING_REASONS,
     WorkerPod,
     startup_unexplained,

@@ -82,18 +82,6 @@ class Event:
 
 
 @dataclass(frozen=True)
-class Said:
-    """A condition that a look outside the pods decided (the job's tracking server: runwatch.py). The
-    decision writes it, and posts one event each time its status or reason changes (not on every poll)."""
-
-    type: str
-    status: bool
-    reason: str
-    message: str
-    warning: bool = False  # the event's type: Warning, else Normal
-
-
-@dataclass(frozen=True)
 class Decision:
     new: TrainJobStatus  # the decided status; its progress is the run watch's to write (runwatch.py)
     actions: tuple[Action, ...] = ()

@@ -37,7 +37,7 @@ POD = frozenset({"phase", "conditions", "type", "status", "reason", "message", "
 EVENT = frozenset({"type", "reason", "message"})  # a core/v1 Event
 OTHER_OBJECTS: dict[str, frozenset[str]] = {
     "operator/mwms_operator/render/pod.py": frozenset({"type"}),  # the pod's seccompProfile
-    "operator/mwms_operator/pods.py": POD,
+    "operator/mwms_operator/observe/pod_states.py": POD,
     "operator/mwms_operator/kube/events.py": EVENT,
     "operator/mwms_operator/telemetry/log_format.py": frozenset({"message"}),  # a JSON log record
     "operator/mwms_operator/kube/client.py": frozenset({"status", "message"}),  # the patch's body; an Event's
@@ -46,7 +46,7 @@ OTHER_OBJECTS: dict[str, frozenset[str]] = {
     "operator/mwms_operator/progress.py": frozenset({"metrics"}),  # MLflow's run data
     "operator/mwms_operator/runwatch.py": frozenset({"epochs"}),  # spec.trainer.epochs
     # The TrainJob's .status, kept as the API server gave it: a decision's patch is compared with it.
-    "operator/mwms_operator/state.py": frozenset({"status"}),
+    "operator/mwms_operator/observe/state.py": frozenset({"status"}),
     "client/mwms/describe.py": POD | EVENT,
     "client/mwms/follow.py": POD,
     "client/mwms/kube.py": frozenset({"type", "message"}),  # a watch event; a Status reply

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from mwms_contract.conditions import POD_EVENTS_FORBIDDEN, POD_EVENTS_UNREADABLE
 from mwms_operator.kube import refusals
 from mwms_operator.kube.client import Kube
-from mwms_operator.pods import UNREADABLE, PodEvents, WorkerPod, pod_events
-from mwms_operator.state import JobKey, State
+from mwms_operator.observe.pod_states import UNREADABLE, PodEvents, WorkerPod, pod_events
+from mwms_operator.observe.state import JobKey, State
 
 log = logging.getLogger(__name__)
 # A starting pod's events are looked up again only this long after its first lookup, then twice as long after

@@ -8,7 +8,7 @@ from typing import Any
 
 from mwms_contract import names
 from mwms_contract.conditions import FAILED, SUCCEEDED
-from mwms_operator.pods import WorkerPod
+from mwms_operator.observe.pod_states import WorkerPod
 
 
 def job_labels(job_name: str) -> dict[str, str]:

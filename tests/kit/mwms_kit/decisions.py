@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from mwms_kit.trainjobs import trainjob
 from mwms_operator.config import OperatorConfig
-from mwms_operator.pods import PodEvents, WorkerPod
+from mwms_operator.observe.pod_states import PodEvents, WorkerPod
 from mwms_operator.policy import decide
 from mwms_operator.render.spec import parse_trainjob
 from mwms_operator.status import JobMeta

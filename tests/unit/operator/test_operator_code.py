@@ -149,7 +149,7 @@ def test_a_worker_that_finds_no_code_fails_the_job_as_invalid_spec():
     from datetime import UTC, datetime
 
     from mwms_operator.config import OperatorConfig
-    from mwms_operator.pods import WorkerPod
+    from mwms_operator.observe.pod_states import WorkerPod
     from mwms_operator.policy import decide
     from mwms_operator.status import JobMeta
 

@@ -10,7 +10,7 @@ import yaml
 from mwms_contract.names import RESERVED_ENV
 from mwms_kit.trainjobs import trainjob
 from mwms_operator.config import OperatorConfig
-from mwms_operator.pods import WorkerPod
+from mwms_operator.observe.pod_states import WorkerPod
 from mwms_operator.policy import decide
 from mwms_operator.progress import progress_from_run
 from mwms_operator.render.spec import parse_trainjob

@@ -15,7 +15,7 @@ from mwms_operator import __main__ as entry
 from mwms_operator.config import ConfigError, OperatorConfig
 from mwms_operator.kube import refusals
 from mwms_operator.kube.workqueue import WorkQueue
-from mwms_operator.state import JobKey
+from mwms_operator.observe.state import JobKey
 from mwms_operator.telemetry import log_format
 
 

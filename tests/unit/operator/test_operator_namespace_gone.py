@@ -23,8 +23,8 @@ from mwms_kit.trainjobs import trainjob
 from mwms_operator.config import OperatorConfig
 from mwms_operator.kube import client as k8s
 from mwms_operator.kube import refusals
+from mwms_operator.observe.state import JobKey
 from mwms_operator.reconciler import Reconciler
-from mwms_operator.state import JobKey
 
 GONE = "gone-ns"
 NAMESPACE_NOT_FOUND = json.loads(

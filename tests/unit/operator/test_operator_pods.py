@@ -5,7 +5,7 @@ from datetime import timedelta
 
 from mwms_contract.status import format_time
 from mwms_kit.decisions import EVICTED, T0, pod, unjoined
-from mwms_operator.pods import (
+from mwms_operator.observe.pod_states import (
     PodEvents,
     WorkerPod,
     pod_events,

@@ -9,7 +9,7 @@ from mwms_contract import conditions as contract
 from mwms_contract.status import format_time
 from mwms_contract.trainjob import SpecError
 from mwms_kit.decisions import EVICTED, META, RUN, T0, conditions, group, pod, running_status, spec, step
-from mwms_operator.facts import CreationRefused
+from mwms_operator.observe.findings import CreationRefused
 from mwms_operator.policy import RULES, decide
 from mwms_operator.status import CreatePods, CreateService, DeleteJob, DeletePods
 

@@ -7,7 +7,7 @@ import asyncio
 import logging
 
 from mwms_operator.kube.workqueue import FailureLog, WorkQueue
-from mwms_operator.state import JobKey
+from mwms_operator.observe.state import JobKey
 
 
 def run(coro):

@@ -17,9 +17,9 @@ from mwms_operator.config import OperatorConfig
 from mwms_operator.kube.event_lookups import EVENTS_FRESH_SECONDS
 from mwms_operator.kube.events import EventBook
 from mwms_operator.kube.refusals import ApiError, Refused
-from mwms_operator.pods import worker_pod
+from mwms_operator.observe.pod_states import worker_pod
+from mwms_operator.observe.state import STATUS_COALESCE_SECONDS
 from mwms_operator.reconciler import Reconciler
-from mwms_operator.state import STATUS_COALESCE_SECONDS
 
 
 def scheduled(index: int) -> dict[str, Any]:

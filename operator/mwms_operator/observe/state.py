@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 from mwms_contract import names
 from mwms_contract.conditions import NAME_CONFLICT
 from mwms_contract.status import typed
-from mwms_operator.facts import CreationRefused
-from mwms_operator.pods import PodEvents, WorkerPod
+from mwms_operator.observe.findings import CreationRefused
+from mwms_operator.observe.pod_states import PodEvents, WorkerPod
 
 # A creation refused for now (quota, LimitRange, webhook, 429/5xx) is tried again after a decorrelated jitter
 # backoff: each delay is drawn between the first and three times the previous one, up to the maximum, so two
