@@ -16,20 +16,7 @@ from mwms_contract.status import TrainJobStatus, parse_time, typed
 from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.config import OperatorConfig
-from mwms_operator.kube import refusals
-from mwms_operator.kube.client import Kube
-from mwms_operator.kube.event_lookups import PodEventLookups
-from mwms_operator.kube.workqueue import WorkQueue
-from mwms_operator.observe.pod_states import worker_pod
-from mwms_operator.observe.state import JobKey, State, owner_key
-from mwms_operator.policy import decide
-from mwms_operator.render.labels import deletion_selector
-from mwms_operator.render.pod import build_worker_pod
-from mwms_operator.render.service import build_service
-from mwms_operator.render.spec import parse_for_group
-from mwms_operator.runwatch import RunWatch
-from mwms_operator.startup import events_wanted
-from mwms_operator.status import (
+from mwms_operator.decide.job_status import (
     CreatePods,
     CreateService,
     Decision,
@@ -39,6 +26,19 @@ from mwms_operator.status import (
     deferrable,
     next_due,
 )
+from mwms_operator.decide.policy import decide
+from mwms_operator.decide.start import events_wanted
+from mwms_operator.kube import refusals
+from mwms_operator.kube.client import Kube
+from mwms_operator.kube.event_lookups import PodEventLookups
+from mwms_operator.kube.workqueue import WorkQueue
+from mwms_operator.observe.pod_states import worker_pod
+from mwms_operator.observe.state import JobKey, State, owner_key
+from mwms_operator.render.labels import deletion_selector
+from mwms_operator.render.pod import build_worker_pod
+from mwms_operator.render.service import build_service
+from mwms_operator.render.spec import parse_for_group
+from mwms_operator.runwatch import RunWatch
 from mwms_operator.telemetry import memory, metrics
 
 log = logging.getLogger(__name__)

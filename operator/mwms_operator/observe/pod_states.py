@@ -1,25 +1,21 @@
-"""Pure: what the operator observes of its worker pods: each pod as a WorkerPod, its events, how a failed
-one is classified (retryable or not), the replica counts, and whether the group's startup clock runs."""
+"""Pure: what the operator observes of its worker pods: each pod as a WorkerPod, and what its events say
+about its start."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from mwms_contract import names, termination
+from mwms_contract import names
 from mwms_contract.conditions import (
     FAILED,
-    INVALID_SPEC,
     PENDING,
     RUNNING,
     SUCCEEDED,
-    SUSPENDED,
-    TERMINAL,
-    WORKER_FAILED,
 )
-from mwms_contract.status import ReplicaCounts, TrainJobStatus, parse_time, truncate, typed
+from mwms_contract.status import parse_time
 
 # Container waiting reasons that mean "this will not start by itself". InvalidImageName never heals; a failing
 # pull or a missing Secret/ConfigMap might (a registry hiccup, a Secret another controller creates a moment
@@ -240,97 +236,3 @@ def _container_error(status: Mapping[str, Any]) -> tuple[str, str] | None:
                 text = f"container {container.get('name', '?')}: {reason}: {waiting.get('message', '')}"
                 return reason, text.strip().rstrip(":")
     return None
-
-
-@dataclass(frozen=True)
-class Failure:
-    pod: WorkerPod
-    retryable: bool
-    description: str
-
-
-def classify(pod: WorkerPod, *, missing: bool = False) -> Failure:
-    """Exit 75 and >= 128 (signals), deleted and evicted pods are retryable; any other exit is permanent."""
-    if pod.disruption:  # whatever it exited with: it was told to go
-        return Failure(pod, True, f"worker {pod.name} was disrupted ({pod.disruption})")
-    if missing:
-        return Failure(pod, True, f"worker {pod.name} was deleted")
-    if pod.deleting:
-        return Failure(pod, True, f"worker {pod.name} is being deleted")
-    code = pod.trainer_exit
-    if code is None:
-        reason = pod.reason or "no exit code"
-        return Failure(pod, True, f"worker {pod.name} failed ({reason})")
-    text = f"worker {pod.name} exited with code {code}"
-    if pod.reason and pod.reason not in ("Error", "Completed"):
-        text += f" ({pod.reason})"
-    if pod.message:
-        text += f": {pod.message}"
-    return Failure(pod, code == names.EXIT_RETRYABLE or code >= 128, truncate(text))
-
-
-def failure_reason(failure: Failure) -> str:
-    """spec.code names what only a worker can check (the ConfigMap exists, holds the entrypoint): the
-    trainer says so with exit 2 naming the field, and that is a spec error like those the parser finds."""
-    pod = failure.pod
-    kind, what = termination.parse_failure(pod.message) or ("", "")
-    if pod.exit_code == names.EXIT_INVALID_CONFIG and kind == termination.INVALID_CONFIG:
-        return INVALID_SPEC if what.startswith("spec.code.") else WORKER_FAILED
-    return WORKER_FAILED
-
-
-def why_not_joined(pod: WorkerPod) -> str:
-    """The last reason a running worker gave for not having joined (its readiness probe's output)."""
-    note = pod.events.note if pod.events else ""
-    if pod.own_probe:
-        waits = "waiting for the trainer container's own readinessProbe (it does not run mwms_trainer)"
-        return f"{waits}: {note}" if note else waits
-    return note or "no reason given yet"
-
-
-def why_pending(pod: WorkerPod) -> str:
-    """Why a worker does not run: the scheduler's or the container's reason, and its pod's latest warning
-    (e.g. FailedMount for a missing Secret); the scheduler's own event repeats its condition."""
-    note = pod.events.note if pod.events and not pod.unschedulable else ""
-    return "; ".join(part for part in (pod.waiting, note) if part) or pod.phase
-
-
-def replica_statuses(pods: Sequence[WorkerPod]) -> ReplicaCounts:
-    """By the trainer container: a worker whose trainer exited is done even while a sidecar keeps its pod,
-    and stays counted as done while its pod is deleted (cleanPodPolicy); one being deleted is not active."""
-    live = [p for p in pods if not p.deleting]
-    return ReplicaCounts(
-        active=sum(p.active and p.trainer_exit is None for p in live),
-        ready=sum(p.phase == RUNNING and p.ready and p.trainer_exit is None for p in live),
-        succeeded=sum(p.trainer_exit == 0 for p in pods),
-        failed=sum(p.failed for p in pods),
-    )
-
-
-def startup_unexplained(
-    pods: Sequence[WorkerPod], previous: TrainJobStatus | Mapping[str, Any]
-) -> list[WorkerPod]:
-    """The pods of the current group whose events the startup clock needs: those not joined while another
-    worker runs (is a peer still pulling its image? what did each last say?). Empty while the clock cannot
-    run, so a healthy, wholly pending, suspended or finished group costs no lookup."""
-    was = typed(previous)
-    live = [p for p in pods if p.restart == was.restarts and not p.deleting]
-    if was.phase in (*TERMINAL, SUSPENDED) or not any(p.started for p in live):
-        return []
-    return [p for p in live if not p.joined]
-
-
-def startup_clock(current: Sequence[WorkerPod]) -> tuple[bool, datetime | None]:
-    """(whether the startup clock runs, the latest end of a not-joined pod's image pull).
-
-    It runs while some worker runs and not every worker has joined: the others hold nodes while they wait.
-    A peer's image pull does not count (nor does one whose events were not looked up: it may be pulling),
-    except for a peer the scheduler cannot place, which pulls nothing. A group that is wholly pending (a
-    queue, a scale-up, image pulls) or gated costs nothing but time."""
-    live = [p for p in current if not p.deleting]
-    waiting = [p for p in live if not p.joined]
-    if not any(p.started for p in live) or not waiting:
-        return False, None
-    pulling = [p for p in waiting if not p.started and not p.unschedulable and p.may_be_pulling]
-    pulled = [p.events.pulled_at for p in waiting if p.events is not None and p.events.pulled_at is not None]
-    return not pulling, max(pulled, default=None)

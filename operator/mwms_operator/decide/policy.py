@@ -10,39 +10,36 @@ from typing import Any
 
 from mwms_contract.conditions import (
     ALL_WORKERS_RUNNING,
-    BACKOFF_LIMIT_EXCEEDED,
+    API_SERVER_ERROR,
+    API_SERVER_THROTTLED,
     CHIEF_SUCCEEDED,
+    CREATE_PODS_REFUSED,
     DEADLINE_EXCEEDED,
-    DISRUPTED,
     FAILED,
-    GROUP_RESTARTING,
     INVALID_SPEC,
+    NAME_CONFLICT,
     PENDING,
-    RESTART_BACKOFF,
     RESUMED,
     RUNNING,
     SUCCEEDED,
     SUSPENDED,
     TERMINAL,
     TTL_EXPIRED,
-    WAITING_FOR_OLD_PODS,
+    WEBHOOK_UNAVAILABLE,
     WORKERS_PENDING,
 )
 from mwms_contract.status import TrainJobStatus, format_time, parse_time, truncate
 from mwms_contract.trainjob import SpecError, TrainJobSpec
-from mwms_operator.facts import (
-    REFUSALS,
+from mwms_operator.decide.facts import (
     STOPPED_STARTUP_CLOCKS,
     Facts,
     cleanup,
+    mark_created,
     mark_said,
-    prepare,
-    restart_backoff,
+    mark_started,
+    mark_template,
 )
-from mwms_operator.observe.findings import CreationRefused, Said
-from mwms_operator.observe.pod_states import WorkerPod, failure_reason
-from mwms_operator.startup import rule_container_error, rule_startup_timeout
-from mwms_operator.status import (
+from mwms_operator.decide.job_status import (
     Builder,
     CreatePods,
     CreateService,
@@ -53,6 +50,26 @@ from mwms_operator.status import (
     JobMeta,
     chief_mlflow,
 )
+from mwms_operator.decide.restarts import (
+    rule_backoff_limit_exceeded,
+    rule_disrupted_restart,
+    rule_group_restart,
+    rule_old_pods_leaving,
+    rule_restart_backoff,
+    rule_worker_failed,
+)
+from mwms_operator.decide.start import rule_container_error, rule_startup_timeout, stall_clocks
+from mwms_operator.observe.findings import CreationRefused, Said
+from mwms_operator.observe.pod_states import WorkerPod
+
+# What the Running condition's message starts with for each reason creation was refused for now.
+REFUSALS = {
+    CREATE_PODS_REFUSED: "the API server refused to create the workers",
+    WEBHOOK_UNAVAILABLE: "an admission webhook the workers need could not be called",
+    API_SERVER_THROTTLED: "the API server asked the operator to slow down (429)",
+    API_SERVER_ERROR: "the API server failed to create the workers",
+    NAME_CONFLICT: "a name the job needs is taken",
+}
 
 
 def _rule_finished(f: Facts) -> Decision | None:
@@ -144,78 +161,6 @@ def _rule_creation_refused(f: Facts) -> Decision | None:
     return f.finish()
 
 
-def _rule_worker_failed(f: Facts) -> Decision | None:
-    """A pod of this group exited for good (a permanent exit code): the job fails."""
-    permanent = [x for x in f.failures if not x.retryable]
-    if not permanent:
-        return None
-    first = min(permanent, key=lambda x: x.pod.index)
-    return f.terminal(FAILED, failure_reason(first), first.description)
-
-
-def _rule_disrupted_restart(f: Facts) -> Decision | None:
-    """A disruption (eviction, preemption, drain) is not the job's fault, and the failures that follow it
-    (peers losing the evicted worker) are its consequence: such a restart is free and immediate."""
-    disrupted = [x for x in f.failures if x.pod.disruption]
-    if not disrupted:
-        return None
-    f.b.set(disruptions=f.b.status.disruptions + 1, next_restart_time=None)
-    plan = "now (a disruption: not counted against spec.runPolicy.backoffLimit)"
-    return f.restart(min(disrupted, key=lambda x: x.pod.index), DISRUPTED, plan)
-
-
-def _rule_backoff_limit_exceeded(f: Facts) -> Decision | None:
-    """Any other failure restarts the group only while spec.runPolicy.backoffLimit allows another restart."""
-    assert f.parsed is not None
-    counted, limit = f.counted_restarts, f.parsed.backoff_limit
-    if not f.failures or counted < limit:
-        return None
-    first = min(f.failures, key=lambda x: x.pod.index)
-    return f.terminal(
-        FAILED,
-        BACKOFF_LIMIT_EXCEEDED,
-        truncate(
-            f"the group was restarted {counted} times for failures "
-            f"(spec.runPolicy.backoffLimit={limit}); last failure: {first.description}"
-        ),
-    )
-
-
-def _rule_group_restart(f: Facts) -> Decision | None:
-    """A retryable failure restarts the whole group (MWMS cannot continue without a worker), counted against
-    spec.runPolicy.backoffLimit: the first at once, the later ones after a back-off (restart_backoff)."""
-    assert f.parsed is not None
-    if not f.failures:
-        return None
-    counted, limit = f.counted_restarts, f.parsed.backoff_limit
-    delay = restart_backoff(counted + 1)
-    count = f"restart {counted + 1} of at most {limit}"
-    if delay:
-        due = format_time(f.now + timedelta(seconds=delay))
-        f.b.set(next_restart_time=due)
-        plan = f"at {due} after a {delay}s back-off ({count})"
-    else:  # no nextRestartTime: nothing to wait for, so no RestartBackoff condition either
-        f.b.set(next_restart_time=None)
-        plan = f"now ({count})"
-    return f.restart(min(f.failures, key=lambda x: x.pod.index), GROUP_RESTARTING, plan)
-
-
-def _rule_old_pods_leaving(f: Facts) -> Decision | None:
-    """Pods of an earlier group (or from before a suspend) must be gone before the new group starts: two
-    groups must never talk to each other. On resume the phase stays Suspended until they are gone, so they
-    are not mistaken for lost workers."""
-    leaving = [p for p in f.pods if p.restart != f.restarts or (p.deleting and not f.expecting_pods)]
-    if not leaving:
-        return None
-    names = tuple(p.name for p in leaving if not p.deleting)
-    if names:
-        f.b.actions.append(DeletePods(names))
-    # Say what the new group waits for: a pod stuck Terminating (a lost node, a finalizer) shows here.
-    message = f"waiting for pods of an earlier group to be gone: {', '.join(p.name for p in leaving)}"
-    f.b.condition(RUNNING, False, WAITING_FOR_OLD_PODS, truncate(message))
-    return f.finish()
-
-
 def _rule_template_invalid(f: Facts) -> Decision | None:
     """Pods must be made and spec.template is invalid: nothing runs that an edit could spare, so fail."""
     assert f.parsed is not None
@@ -225,19 +170,6 @@ def _rule_template_invalid(f: Facts) -> Decision | None:
     return f.terminal(
         FAILED, INVALID_SPEC, f"invalid TrainJob: {f.template_error}; no worker pods were created"
     )
-
-
-def _rule_restart_backoff(f: Facts) -> Decision | None:
-    """A counted restart waits until status.nextRestartTime before it creates the new group."""
-    due = parse_time(f.b.status.next_restart_time)
-    if due is None:
-        return None
-    if f.current or f.now >= due:
-        f.b.set(next_restart_time=None)
-        return None
-    message = f"restarting the group at {format_time(due)} (exponential back-off after a failure)"
-    f.b.condition(RUNNING, False, RESTART_BACKOFF, message)
-    return f.finish()
 
 
 def _rule_create_missing(f: Facts) -> Decision | None:
@@ -295,13 +227,13 @@ LIVE_RULES: tuple[tuple[str, Rule], ...] = (
     ("chief-succeeded", _rule_chief_succeeded),
     ("deadline-exceeded", _rule_deadline_exceeded),
     ("creation-refused", _rule_creation_refused),
-    ("worker-failed", _rule_worker_failed),
-    ("disrupted-restart", _rule_disrupted_restart),
-    ("backoff-limit-exceeded", _rule_backoff_limit_exceeded),
-    ("group-restart", _rule_group_restart),
-    ("old-pods-leaving", _rule_old_pods_leaving),
+    ("worker-failed", rule_worker_failed),
+    ("disrupted-restart", rule_disrupted_restart),
+    ("backoff-limit-exceeded", rule_backoff_limit_exceeded),
+    ("group-restart", rule_group_restart),
+    ("old-pods-leaving", rule_old_pods_leaving),
     ("template-invalid", _rule_template_invalid),
-    ("restart-backoff", _rule_restart_backoff),
+    ("restart-backoff", rule_restart_backoff),
     ("create-missing", _rule_create_missing),
     ("container-error", rule_container_error),
     ("startup-timeout", rule_startup_timeout),  # also once all run: a worker may not join its peers
@@ -309,6 +241,15 @@ LIVE_RULES: tuple[tuple[str, Rule], ...] = (
     ("workers-pending", _rule_workers_pending),
 )
 RULES = SETTLED_RULES + LIVE_RULES
+
+
+def prepare(f: Facts) -> None:
+    """The bookkeeping of a live job (valid, not finished, not suspended), before its rules decide."""
+    mark_started(f)
+    mark_created(f)
+    mark_template(f)
+    stall_clocks(f)
+    mark_said(f)
 
 
 def _first(rules: tuple[tuple[str, Rule], ...], facts: Facts) -> Decision | None:

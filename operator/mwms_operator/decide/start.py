@@ -11,17 +11,73 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from mwms_contract.conditions import CONTAINER_ERROR, FAILED, STARTUP_TIMEOUT, SUSPENDED, TERMINAL
-from mwms_contract.status import TrainJobStatus, parse_time, truncate, typed
+from mwms_contract.status import TrainJobStatus, format_time, parse_time, truncate, typed
 from mwms_contract.trainjob import SpecError, TrainJobSpec
-from mwms_operator.facts import Facts
-from mwms_operator.observe.pod_states import (
-    FATAL_WAITING_REASONS,
-    WorkerPod,
-    startup_unexplained,
-    why_not_joined,
-    why_pending,
-)
-from mwms_operator.status import Decision
+from mwms_operator.decide.facts import Facts
+from mwms_operator.decide.job_status import Decision
+from mwms_operator.observe.pod_states import FATAL_WAITING_REASONS, WorkerPod
+
+
+def startup_unexplained(
+    pods: Sequence[WorkerPod], previous: TrainJobStatus | Mapping[str, Any]
+) -> list[WorkerPod]:
+    """The pods of the current group whose events the startup clock needs: those not joined while another
+    worker runs (is a peer still pulling its image? what did each last say?). Empty while the clock cannot
+    run, so a healthy, wholly pending, suspended or finished group costs no lookup."""
+    was = typed(previous)
+    live = [p for p in pods if p.restart == was.restarts and not p.deleting]
+    if was.phase in (*TERMINAL, SUSPENDED) or not any(p.started for p in live):
+        return []
+    return [p for p in live if not p.joined]
+
+
+def startup_clock(current: Sequence[WorkerPod]) -> tuple[bool, datetime | None]:
+    """(whether the startup clock runs, the latest end of a not-joined pod's image pull).
+
+    It runs while some worker runs and not every worker has joined: the others hold nodes while they wait.
+    A peer's image pull does not count (nor does one whose events were not looked up: it may be pulling),
+    except for a peer the scheduler cannot place, which pulls nothing. A group that is wholly pending (a
+    queue, a scale-up, image pulls) or gated costs nothing but time."""
+    live = [p for p in current if not p.deleting]
+    waiting = [p for p in live if not p.joined]
+    if not any(p.started for p in live) or not waiting:
+        return False, None
+    pulling = [p for p in waiting if not p.started and not p.unschedulable and p.may_be_pulling]
+    pulled = [p.events.pulled_at for p in waiting if p.events is not None and p.events.pulled_at is not None]
+    return not pulling, max(pulled, default=None)
+
+
+def why_not_joined(pod: WorkerPod) -> str:
+    """The last reason a running worker gave for not having joined (its readiness probe's output)."""
+    note = pod.events.note if pod.events else ""
+    if pod.own_probe:
+        waits = "waiting for the trainer container's own readinessProbe (it does not run mwms_trainer)"
+        return f"{waits}: {note}" if note else waits
+    return note or "no reason given yet"
+
+
+def why_pending(pod: WorkerPod) -> str:
+    """Why a worker does not run: the scheduler's or the container's reason, and its pod's latest warning
+    (e.g. FailedMount for a missing Secret); the scheduler's own event repeats its condition."""
+    note = pod.events.note if pod.events and not pod.unschedulable else ""
+    return "; ".join(part for part in (pod.waiting, note) if part) or pod.phase
+
+
+def stall_clocks(f: Facts) -> None:
+    """Starts or stops the clocks of the startup timeout and of container errors (with the scheduled pods that
+    do not start: a volume that does not mount, a sandbox that cannot be made)."""
+    waiting = [p for p in f.current if not p.started and not p.deleting]
+    running, pulled = startup_clock(f.current)
+    erring = any(p.container_error or p.not_starting for p in waiting)
+    status = f.b.status
+    since = max(filter(None, (parse_time(status.stalled_since) or f.now, pulled)))
+    # A pod that has just pulled its image has its container still to make: it counts from the pull's end.
+    ended = [p.events.pulled_at for p in waiting if p.not_starting and p.events and p.events.pulled_at]
+    erring_since = max([parse_time(status.container_error_since) or f.now, *ended])
+    f.b.set(
+        stalled_since=format_time(since) if running else None,
+        container_error_since=format_time(erring_since) if erring else None,
+    )
 
 
 def events_wanted(

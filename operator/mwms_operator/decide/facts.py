@@ -4,55 +4,29 @@ the bookkeeping that runs before the rules of a live job: it never decides, only
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from mwms_contract.conditions import (
-    API_SERVER_ERROR,
-    API_SERVER_THROTTLED,
-    CREATE_PODS_REFUSED,
     CREATED,
     INVALID_SPEC,
-    NAME_CONFLICT,
     PENDING,
     PODS_CREATED,
     PROGRESS_UNAVAILABLE,
-    RESTARTING,
     RUNNING,
     SUSPENDED,
     TEMPLATE_ACCEPTED,
     TEMPLATE_VALID,
-    WEBHOOK_UNAVAILABLE,
 )
-from mwms_contract.names import pod_name
-from mwms_contract.status import FALSE, TRUE, format_time, parse_time, truncate
+from mwms_contract.status import FALSE, TRUE, format_time, truncate
 from mwms_contract.trainjob import SpecError, TrainJobSpec
+from mwms_operator.decide.job_status import Builder, Decision, DeletePods, Event, JobMeta, replica_statuses
 from mwms_operator.observe.findings import CreationRefused, Said
-from mwms_operator.observe.pod_states import Failure, WorkerPod, classify, replica_statuses, startup_clock
-from mwms_operator.status import Builder, Decision, DeletePods, Event, JobMeta
+from mwms_operator.observe.pod_states import WorkerPod
 
 # The clocks of a group's start (startup timeout, container errors): stopped whenever that group ends.
 STOPPED_STARTUP_CLOCKS = {"stalled_since": None, "container_error_since": None}
-# The first counted group restart is immediate, the later ones wait 10 s doubling up to 5 min (the kubelet's
-# CrashLoopBackOff): one transient loss (a lost node, exit 75) costs no idle wait, a crash loop is slowed.
-RESTART_BACKOFF_SECONDS, RESTART_BACKOFF_MAX_SECONDS = 10, 300
-# What the Running condition's message starts with for each reason creation was refused for now.
-REFUSALS = {
-    CREATE_PODS_REFUSED: "the API server refused to create the workers",
-    WEBHOOK_UNAVAILABLE: "an admission webhook the workers need could not be called",
-    API_SERVER_THROTTLED: "the API server asked the operator to slow down (429)",
-    API_SERVER_ERROR: "the API server failed to create the workers",
-    NAME_CONFLICT: "a name the job needs is taken",
-}
-
-
-def restart_backoff(counted: int) -> int:
-    """Seconds before the `counted`-th counted group restart (1-based): 0, 10, 20, 40, … at most 300."""
-    if counted <= 1:
-        return 0
-    return min(RESTART_BACKOFF_MAX_SECONDS, RESTART_BACKOFF_SECONDS * 2 ** (counted - 2))
 
 
 def cleanup(spec: TrainJobSpec | None, pods: Sequence[WorkerPod], *, remove_active: bool) -> tuple[str, ...]:
@@ -105,32 +79,6 @@ class Facts:
         """The group was created and not suspended: a pod of it that goes is lost, not leaving."""
         return self.b.previous_phase in (PENDING, RUNNING) and not self.resuming
 
-    @functools.cached_property
-    def failures(self) -> list[Failure]:
-        """The pods of this group that failed, or were deleted or lost while the group ran: MWMS cannot
-        continue with any of them gone."""
-        assert self.parsed is not None
-        failures = [classify(p) for p in self.current if p.failed and not p.deleting]
-        if self.expecting_pods:
-            failures += [classify(p) for p in self.current if p.deleting]
-            if self.b.previous_phase == RUNNING:
-                present = {p.index for p in self.current}
-                failures += [
-                    classify(
-                        WorkerPod(
-                            pod_name(self.meta.name, i),
-                            i,
-                            self.restarts,
-                            "Unknown",
-                            disruption=self.disrupted.get((self.restarts, i), ""),
-                        ),
-                        missing=True,
-                    )
-                    for i in range(self.parsed.replicas)
-                    if i not in present
-                ]
-        return failures
-
     def finish(self) -> Decision:
         """The decision, counting the pods it deletes as being deleted already: their going costs no write."""
         going = {name for action in self.b.actions if isinstance(action, DeletePods) for name in action.names}
@@ -146,29 +94,6 @@ class Facts:
             self.b.actions.append(DeletePods(names))
         return self.finish()
 
-    def restart(self, first: Failure, reason: str, plan: str) -> Decision:
-        """The next group: every pod of this one goes, and the restart is counted in the status."""
-        assert self.parsed is not None
-        self.b.set(**STOPPED_STARTUP_CLOCKS, restarts=self.restarts + 1, group_start_time=None)
-        names = tuple(p.name for p in self.pods if not p.deleting)
-        if names:
-            self.b.actions.append(DeletePods(names))
-        self.b.phase(
-            RESTARTING,
-            reason,
-            truncate(f"{first.description}; restarting all {self.parsed.replicas} workers {plan}"),
-        )
-        return self.finish()
-
-
-def prepare(f: Facts) -> None:
-    """The bookkeeping of a live job (valid, not finished, not suspended), before its rules decide."""
-    _mark_started(f)
-    _mark_created(f)
-    _mark_template(f)
-    _stall_clocks(f)
-    mark_said(f)
-
 
 def mark_said(f: Facts) -> None:
     """The conditions a look at the tracking server decided, each with one event when its status or reason
@@ -183,7 +108,7 @@ def mark_said(f: Facts) -> None:
         f.b.condition(said.type, said.status, said.reason, truncate(said.message))
 
 
-def _mark_started(f: Facts) -> None:
+def mark_started(f: Facts) -> None:
     """A group whose pods exist has the start's times, also where the status that held them was lost: a new
     job's first status may wait (status.deferrable), and the operator may stop before it is written. The
     deadline (runPolicy.activeDeadlineSeconds) then counts from this decision."""
@@ -192,7 +117,7 @@ def _mark_started(f: Facts) -> None:
         f.b.set(start_time=f.b.status.start_time or now, group_start_time=f.b.status.group_start_time or now)
 
 
-def _mark_created(f: Facts) -> None:
+def mark_created(f: Facts) -> None:
     """Sets Created once, even if the workers are so quick that the first look already
     finds them finished. No event here: the handler posts one `PodsCreated` per batch, naming the pods."""
     assert f.parsed is not None
@@ -202,7 +127,7 @@ def _mark_created(f: Facts) -> None:
         f.b.all_pods_created = True
 
 
-def _mark_template(f: Facts) -> None:
+def mark_template(f: Facts) -> None:
     """An edit of spec.template is checked when it is made, but only the next group uses it,
     so an invalid one is said in a condition (and one event) and leaves the running group alone."""
     previous = f.b.find(TEMPLATE_ACCEPTED)
@@ -216,20 +141,3 @@ def _mark_template(f: Facts) -> None:
         f.b.condition(TEMPLATE_ACCEPTED, False, INVALID_SPEC, message)
     elif previous is not None and previous.status == FALSE:
         f.b.condition(TEMPLATE_ACCEPTED, True, TEMPLATE_VALID, "spec.template is valid again")
-
-
-def _stall_clocks(f: Facts) -> None:
-    """Starts or stops the clocks of the startup timeout and of container errors (with the scheduled pods that
-    do not start: a volume that does not mount, a sandbox that cannot be made)."""
-    waiting = [p for p in f.current if not p.started and not p.deleting]
-    running, pulled = startup_clock(f.current)
-    erring = any(p.container_error or p.not_starting for p in waiting)
-    status = f.b.status
-    since = max(filter(None, (parse_time(status.stalled_since) or f.now, pulled)))
-    # A pod that has just pulled its image has its container still to make: it counts from the pull's end.
-    ended = [p.events.pulled_at for p in waiting if p.not_starting and p.events and p.events.pulled_at]
-    erring_since = max([parse_time(status.container_error_since) or f.now, *ended])
-    f.b.set(
-        stalled_since=format_time(since) if running else None,
-        container_error_since=format_time(erring_since) if erring else None,
-    )

@@ -9,7 +9,7 @@ between the two is repaired by the next decision (e.g. pods of an older restart 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,6 +40,7 @@ from mwms_contract.status import (
     typed,
 )
 from mwms_contract.trainjob import SpecError, TrainJobSpec
+from mwms_operator.observe.pod_states import WorkerPod
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,18 @@ class Builder:
     def finish(self, replicas: ReplicaCounts) -> Decision:
         new = dataclasses.replace(self.status, conditions=tuple(self.conditions), replica_statuses=replicas)
         return Decision(new, tuple(self.actions), tuple(self.events), self.all_pods_created)
+
+
+def replica_statuses(pods: Sequence[WorkerPod]) -> ReplicaCounts:
+    """By the trainer container: a worker whose trainer exited is done even while a sidecar keeps its pod,
+    and stays counted as done while its pod is deleted (cleanPodPolicy); one being deleted is not active."""
+    live = [p for p in pods if not p.deleting]
+    return ReplicaCounts(
+        active=sum(p.active and p.trainer_exit is None for p in live),
+        ready=sum(p.phase == RUNNING and p.ready and p.trainer_exit is None for p in live),
+        succeeded=sum(p.trainer_exit == 0 for p in pods),
+        failed=sum(p.failed for p in pods),
+    )
 
 
 # What may wait a moment to be written (STATUS_COALESCE_SECONDS, state.py): the counts, the start's clocks
