@@ -8,8 +8,14 @@ from dataclasses import dataclass
 from mwms_contract import names
 from mwms_operator import __version__
 from mwms_operator.kube.leader import Timing
+from mwms_operator.mlflow.access import (
+    ANY,
+    TrackingAccess,
+    TrackingCredentials,
+    server_base,
+    without_userinfo,
+)
 from mwms_operator.render.spec import SpecDefaults
-from mwms_operator.tracking import ANY, TrackingAccess, TrackingCredentials, server_base, without_userinfo
 
 # The trainer image of this operator's own release: the two images are versioned together.
 DEFAULT_TRAINER_IMAGE = f"{names.TRAINER_IMAGE}:{__version__}"

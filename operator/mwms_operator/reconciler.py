@@ -32,13 +32,13 @@ from mwms_operator.kube import refusals
 from mwms_operator.kube.client import Kube
 from mwms_operator.kube.event_lookups import PodEventLookups
 from mwms_operator.kube.workqueue import WorkQueue
+from mwms_operator.mlflow.runwatch import RunWatch
 from mwms_operator.observe.pod_states import worker_pod
 from mwms_operator.observe.state import JobKey, State, owner_key
 from mwms_operator.render.labels import deletion_selector
 from mwms_operator.render.pod import build_worker_pod
 from mwms_operator.render.service import build_service
 from mwms_operator.render.spec import parse_for_group
-from mwms_operator.runwatch import RunWatch
 from mwms_operator.telemetry import memory, metrics
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,15 @@ class Reconciler:
         self.queue: WorkQueue[JobKey] = WorkQueue(
             self.reconcile, workers=WORKERS, name="reconcile", expected=refusals.TRANSIENT_ERRORS
         )
-        self.runs = RunWatch(kube, config, self.state, self.queue.add, self._namespace_ending)
+        self.runs = RunWatch(
+            kube,
+            self.state,
+            self.queue.add,
+            self._namespace_ending,
+            access=config.tracking_access(),
+            defaults=config.spec_defaults(),
+            interval=config.progress_interval_seconds,
+        )
         self._resync: asyncio.Task[None] | None = None
         self.lookups = PodEventLookups(kube, self.state, self.queue.add_after)
         self._collections_forbidden = False  # said once: RBAC without `deletecollection` on pods

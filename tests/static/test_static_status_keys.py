@@ -42,9 +42,9 @@ OTHER_OBJECTS: dict[str, frozenset[str]] = {
     "operator/mwms_operator/telemetry/log_format.py": frozenset({"message"}),  # a JSON log record
     "operator/mwms_operator/kube/client.py": frozenset({"status", "message"}),  # the patch's body; an Event's
     "operator/mwms_operator/kube/refusals.py": frozenset({"message"}),  # a Status reply (ApiError.of)
-    "operator/mwms_operator/mlflow_api.py": frozenset({"status"}),  # MLflow's run info and update
-    "operator/mwms_operator/progress.py": frozenset({"metrics"}),  # MLflow's run data
-    "operator/mwms_operator/runwatch.py": frozenset({"epochs"}),  # spec.trainer.epochs
+    "operator/mwms_operator/mlflow/rest.py": frozenset({"status"}),  # MLflow's run info and update
+    "operator/mwms_operator/mlflow/progress.py": frozenset({"metrics"}),  # MLflow's run data
+    "operator/mwms_operator/mlflow/runwatch.py": frozenset({"epochs"}),  # spec.trainer.epochs
     # The TrainJob's .status, kept as the API server gave it: a decision's patch is compared with it.
     "operator/mwms_operator/observe/state.py": frozenset({"status"}),
     "client/mwms/describe.py": POD | EVENT,

@@ -12,8 +12,8 @@ from mwms_kit.trainjobs import trainjob
 from mwms_operator.config import OperatorConfig
 from mwms_operator.decide.job_status import JobMeta
 from mwms_operator.decide.policy import decide
+from mwms_operator.mlflow.progress import progress_from_run
 from mwms_operator.observe.pod_states import WorkerPod
-from mwms_operator.progress import progress_from_run
 from mwms_operator.render.spec import parse_trainjob
 
 CRD = Path(__file__).resolve().parents[3] / "manifests" / "crd.yaml"

@@ -5,7 +5,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from mwms_operator.config import OperatorConfig
-from mwms_operator.progress import (
+from mwms_operator.mlflow.progress import (
     ProgressReader,
     Skipped,
     Unreadable,

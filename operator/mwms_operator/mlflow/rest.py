@@ -20,7 +20,7 @@ from mwms_contract.conditions import (
     TRACKING_UNAUTHORIZED,
     TRACKING_UNREACHABLE,
 )
-from mwms_operator.tracking import without_userinfo
+from mwms_operator.mlflow.access import without_userinfo
 
 RUNNING_STATUS = "RUNNING"
 

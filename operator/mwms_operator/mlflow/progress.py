@@ -1,5 +1,5 @@
 """status.progress from the job's MLflow run, and the run's end once the job has ended, through MLflow's REST
-API (mlflow_api.py). Short timeouts and no exceptions: a failed read says why (Unreadable), and the
+API (rest.py). Short timeouts and no exceptions: a failed read says why (Unreadable), and the
 decision shows it in the ProgressUnavailable condition. Only servers the administrator allows are called (see
 tracking.py).
 """
@@ -23,9 +23,9 @@ from mwms_contract.conditions import (
 )
 from mwms_contract.names import MLFLOW_PARAM_EPOCHS
 from mwms_contract.status import MlflowRun, Progress, TrainJobStatus, run_patch, typed
-from mwms_operator import mlflow_api
+from mwms_operator.mlflow import rest
+from mwms_operator.mlflow.access import TrackingAccess, without_userinfo
 from mwms_operator.observe.findings import Said
-from mwms_operator.tracking import TrackingAccess, without_userinfo
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def find_run(
     timeout: float = 3.0,
     headers: Mapping[str, str] | None = None,
 ) -> dict[str, Any] | None:
-    return mlflow_api.find_run(tracking_uri, experiment, job_uid, timeout=timeout, headers=headers or {})
+    return rest.find_run(tracking_uri, experiment, job_uid, timeout=timeout, headers=headers or {})
 
 
 def progress_from_run(run: Mapping[str, Any], epochs: int | None) -> dict[str, Any]:
@@ -106,14 +106,14 @@ def fetch_progress(
     try:
         run = find_run(tracking_uri, experiment, job_uid, timeout=timeout, headers=headers)
         return progress_from_run(run, epochs) if run else None
-    except mlflow_api.TrackingError as error:
+    except rest.TrackingError as error:
         return _unreadable(tracking_uri, error)
     # JSON of the wrong shape (wrong types, missing keys) is as unreadable as a down server.
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as error:
-        return _unreadable(tracking_uri, mlflow_api.bad_reply(tracking_uri, "runs/search", error))
+        return _unreadable(tracking_uri, rest.bad_reply(tracking_uri, "runs/search", error))
 
 
-def _unreadable(tracking_uri: str, error: mlflow_api.TrackingError) -> Unreadable:
+def _unreadable(tracking_uri: str, error: rest.TrackingError) -> Unreadable:
     # Logged without the URI's userinfo, and never the headers.
     log.debug("MLflow at %s not readable: %s", without_userinfo(tracking_uri), error.message)
     return Unreadable(error.reason, error.message)
@@ -168,20 +168,20 @@ class ProgressReader:
             return None
         headers, timeout = self.access.headers(server), self.timeout
         try:
-            run = mlflow_api.find_run(server, experiment, job_uid, timeout=timeout, headers=headers)
+            run = rest.find_run(server, experiment, job_uid, timeout=timeout, headers=headers)
             if run is None:
                 return None
             run_id = str(run["info"]["run_id"])
-            status = mlflow_api.run_status(run)
-            if status != mlflow_api.RUNNING_STATUS:
+            status = rest.run_status(run)
+            if status != rest.RUNNING_STATUS:
                 return Said(MLFLOW_RUN_ENDED, True, RUN_ENDED_BY_CHIEF, f"MLflow run {run_id} is {status}")
             final = "FAILED" if phase == FAILED else "FINISHED"
-            mlflow_api.end_run(server, run_id, final, timeout=timeout, headers=headers)
-        except (mlflow_api.TrackingError, KeyError, TypeError, AttributeError) as error:
+            rest.end_run(server, run_id, final, timeout=timeout, headers=headers)
+        except (rest.TrackingError, KeyError, TypeError, AttributeError) as error:
             if not run_id:  # no run is known (status.mlflow): nothing to name, perhaps nothing to end
                 return None
-            if not isinstance(error, mlflow_api.TrackingError):
-                error = mlflow_api.bad_reply(server, "runs/search", error)
+            if not isinstance(error, rest.TrackingError):
+                error = rest.bad_reply(server, "runs/search", error)
             message = f"MLflow run {run_id} may still be RUNNING though the job is {phase}: {error.message}"
             return Said(MLFLOW_RUN_ENDED, False, error.reason, message, warning=True)
         message = f"MLflow run {run_id} was RUNNING when the job was {phase}: the operator set it {final}"

@@ -19,14 +19,14 @@ from mwms_contract.conditions import (
 )
 from mwms_contract.status import TrainJobStatus, format_time, typed
 from mwms_contract.trainjob import SpecError, TrainJobSpec
-from mwms_operator.config import OperatorConfig
 from mwms_operator.kube import refusals
 from mwms_operator.kube.client import Kube
 from mwms_operator.kube.workqueue import WorkQueue
+from mwms_operator.mlflow.access import TrackingAccess
+from mwms_operator.mlflow.progress import ProgressReader, Skipped, Unreadable, status_patch
 from mwms_operator.observe.findings import Said
 from mwms_operator.observe.state import JobKey, State
-from mwms_operator.progress import ProgressReader, Skipped, Unreadable, status_patch
-from mwms_operator.render.spec import parse_for_group
+from mwms_operator.render.spec import SpecDefaults, parse_for_group
 
 # A run the operator could not end is tried again this many times, one progress interval apart (and once more
 # after an operator restart): a server that is down for minutes is not tried for ever.
@@ -37,17 +37,22 @@ class RunWatch:
     def __init__(
         self,
         kube: Kube,
-        config: OperatorConfig,
         state: State,
         reconcile: Callable[[JobKey], None],
         namespace_ending: Callable[[str], None],
+        *,
+        access: TrackingAccess,
+        defaults: SpecDefaults,
+        interval: float,
     ) -> None:
-        self.kube, self.config, self.state = kube, config, state
+        """`access`: the tracking servers that may be called; `defaults`: the spec's; `interval`: seconds
+        between two looks at a running job's progress."""
+        self.kube, self.state, self.defaults, self.interval = kube, state, defaults, interval
         self._reconcile, self._namespace_ending = reconcile, namespace_ending
         self.queue: WorkQueue[JobKey] = WorkQueue(
             self.poll, workers=2, name="progress", expected=refusals.TRANSIENT_ERRORS
         )
-        self.reader = ProgressReader(config.tracking_access())
+        self.reader = ProgressReader(access)
         self._said: dict[JobKey, dict[str, Said]] = {}
         self._end_tries: dict[JobKey, int] = {}
 
@@ -69,7 +74,7 @@ class RunWatch:
             return
         now = typed(status)
         if now.phase == RUNNING and not self.queue.scheduled(key):
-            self.queue.add_after(key, self.config.progress_interval_seconds)
+            self.queue.add_after(key, self.interval)
         elif now.phase in TERMINAL and key not in self._end_tries and not now.holds(MLFLOW_RUN_ENDED):
             self._end_tries[key] = 0
             self.queue.add(key)
@@ -87,11 +92,11 @@ class RunWatch:
         if body is None or self.state.namespace_ending(key.namespace):
             return  # gone or going
         status = typed(self.state.status(key))
-        spec, _ = parse_for_group(body, self.config.spec_defaults())
+        spec, _ = parse_for_group(body, self.defaults)
         if isinstance(spec, SpecError):
             return
         if status.phase == RUNNING:
-            self.queue.add_after(key, self.config.progress_interval_seconds)
+            self.queue.add_after(key, self.interval)
             await self._progress(key, body, spec, status)
         elif status.phase in TERMINAL and not status.holds(MLFLOW_RUN_ENDED) and not self._run_ended(key):
             await self._end_run(key, spec, status)
@@ -145,4 +150,4 @@ class RunWatch:
             return  # no allowed server, or no run: nothing to end
         self._tell(key, said)
         if not said.status and tries < RUN_END_TRIES:
-            self.queue.add_after(key, self.config.progress_interval_seconds)
+            self.queue.add_after(key, self.interval)
