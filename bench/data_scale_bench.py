@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 from trainer_bench import run_group  # bench/, same folder
 
-from mwms_operator.config import OperatorConfig
 from mwms_operator.render.spec import parse_trainjob
+from mwms_operator.settings import OperatorConfig
 from mwms_trainer import local
 
 RESULTS = Path(__file__).resolve().parent / "results" / "data_scale.json"

@@ -30,8 +30,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from mwms_operator.config import OperatorConfig
 from mwms_operator.render.spec import parse_trainjob
+from mwms_operator.settings import OperatorConfig
 from mwms_trainer import local
 
 RESULTS = Path(__file__).resolve().parent / "results" / "trainer.json"

@@ -13,7 +13,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from mwms_operator.config import LOG_FORMATS, ConfigError, OperatorConfig
+from mwms_operator.settings import LOG_FORMATS, ConfigError, OperatorConfig
 from mwms_operator.telemetry import log_format
 
 if TYPE_CHECKING:

@@ -15,7 +15,6 @@ from mwms_contract.conditions import PENDING, PODS_CREATED, SUSPENDED, TERMINAL
 from mwms_contract.status import TrainJobStatus, parse_time, typed
 from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError, TrainJobSpec
-from mwms_operator.config import OperatorConfig
 from mwms_operator.decide.job_status import (
     CreatePods,
     CreateService,
@@ -39,6 +38,7 @@ from mwms_operator.render.labels import deletion_selector
 from mwms_operator.render.pod import build_worker_pod
 from mwms_operator.render.service import build_service
 from mwms_operator.render.spec import parse_for_group
+from mwms_operator.settings import OperatorConfig
 from mwms_operator.telemetry import memory, metrics
 
 log = logging.getLogger(__name__)

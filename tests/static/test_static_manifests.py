@@ -172,7 +172,7 @@ class _RecordingEnv(dict):
 @pytest.mark.parametrize("source", ["manifests", "chart (ci values)"])
 def test_operator_reads_every_setting_we_ship(source, every_shipped_object):
     """Each MWMS_* variable of the Deployment is one the operator reads, and its value is accepted."""
-    from mwms_operator import config
+    from mwms_operator.settings import DEFAULT_TRAINER_IMAGE, OperatorConfig
 
     if source == "manifests":
         docs = load_all((MANIFESTS / "deployment.yaml").read_text())
@@ -182,10 +182,10 @@ def test_operator_reads_every_setting_we_ship(source, every_shipped_object):
     # None: set from the pod (the downward API), MWMS_LEADER_ELECTION_NAMESPACE to the pod's namespace.
     env = {k: "mwms-system" if v is None else v for k, v in shipped.items() if k.startswith("MWMS_")}
     recording = _RecordingEnv(env)
-    settings = config.OperatorConfig.from_env(recording)
+    settings = OperatorConfig.from_env(recording)
     assert set(env) <= recording.asked, f"set but never read: {sorted(set(env) - recording.asked)}"
     # Unset: the trainer image of the operator's own version (test_static_version.py).
-    assert settings.trainer_image == env.get("MWMS_TRAINER_IMAGE", config.DEFAULT_TRAINER_IMAGE)
+    assert settings.trainer_image == env.get("MWMS_TRAINER_IMAGE", DEFAULT_TRAINER_IMAGE)
     assert settings.tracking_uri == env["MWMS_TRACKING_URI"]
     assert settings.health_port == 8080 and settings.metrics_port == 8000
 

@@ -9,8 +9,8 @@ import uuid
 import pytest
 
 from mwms_contract import names
-from mwms_operator.config import OperatorConfig
 from mwms_operator.mlflow.progress import ProgressReader
+from mwms_operator.settings import OperatorConfig
 from mwms_trainer.tracking import TAG_DROPPED_METRICS, MlflowTracker
 
 pytestmark = pytest.mark.tf

@@ -121,10 +121,10 @@ def test_fifty_refusals_leave_one_event_with_their_count(
     import kopf
 
     from mwms_contract.conditions import CREATE_PODS_REFUSED
-    from mwms_operator.config import OperatorConfig
     from mwms_operator.kube import client as k8s
     from mwms_operator.observe.state import job_key
     from mwms_operator.reconciler import Reconciler
+    from mwms_operator.settings import OperatorConfig
 
     namespace = quota_of_no_pods
     monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))

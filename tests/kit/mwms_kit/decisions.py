@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from mwms_kit.trainjobs import trainjob
-from mwms_operator.config import OperatorConfig
 from mwms_operator.decide.job_status import JobMeta
 from mwms_operator.decide.policy import decide
 from mwms_operator.observe.pod_states import PodEvents, WorkerPod
 from mwms_operator.render.spec import parse_trainjob
+from mwms_operator.settings import OperatorConfig
 
 META = JobMeta(name="mnist", namespace="team-a", uid="uid-1", generation=1)
 T0 = datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from mwms_kit.trainjobs import trainjob
-from mwms_operator.config import OperatorConfig
+from mwms_operator.settings import OperatorConfig
 
 # What the API server adds to a stored TrainJob, as the operator's handlers see it.
 STORED = {

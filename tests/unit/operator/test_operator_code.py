@@ -148,10 +148,10 @@ def test_a_worker_that_finds_no_code_fails_the_job_as_invalid_spec():
     # messages (the built-in fit's settings) stay WorkerFailed.
     from datetime import UTC, datetime
 
-    from mwms_operator.config import OperatorConfig
     from mwms_operator.decide.job_status import JobMeta
     from mwms_operator.decide.policy import decide
     from mwms_operator.observe.pod_states import WorkerPod
+    from mwms_operator.settings import OperatorConfig
 
     spec = parse_trainjob(trainjob("j", 1, code=CODE), OperatorConfig().spec_defaults())
     now = datetime(2026, 1, 1, tzinfo=UTC)

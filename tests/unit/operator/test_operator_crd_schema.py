@@ -9,12 +9,12 @@ import yaml
 
 from mwms_contract.names import RESERVED_ENV
 from mwms_kit.trainjobs import trainjob
-from mwms_operator.config import OperatorConfig
 from mwms_operator.decide.job_status import JobMeta
 from mwms_operator.decide.policy import decide
 from mwms_operator.mlflow.progress import progress_from_run
 from mwms_operator.observe.pod_states import WorkerPod
 from mwms_operator.render.spec import parse_trainjob
+from mwms_operator.settings import OperatorConfig
 
 CRD = Path(__file__).resolve().parents[3] / "manifests" / "crd.yaml"
 

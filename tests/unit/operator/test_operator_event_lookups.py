@@ -20,13 +20,13 @@ from test_operator_reconciler import (
     pod_body,
 )
 
-from mwms_operator.config import OperatorConfig
 from mwms_operator.decide.start import events_wanted
 from mwms_operator.kube.event_lookups import EVENTS_FRESH_SECONDS
 from mwms_operator.kube.refusals import ApiError
 from mwms_operator.observe.pod_states import PodEvents
 from mwms_operator.reconciler import Reconciler
 from mwms_operator.render.spec import parse_for_group
+from mwms_operator.settings import OperatorConfig
 
 SERVER_ERROR = ApiError(500, "etcdserver: request timed out")
 

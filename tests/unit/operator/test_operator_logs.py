@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import pytest
 
 from mwms_operator import __main__ as entry
-from mwms_operator.config import ConfigError, OperatorConfig
 from mwms_operator.kube import refusals
 from mwms_operator.kube.workqueue import WorkQueue
 from mwms_operator.observe.state import JobKey
+from mwms_operator.settings import ConfigError, OperatorConfig
 from mwms_operator.telemetry import log_format
 
 

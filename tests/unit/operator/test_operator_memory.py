@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from mwms_operator.config import OperatorConfig
 from mwms_operator.reconciler import Reconciler
+from mwms_operator.settings import OperatorConfig
 from mwms_operator.telemetry import memory
 
 FRAGMENT = """

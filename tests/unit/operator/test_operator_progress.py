@@ -4,7 +4,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mwms_operator.config import OperatorConfig
 from mwms_operator.mlflow.progress import (
     ProgressReader,
     Skipped,
@@ -13,6 +12,7 @@ from mwms_operator.mlflow.progress import (
     progress_from_run,
     status_patch,
 )
+from mwms_operator.settings import OperatorConfig
 
 RUN = {
     "info": {"run_id": "abc"},

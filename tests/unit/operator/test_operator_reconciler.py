@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from mwms_kit.trainjobs import trainjob
-from mwms_operator.config import OperatorConfig
 from mwms_operator.kube.event_lookups import EVENTS_FRESH_SECONDS
 from mwms_operator.kube.refusals import ApiError, NamespaceEnding, NameTaken, Refused, Rejected
 from mwms_operator.observe.pod_states import worker_pod
 from mwms_operator.observe.state import STATUS_COALESCE_SECONDS, JobKey, State, owner_key
 from mwms_operator.reconciler import LEAVING_GRACE_SECONDS, Reconciler
+from mwms_operator.settings import OperatorConfig
 
 KEY = JobKey("team-a", "mnist", "uid-1")
 

@@ -6,11 +6,11 @@ import asyncio
 
 from mwms_contract.conditions import MLFLOW_RUN_ENDED, RUN_ENDED_BY_CHIEF, RUN_ENDED_BY_OPERATOR
 from mwms_kit.trainjobs import trainjob
-from mwms_operator.config import OperatorConfig
 from mwms_operator.mlflow.runwatch import RunWatch
 from mwms_operator.observe.findings import Said
 from mwms_operator.observe.state import State, job_key
 from mwms_operator.render.spec import parse_for_group
+from mwms_operator.settings import OperatorConfig
 
 
 class RunServer:

@@ -3,8 +3,8 @@ import dataclasses
 import pytest
 
 from mwms_contract.trainjob import SpecError, TrainJobSpec
-from mwms_operator.config import OperatorConfig
 from mwms_operator.render.spec import parse_trainjob
+from mwms_operator.settings import OperatorConfig
 
 
 def test_defaults_are_applied_once_here(make_trainjob, config):

@@ -22,10 +22,10 @@ from mwms_contract.conditions import (
     TRACKING_REASONS,
 )
 from mwms_kit.decisions import META, T0, conditions, group, running_status, spec
-from mwms_operator.config import OperatorConfig
 from mwms_operator.decide.policy import decide
 from mwms_operator.mlflow.progress import ProgressReader, Unreadable
 from mwms_operator.observe.findings import Said
+from mwms_operator.settings import OperatorConfig
 
 RUN = {"info": {"run_id": "r-1", "experiment_id": "3", "status": "RUNNING"}, "data": {}}
 

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from test_operator_reconciler import KEY, QUOTA, Indexes, RecordingKube, job_body, pod_body
 
-from mwms_operator.config import OperatorConfig
 from mwms_operator.kube.event_lookups import EVENTS_FRESH_SECONDS
 from mwms_operator.kube.events import EventBook
 from mwms_operator.kube.refusals import ApiError, Refused
 from mwms_operator.observe.pod_states import worker_pod
 from mwms_operator.observe.state import STATUS_COALESCE_SECONDS
 from mwms_operator.reconciler import Reconciler
+from mwms_operator.settings import OperatorConfig
 
 
 def scheduled(index: int) -> dict[str, Any]:

@@ -10,8 +10,8 @@ import yaml
 
 from mwms_contract import names
 from mwms_kit.trainjobs import trainjob
-from mwms_operator.config import OperatorConfig
 from mwms_operator.render.spec import parse_trainjob
+from mwms_operator.settings import OperatorConfig
 from mwms_trainer import local
 
 REPO = Path(__file__).resolve().parents[3]
