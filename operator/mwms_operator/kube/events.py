@@ -1,7 +1,7 @@
-"""Pure: which Event a new one is, after client-go's EventCorrelator. The same reason and message on the same
-object within a window is a repeat: k8s.py patches the first one's count and series instead of creating
-another. More than SIMILAR_LIMIT different messages of one reason on one object within the window are
-combined into one event too (its message says so), so a retried refusal never floods the namespace."""
+"""Which Event a new one is, after client-go's EventCorrelator: a repeat (the same reason and message on the
+same object within a window) is counted on the Event posted first (client.py patches its count), and more
+than SIMILAR_LIMIT different messages of one reason are combined into one, so a retried refusal never floods
+the namespace. The EventBook that remembers them is shared by the API client's threads."""
 
 from __future__ import annotations
 
