@@ -25,7 +25,7 @@ log = logging.getLogger("mwms_operator")
 EXIT_LOST_LEADERSHIP = 1
 
 # Never used by the operator, but kopf imports the `kubernetes` client whenever it is installed (for
-# isinstance checks on its models and a login the operator replaces with its own): ~30 MiB with pydantic.
+# isinstance checks and a login the operator replaces): kept out, as docs/design/api-client.md says why.
 UNUSED_CLIENTS = ("kubernetes", "kubernetes_asyncio", "pykube")
 
 
@@ -41,7 +41,7 @@ class _QuietTimers(logging.Filter):
 def run_options(config: OperatorConfig) -> dict[str, Any]:
     """kopf.run's arguments: all namespaces, or only MWMS_WATCH_NAMESPACES (names or globs)."""
     return {
-        # No kopf peering: our Lease (leader.py) makes this the only replica that runs the handlers.
+        # No kopf peering: our Lease (kube/leader.py) makes this the only replica that runs the handlers.
         "standalone": True,
         "clusterwide": not config.watch_namespaces,
         "namespaces": list(config.watch_namespaces),

@@ -1,9 +1,7 @@
-"""kopf handlers only: watch TrainJobs and the pods and Services we own and hand each event to the Reconciler
-(reconciler.py), which keeps what they say in memory and reconciles the job they concern.
+"""kopf handlers only: watch TrainJobs and the pods and Services we own and hand each event to the Reconciler.
 
 No timers, daemons or on-create/on-delete handlers: those make kopf put a finalizer on every TrainJob, and a
-finalizer makes every delete wait for the operator (and hang while it is down). Pods and the Service go with
-their job through owner references, so nothing needs to run before a TrainJob is gone.
+finalizer makes every delete wait for the operator (see docs/design/no-finalizer.md).
 """
 
 from __future__ import annotations
@@ -22,9 +20,8 @@ from mwms_operator.telemetry import metrics
 
 TRAINJOBS = (names.GROUP, names.VERSION, names.PLURAL)
 KOPF_PREFIX = "kopf.mwms.dev"
-# Versions up to 0.1 ran timers, so kopf put this finalizer on every TrainJob. Naming it as kopf's finalizer
-# makes kopf take it off at the first event of each object (every object is listed at startup), because no
-# handler here needs one.
+# The finalizer older versions left on every TrainJob: named as kopf's own, kopf takes it off at each object's
+# first event, as no handler here needs one.
 LEGACY_FINALIZER = "mwms.dev/kopf-finalizer"
 
 
@@ -53,7 +50,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
 
     # Every handler is async: kopf runs a sync one in a thread pool (two thread hops per watch event, and
     # the reconciler's queue and state are the event loop's, not thread-safe). None of them waits on I/O.
-    # Indexes, not on.event stores: kopf fills every index before any other handler runs (see state.py).
+    # Indexes, not on.event stores: kopf fills every index before any other handler runs (observe/state.py).
     @kopf.index("pods", id="job_pods", registry=registry)
     async def job_pods(body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
         key, pod = owner_key(body), worker_pod(body)
@@ -92,7 +89,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
 class NoDiffBase(kopf.DiffBaseStorage):
     """kopf deep-copies every object it watches, on every event (each pod's), to diff it against the last
     state it handled: that is for on.create/on.update handlers, and this operator has none. Nothing is built,
-    fetched or stored; it was the largest part of kopf's work per event."""
+    fetched or stored."""
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
         return kopf.BodyEssence()

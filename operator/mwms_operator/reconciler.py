@@ -1,4 +1,4 @@
-"""The Reconciler: watch events -> what the watches told us (state.py) -> a queue of job keys; one worker at
+"""The Reconciler: watch events -> what the watches told us (observe/) -> a queue of job keys; one worker at
 a time reconciles a key (parse -> decide -> write status -> act), on an event, when one of the job's
 deadlines falls due, and on a slow resync; a second queue polls MLflow for progress while a job runs."""
 
@@ -192,7 +192,7 @@ class Reconciler:
             # operator: no traceback.
             tries, delay = self.state.refuse_creation(key, error.reason, str(error))
             log.info("%s/%s: creation refused (try %d, again in %.0f s): %s", *key[:2], tries, delay, error)
-            # The same message on every try: the event recorder (k8s.py) counts repeats on one Event.
+            # The same message on every try: the event recorder (kube/events.py) counts repeats on one Event.
             await asyncio.to_thread(self.kube.post_event, body, "Warning", error.reason, str(error))
             self.queue.add(key)
         for event in decision.events:
@@ -231,7 +231,7 @@ class Reconciler:
         self, meta: JobMeta, key: JobKey, decision: Decision, previous: Mapping[str, Any]
     ) -> bool:
         """Write the decided status if it changed; False if the TrainJob is gone. A change that may wait
-        (status.deferrable: counts, the start's clocks) is written once its window is over, by the work
+        (job_status.deferrable: counts, the start's clocks) is written once its window is over, by the work
         queue's delayed requeue, with whatever came meanwhile: the last state is always written."""
         patch, written = decision.status, self.state.server_status(key)
         if all(written.get(k) == v for k, v in patch.items()):
@@ -273,7 +273,7 @@ class Reconciler:
 
     async def _delete_doomed(self, key: JobKey, doomed: tuple[str, ...]) -> None:
         """The pods a decision deletes (cleanPodPolicy, a restart, a suspend), in one request whatever their
-        number, by a selector that holds the job's uid (pods.deletion_selector); one by one, each by its
+        number, by a selector that holds the job's uid (labels.deletion_selector); one by one, each by its
         uid, where an older operator made them or the operator may not delete collections (RBAC). Only pods
         the index holds as this job's, never another's that took a name."""
         pods = self.state.pods_of(key)

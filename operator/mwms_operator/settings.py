@@ -1,4 +1,5 @@
-"""Operator settings, read once from the environment at startup."""
+"""Operator settings, read once from the environment at startup; each room is handed the few values it needs
+(SpecDefaults, TrackingAccess, the leader's Timing), never this object."""
 
 from __future__ import annotations
 
@@ -41,12 +42,11 @@ class OperatorConfig:
     progress_interval_seconds: float = 15.0
     # Events drive reconciles; this slow resync of every running or pending TrainJob is only a safety net.
     reconcile_interval_seconds: float = 60.0
-    # Blocking API calls in flight at once: each runs on its own thread with its own keep-alive connection
-    # (k8s.py). asyncio's default pool, min(32, CPUs + 4) threads, is 6 on 2 cores: 8 reconcile workers
-    # creating their groups' pods at once queued behind it.
+    # Blocking API calls in flight at once, each on its own thread and keep-alive connection (kube/client.py):
+    # asyncio's default pool, sized by the CPUs, would hold the reconcile workers' creates back.
     api_threads: int = 32
     log_level: str = "INFO"
-    log_format: str = "text"  # or "json": one object a line, with the job's namespace and name (logs.py)
+    log_format: str = "text"  # or "json": one object a line, with the job's namespace and name
     # Tracking servers (base URIs) besides tracking_uri whose progress the operator may read; "*" allows any.
     allowed_tracking_uris: tuple[str, ...] = ()
     # For tracking_uri's server only; repr shows just the kind, never a value.

@@ -55,7 +55,7 @@ class Facts:
     creation_refused: CreationRefused | None = None
     template_error: SpecError | None = None  # spec.template is invalid (`spec` was parsed without it)
     disrupted: Mapping[tuple[int, int], str] = dataclasses.field(default_factory=dict)
-    said: tuple[Said, ...] = ()  # conditions a look at the job's tracking server decided (runwatch.py)
+    said: tuple[Said, ...] = ()  # conditions a look at the job's tracking server decided (mlflow/runwatch.py)
 
     @property
     def restarts(self) -> int:

@@ -1,9 +1,7 @@
-"""Pure: the status a decision writes: its conditions, the builder that collects a decision's status, actions
-and events, and when a deadline of a status falls due.
-
-Level-based: every decision recomputes everything from the pods that exist, so a missed event, a retried
-handler or an operator restart changes nothing. The new status is written before the actions run, so a crash
-between the two is repaired by the next decision (e.g. pods of an older restart are "stale" and get deleted).
+"""Pure: the status a decision writes: its conditions and counts, the Builder that collects it with the
+decision's actions and events, which writes may wait (deferrable), and when a deadline falls due (next_due).
+Level-based: each decision recomputes the status from the pods that exist and is written before its actions,
+so a missed event, a retried handler or a crash in between is repaired by the next decision.
 """
 
 from __future__ import annotations
@@ -84,7 +82,7 @@ class Event:
 
 @dataclass(frozen=True)
 class Decision:
-    new: TrainJobStatus  # the decided status; its progress is the run watch's to write (runwatch.py)
+    new: TrainJobStatus  # the decided status; its progress is the run watch's to write (mlflow/)
     actions: tuple[Action, ...] = ()
     events: tuple[Event, ...] = ()
     # Set when the whole group of this (re)start has just been seen to exist: for the creation→pods metric.
@@ -187,11 +185,9 @@ def replica_statuses(pods: Sequence[WorkerPod]) -> ReplicaCounts:
     )
 
 
-# What may wait a moment to be written (STATUS_COALESCE_SECONDS, state.py): the counts, the start's clocks
-# (the next decision starts from the deferred status, so a clock keeps its start), and the conditions that
-# only say how far a group's start has got; and a new job's first status, Pending, which then goes with the
-# first of those (or with Running, if the group runs that soon). A phase change, a restart, a time a user
-# reads of a job that has a status, an error: at once.
+# What may wait a moment to be written (STATUS_COALESCE_SECONDS, observe/state.py): the counts, the start's
+# clocks and the conditions that only say how far a start has got (deferrable() says which). A phase change,
+# a restart, a time a user reads, an error: at once.
 DEFERRABLE_FIELDS = ("replica_statuses", "stalled_since", "container_error_since", "progress", "conditions")
 START_CONDITIONS = ((CREATED, TRUE, PODS_CREATED), (RUNNING, FALSE, WORKERS_PENDING))
 
@@ -202,7 +198,7 @@ def deferrable(written: TrainJobStatus | Mapping[str, Any], decided: TrainJobSta
     WorkersPending, whose message counts the workers that run). Also a new job's first status while it only
     says Pending and how far the start has got: until it is written the job shows no phase, as before the
     operator first saw it (clients read that as Pending), and a status lost with the operator is decided
-    again from the pods (facts.py: the start's times)."""
+    again from the pods (facts.mark_started)."""
     was = typed(written)
     if not was.phase:  # nothing written yet: the job's first status
         if decided.phase != PENDING:

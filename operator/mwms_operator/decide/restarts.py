@@ -1,8 +1,6 @@
 """Pure: when a group restarts. MWMS cannot go on without any of its workers, so one lost worker restarts the
 whole group: which failures may be retried (classify), what a disruption costs (nothing), the back-off and
-backoffLimit of the others, and the wait for the old group's pods to be gone. The rules here are in RULES
-(policy.py) in this order: worker-failed, disrupted-restart, backoff-limit-exceeded, group-restart,
-old-pods-leaving, restart-backoff."""
+backoffLimit of the others, and the wait for the old group's pods to be gone (rules of policy.RULES)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Pure: the rules of a group's start, and which pods' events they need. A container that cannot start, or a
-scheduled pod none of whose containers runs, ends the job once runPolicy.containerErrorGraceSeconds is over
-(the container-error clock); workers that run while others have not joined end it after
-runPolicy.startupTimeoutSeconds (the startup clock). A group that waits to be scheduled or admitted costs
-nothing."""
+"""Pure: the rules of a group's start, their clocks, and which pods' events they need. A container that cannot
+start ends the job after runPolicy.containerErrorGraceSeconds; workers that run while others have not joined
+end it after runPolicy.startupTimeoutSeconds. A group that waits to be scheduled or admitted costs nothing."""
 
 from __future__ import annotations
 

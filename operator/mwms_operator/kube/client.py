@@ -1,12 +1,7 @@
-"""The only module that talks to the API server: a small blocking HTTP client (the standard library's
-http.client) on the credentials kopf logs in with, so the operator has one source of credentials. The
-`kubernetes` client is not used: its generated models cost ~30 MiB of memory for the seven calls below.
-
-Calls are blocking; handlers run them with asyncio.to_thread, on the pool that use_api_threads sizes at
-startup, and each of those threads keeps one keep-alive connection. Creates are idempotent (a 409 for an
-object this job owns means it is there; one it does not own is a NameTaken), deletes too (404 means it is
-gone) and carry the uid they mean (of the object, or of the job in a selector), so a retried or repeated
-reconcile is harmless and never touches an object that is not the job's.
+"""The only module that talks to the API server: a small blocking HTTP client (http.client) on the
+credentials kopf logs in with, not the `kubernetes` client (docs/design/api-client.md). Callers run its calls
+with asyncio.to_thread; each thread keeps one keep-alive connection. Creates and deletes are idempotent and
+carry the uid they mean, so a retried reconcile is harmless and never touches an object not the job's.
 """
 
 from __future__ import annotations
@@ -330,7 +325,7 @@ class Kube:
                 raise
             log.info("TrainJob %s/%s is no longer the one with uid %s: left alone", namespace, name, uid)
 
-    # The leader-election Lease (coordination.k8s.io/v1) in the operator's own namespace: see leader.py.
+    # The leader-election Lease (coordination.k8s.io/v1) in the operator's own namespace: see kube/leader.py.
 
     def get_lease(self, namespace: str, name: str, *, timeout: float) -> dict[str, Any] | None:
         return self._request_unless_gone("GET", _lease(namespace, name), timeout=timeout)

@@ -1,6 +1,6 @@
-"""A starting pod's events, looked up for the start's rules (startup.py: is a peer still pulling its image?
-what did the kubelet last say?): spaced out per pod and bounded operator-wide, as each lookup costs the API
-server a match against every event in the namespace."""
+"""A starting pod's events, looked up for the start's rules (decide/start.py: is a peer still pulling its
+image? what did the kubelet last say?), spaced out per pod and bounded operator-wide: each lookup costs the
+API server a match against every event in the namespace (docs/design/event-lookups.md)."""
 
 from __future__ import annotations
 
@@ -16,21 +16,13 @@ from mwms_operator.observe.pod_states import UNREADABLE, PodEvents, WorkerPod, p
 from mwms_operator.observe.state import JobKey, State
 
 log = logging.getLogger(__name__)
-# A starting pod's events are looked up again only this long after its first lookup, then twice as long after
-# each, at most a minute apart, not on every reconcile (each of its peers' pod events queues one): the
-# startup clock counts minutes; a pull's end seen late starts it late, never early.
+# A pod's events are looked up again this long after its first lookup, then twice as long after each, at
+# most EVENTS_STALE_MAX_SECONDS apart: a pull's end seen late starts the startup clock late, never early.
 EVENTS_FRESH_SECONDS, EVENTS_STALE_MAX_SECONDS = 5.0, 60.0
-# Lookups at once, operator-wide. The API server matches a lookup's field selector against every event in
-# the namespace: with 20,000 pods starting, lookups took 14 s each and held the reconcile workers from the
-# writes a start needs. A lookup with no free slot, or one that fails, waits for the next reconcile; until
-# then its pod counts as "may be pulling its image", which holds the start's clocks (late, never early).
+# Lookups at once, operator-wide; a pod whose lookup finds no free slot counts as "may be pulling" meanwhile.
 EVENT_LOOKUPS_AT_ONCE = 4
-# A pod whose lookups keep failing (not a 403: a 5xx, a timeout, a lost connection) is judged without its
-# events, as with a 403, once this many in a row have failed over at least EVENTS_STALE_MAX_SECONDS: else it
-# would count as "may be pulling" for ever, and its job would wait with no deadline and no cause named. Three
-# tries over a minute, so that a moment of overload (a 14 s lookup timing out at 20,000 pods) or an API server
-# restart does not end a job whose pod pulls a large image. A lookup that finds no free slot is not a failure;
-# one that works again judges the pod by its events again.
+# A pod whose lookups fail this many times in a row (not a 403), over at least EVENTS_STALE_MAX_SECONDS, is
+# judged without its events, as after a 403: else its job would wait for ever with no cause named.
 EVENT_LOOKUP_FAILURES = 3
 
 

@@ -1,25 +1,5 @@
-"""Leader election on a coordination.k8s.io/v1 Lease, with client-go's leaderelection semantics, so that of
-several operator replicas exactly one reconciles and a standby takes over when it goes.
-
-Why ours and not kopf's "peering": kopf's peering is priority-based on KopfPeering custom resources (two more
-CRDs and cluster rights to install) and pauses lower-priority operators rather than electing one; a Lease is
-the Kubernetes convention (kube-controller-manager, controller-runtime), needs only get/create/update on one
-object in the operator's namespace, and is ~100 lines on the client we already have.
-
-The rules, as client-go's:
-- A Lease held by another replica is taken only when it has not changed for leaseDurationSeconds of *our*
-  clock (the time we saw it change, not its renewTime: the two machines' clocks may differ).
-- Every write is a replace carrying the resourceVersion that was read: of two replicas that saw the same
-  expired Lease, the API server lets only one write (409 for the other).
-- The leader renews every retry period; if it cannot renew within the renew deadline (shorter than the lease
-  duration) it must stop reconciling at once, before a standby may take over. The deadline bounds each
-  round too (its calls' timeouts, and the wait for a round that does not return), so no answer or silence of
-  the API server stretches it. Seeing another holder, or any error that is not the API server's or the
-  network's, ends the leadership at once (`LeaseLost` or the error itself: the caller exits).
-- A standby wakes when the Lease it watches would expire on its clock, not only every retry period, so it
-  takes over within the lease duration plus a retry period of the last renewal it could have seen.
-- On a graceful stop the leader clears holderIdentity, so a standby takes over at its next try.
-"""
+"""Leader election on a coordination.k8s.io/v1 Lease with client-go's rules (docs/design/leader-election.md):
+of several operator replicas exactly one reconciles, and a standby takes over when it goes."""
 
 from __future__ import annotations
 

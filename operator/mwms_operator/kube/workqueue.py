@@ -1,16 +1,9 @@
-"""A keyed work queue on asyncio, after client-go's: a key added many times is handled once, one key is never
-handled by two workers at once, and a key added while it is being handled is handled again afterwards.
-`add_after` schedules a key for a moment (a deadline), keeping the earliest moment asked for; a key that
-falls due goes ahead of those merely added (a deadline, a coalesced status write or a retry is already due,
-while a backlog of thousands of keys waits minutes: 20k pods on 2 cores). A key whose
-handling fails is retried after a backoff that doubles per failure (0.5 s up to a minute). Expected failures
-(the API server's errors, the network's) are logged by a FailureLog: a few lines an outage, not one a key.
-
-Nothing per key runs while it waits: a key costs a dict entry, not a task or a timer.
-
-Measured as client-go's workqueue (metrics.py, label `name`): depth (keys waiting in the ready queue), adds
-(keys that joined it), queue duration (from a key's add, or its due time, until a worker took it), work
-duration (one handling) and retries (handlings that failed and were scheduled again).
+"""A keyed work queue on asyncio, after client-go's: a key added many times is handled once, never by two
+workers at once, and again if it was added while being handled. `add_after` schedules a key for a moment
+(the earliest asked for wins); a key that falls due goes ahead of those merely added, as a deadline or a
+retry is already late. A failed handling is retried after a doubling backoff; expected failures are logged
+by a FailureLog, a few lines an outage. A waiting key costs a dict entry, not a task; the queue exports
+client-go's workqueue metrics (telemetry/metrics.py).
 """
 
 from __future__ import annotations
@@ -35,11 +28,10 @@ MAX_KINDS = 20
 
 
 class FailureLog(Generic[K]):
-    """Pure: how a work queue tells failed handlings without a line per failure (an API server outage at
-    1,000 jobs fails every key, again and again): the first failure of each kind of error at WARNING, the
-    others at DEBUG; while failures go on, one summary at most every `every` seconds; and one line once no
-    key is failing any more (if some failure was said at DEBUG only). A kind is the error's text with the
-    key's own names taken out."""
+    """How a work queue tells failed handlings without a line per failure (an API server outage fails every
+    key, again and again): the first failure of each kind of error at WARNING, the others at DEBUG; while
+    failures go on, one summary at most every `every` seconds; and one line once no key is failing any more
+    (if some failure was said at DEBUG only). A kind is the error's text without the key's own names."""
 
     def __init__(
         self, name: str, *, every: float = SUMMARY_SECONDS, clock: Callable[[], float] = time.monotonic

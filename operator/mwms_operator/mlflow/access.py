@@ -1,9 +1,6 @@
-"""Which tracking servers the operator may call, and with which credentials (pure; config reads the env).
-
-A TrainJob names its own `spec.mlflow.trackingUri`. The operator must not call any server a job author
-names (that would let anyone who can create a TrainJob make the operator send requests to internal hosts):
-it reads progress only from the administrator's servers, each a base URI (scheme, host, port and path), and
-calls only the MLflow REST paths it builds under that base itself: nothing of a job's path or query is sent.
+"""Pure: which tracking servers the operator may call, and with which credentials. Only the administrator's
+servers, each a base URI, never one a job author names (that would let anyone who can create a TrainJob send
+the operator's requests to internal hosts); nothing of a job's path or query is sent.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """status.progress from the job's MLflow run, and the run's end once the job has ended, through MLflow's REST
-API (rest.py). Short timeouts and no exceptions: a failed read says why (Unreadable), and the
-decision shows it in the ProgressUnavailable condition. Only servers the administrator allows are called (see
-tracking.py).
+API (rest.py), only on servers the administrator allows (access.py). Short timeouts and no exceptions: a
+failed read says why (Unreadable), which the ProgressUnavailable condition shows.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The only place the operator talks to MLflow: its REST API (no MLflow client, no TensorFlow), at paths built
-here under a base the administrator allows (tracking.py), never following a redirect. Every failure is a
+here under a base the administrator allows (access.py), never following a redirect. Every failure is a
 TrackingError whose reason (mwms_contract.conditions.TRACKING_REASONS) says what went wrong."""
 
 from __future__ import annotations

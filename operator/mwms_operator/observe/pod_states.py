@@ -9,23 +9,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mwms_contract import names
-from mwms_contract.conditions import (
-    FAILED,
-    PENDING,
-    RUNNING,
-    SUCCEEDED,
-)
+from mwms_contract.conditions import FAILED, PENDING, RUNNING, SUCCEEDED
 from mwms_contract.status import parse_time
 
-# Container waiting reasons that mean "this will not start by itself". InvalidImageName never heals; a failing
-# pull or a missing Secret/ConfigMap might (a registry hiccup, a Secret another controller creates a moment
-# later), so those fail the job only once they have lasted the job's
-# runPolicy.containerErrorGraceSeconds (startup.py), as does a scheduled pod none of whose containers starts.
+# Container waiting reasons that mean "this will not start by itself". InvalidImageName never heals; the
+# lasting ones might (a registry hiccup, a Secret created a moment later), so they fail the job only after
+# runPolicy.containerErrorGraceSeconds (decide/start.py).
 FATAL_WAITING_REASONS = ("InvalidImageName",)
 LASTING_WAITING_REASONS = ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError")
 # Pod conditions that say "this pod is being stopped from outside": Kubernetes' DisruptionTarget (eviction,
-# preemption, taint manager, drain) and the TerminationTarget that Kueue's pod integration (v0.17) sets on the
-# pods of a workload it preempts or evicts before deleting them.
+# preemption, drain) and the TerminationTarget Kueue's pod integration sets on a workload it preempts.
 DISRUPTION_CONDITIONS = ("DisruptionTarget", "TerminationTarget")
 
 
@@ -38,8 +31,8 @@ class PodEvents:
     pulled_at: datetime | None = None  # when its latest pull ended (`Pulled`)
     note: str = ""  # "reason: message" of its latest Warning (Unhealthy, FailedMount, FailedScheduling…)
     readable: bool = True  # False: not read, the pod is judged without them (the start's rules say why)
-    # With readable False: the error of the lookups that kept failing (lookups.py); "" if they were refused
-    # (403: the operator may not list events in the pod's namespace, RBAC).
+    # With readable False: the error of the lookups that kept failing (kube/event_lookups.py); "" if they
+    # were refused (403: the operator may not list events in the pod's namespace, RBAC).
     error: str = ""
 
 

@@ -1,8 +1,6 @@
-"""What the watches told us, in memory: TrainJobs, and the worker pods and Services each one owns.
-
-Pure bookkeeping (no I/O). Pods and Services live in kopf indexes keyed by (namespace, owner uid): kopf fills
-them before it runs any other handler, so the first reconcile after a start already sees every pod (a job
-that looked podless would count its workers as lost).
+"""What the watches told us, in memory: TrainJobs, the worker pods and Services each one owns, and the books
+kept between reconciles (refusals, deferred writes, event lookups). No I/O. Pods and Services live in kopf's
+indexes, filled before any other handler runs: the first reconcile after a start already sees every pod.
 """
 
 from __future__ import annotations
@@ -28,8 +26,8 @@ CREATE_RETRY_FIRST_SECONDS, CREATE_RETRY_MAX_SECONDS = 2.0, 300.0
 # A name taken by an object the operator does not watch (not its own): no event says when it is freed, so the
 # retry that notices stays this frequent.
 NAME_CONFLICT_RETRY_MAX_SECONDS = 30.0
-# A status write that may wait (status.deferrable: counts, the start's clocks) is made at most this long after
-# the first change it holds, with whatever came meanwhile: one write per job per window, not one per step.
+# A status write that may wait (job_status.deferrable: counts, the start's clocks) is made at most this long
+# after the first change it holds, with whatever came meanwhile: one write per job per window.
 STATUS_COALESCE_SECONDS = 2.0
 
 
@@ -79,8 +77,7 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
 
 def _interned(value: Any) -> Any:
     """A copy of parsed JSON whose strings are shared with every other job's equal strings: each watch event
-    is parsed anew, so every job held its own copy of each key ("lastTransitionTime"), condition and phase;
-    interned, a suspended job's state is half as large (about 2 of 4 KiB)."""
+    is parsed anew, and each job would otherwise hold its own copy of every key, condition and phase."""
     if isinstance(value, str):
         return sys.intern(value)
     if isinstance(value, Mapping):
@@ -231,7 +228,7 @@ class State:
         self._leaving_since.pop((key, pod.name), None)
 
     def refuse_creation(self, key: JobKey, reason: str, message: str) -> tuple[int, float]:
-        """The API server refused this job's workers for now (a reason of status.REFUSALS): (which try that
+        """The API server refused this job's workers for now (a reason of policy.REFUSALS): (which try that
         was, seconds to the next)."""
         last = self._creation_refused.get(key)
         maximum = NAME_CONFLICT_RETRY_MAX_SECONDS if reason == NAME_CONFLICT else CREATE_RETRY_MAX_SECONDS

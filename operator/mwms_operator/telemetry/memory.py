@@ -1,17 +1,6 @@
-"""The operator's memory: what it never keeps, and the free memory it gives back.
-
-Give the C allocator's free memory back to the system now and then. glibc returns by itself only the free
-memory at the top of a heap; what the operator freed below it (a burst's JSON, its API threads' buffers, the
-list of every object at a start) stays in the process's RSS for good. With 1,000 suspended TrainJobs, about
-5 MiB of the operator's ~65 MiB were such free memory.
-
-Watch events without managedFields: kopf parses each watch event whole and holds it until the object's
-handlers have seen it, so in a burst (1,000 pods each written by the operator, the scheduler and the kubelet)
-hundreds of pod bodies are alive at once; Python's allocator keeps the memory of that high-water mark for good
-(its 1 MiB arenas are freed only when empty). managedFields, one entry per writer naming again every field it
-set, are many small objects that neither kopf nor the operator reads: without them, 250 running jobs of 4 left
-the operator ~10 MiB smaller (bench/rss_bench.py).
-"""
+"""The operator's memory: watch events parsed without managedFields, which nothing reads
+(docs/design/managed-fields.md), and the C allocator's free memory handed back to the system now and then
+(docs/design/malloc-trim.md)."""
 
 from __future__ import annotations
 
@@ -33,7 +22,7 @@ _TRIM = _malloc_trim()
 
 
 def release_free_memory() -> bool:
-    """Hand the free pages of every heap back to the system (glibc's malloc_trim: a few ms); False where the
+    """Hand the free pages of every heap back to the system (glibc's malloc_trim); False where the
     C library has no such call."""
     if _TRIM is None:
         return False

@@ -65,7 +65,7 @@ POD_CREATION = Histogram(
     buckets=(0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300),
 )
 
-# client-go's workqueue metrics, of the operator's own queues (workqueue.py): `name` is the queue's.
+# client-go's workqueue metrics, of the operator's own queues (kube/workqueue.py): `name` is the queue's.
 _QUEUE_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
 QUEUE_DEPTH = Gauge(
     "mwms_workqueue_depth", "Keys waiting to be handled (not counting those in hand)", ["name"]
@@ -86,8 +86,8 @@ QUEUE_RETRIES = Counter(
     "mwms_workqueue_retries_total", "Keys scheduled again after their handling failed", ["name"]
 )
 
-# What the operator asks of the API server (k8s.py), as the API server's own apiserver_request_*: its load,
-# and refusals (403, 422) or errors at a glance. code "error": no answer (timeout, connection lost).
+# What the operator asks of the API server (kube/client.py), as the API server's own apiserver_request_*: its
+# load, and refusals (403, 422) or errors at a glance. code "error": no answer (timeout, connection lost).
 API_REQUESTS = Counter(
     "mwms_api_requests_total",
     "Requests the operator sent to the Kubernetes API server",
