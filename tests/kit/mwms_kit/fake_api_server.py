@@ -1,7 +1,7 @@
 """A stand-in for the API server: a real HTTP server on 127.0.0.1 (TLS if asked) that answers each request
-as a test says and records what it was sent, for tests of the operator's API client (k8s.py) and of what the
-operator does with the API server's real answers (their Status bodies copied verbatim), and of the client's
-(a followed log is a chunked Stream)."""
+as a test says and records what it was sent, for tests of the operator's API client (kube/client.py) and of
+what the operator does with the API server's real answers (their Status bodies copied verbatim), and of the
+client's (a followed log is a chunked Stream)."""
 
 from __future__ import annotations
 

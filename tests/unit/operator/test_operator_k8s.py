@@ -1,5 +1,5 @@
-"""k8s.py against a real HTTP server on 127.0.0.1 that answers as the API server would: what each answer
-means to a reconcile (created, there already, refused for good or for now, gone, or an error worth
+"""kube/client.py: against a real HTTP server on 127.0.0.1 that answers as the API server would: what each
+answer means to a reconcile (created, there already, refused for good or for now, gone, or an error worth
 retrying), what goes over the wire, and how connections and credentials are kept."""
 
 from __future__ import annotations
