@@ -13,9 +13,9 @@ import yaml
 
 from mwms import ConvertError, cli, convert_tfjob
 from mwms_contract import names
-from mwms_operator.builders import build_worker_pod
-from mwms_operator.config import OperatorConfig
-from mwms_operator.spec import parse_trainjob
+from mwms_operator.render.pod import build_worker_pod
+from mwms_operator.render.spec import parse_trainjob
+from mwms_operator.settings import OperatorConfig
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "tfjob"
 CONVERTED = DATA / "converted"
@@ -191,7 +191,7 @@ def test_the_operator_runs_a_converted_job_with_the_tfjobs_image_and_command():
     """Worker pods as the operator builds them: the user's image and command in `trainer` with TF_CONFIG,
     no rendezvous probe (only our trainer passes it), the image's own user."""
     job = convert_tfjob(carried("full")).trainjob
-    spec = parse_trainjob(job, OperatorConfig())
+    spec = parse_trainjob(job, OperatorConfig().spec_defaults())
     hosts = [f"full-worker-{i}.full.team-a.svc:2223" for i in range(4)]
     pod = build_worker_pod(
         spec, job_name="full", namespace="team-a", uid="u", index=0, hosts=hosts, restart_count=0
