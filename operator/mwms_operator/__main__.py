@@ -25,7 +25,7 @@ log = logging.getLogger("mwms_operator")
 EXIT_LOST_LEADERSHIP = 1
 
 # Never used by the operator, but kopf imports the `kubernetes` client whenever it is installed (for
-# isinstance checks and a login the operator replaces): kept out, as docs/design/api-client.md says why.
+# isinstance checks and a login the operator replaces): kept out (docs/design/own-api-client.md).
 UNUSED_CLIENTS = ("kubernetes", "kubernetes_asyncio", "pykube")
 
 

@@ -1,7 +1,7 @@
 """The only module that talks to the API server: a small blocking HTTP client (http.client) on the
-credentials kopf logs in with, not the `kubernetes` client (docs/design/api-client.md). Callers run its calls
-with asyncio.to_thread; each thread keeps one keep-alive connection. Creates and deletes are idempotent and
-carry the uid they mean, so a retried reconcile is harmless and never touches an object not the job's.
+credentials kopf logs in with, not the `kubernetes` client (docs/design/own-api-client.md). Callers run its
+calls with asyncio.to_thread; each thread keeps one keep-alive connection. Creates and deletes are idempotent
+and carry the uid they mean, so a retried reconcile is harmless and never touches an object not the job's.
 """
 
 from __future__ import annotations
