@@ -37,7 +37,7 @@ def test_the_client_works_with_both_ends_of_its_kubernetes_range(end, tmp_path_f
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
     pip = [venv / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     installed = subprocess.run(
-        [*pip, "pytest", str(REPO / "contract"), str(REPO / "client"), wanted],
+        [*pip, "pytest", str(REPO / "contract"), str(REPO / "client"), str(REPO / "tests" / "kit"), wanted],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     if installed.returncode != 0:

@@ -13,9 +13,6 @@ import yaml
 
 from mwms import ConvertError, cli, convert_tfjob
 from mwms_contract import names
-from mwms_operator.render.pod import build_worker_pod
-from mwms_operator.render.spec import parse_trainjob
-from mwms_operator.settings import OperatorConfig
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "tfjob"
 CONVERTED = DATA / "converted"
@@ -185,25 +182,6 @@ def test_the_image_runs_as_its_own_user_unless_the_tfjob_said_otherwise():
     tfjob["spec"]["tfReplicaSpecs"]["worker"]["template"]["spec"]["containers"][0]["securityContext"] = own
     container = convert_tfjob(tfjob).trainjob["spec"]["template"]["spec"]["containers"][0]
     assert container["securityContext"] == own
-
-
-def test_the_operator_runs_a_converted_job_with_the_tfjobs_image_and_command():
-    """Worker pods as the operator builds them: the user's image and command in `trainer` with TF_CONFIG,
-    no rendezvous probe (only our trainer passes it), the image's own user."""
-    job = convert_tfjob(carried("full")).trainjob
-    spec = parse_trainjob(job, OperatorConfig().spec_defaults())
-    hosts = [f"full-worker-{i}.full.team-a.svc:2223" for i in range(4)]
-    pod = build_worker_pod(
-        spec, job_name="full", namespace="team-a", uid="u", index=0, hosts=hosts, restart_count=0
-    )
-    trainer = next(c for c in pod["spec"]["containers"] if c["name"] == names.CONTAINER_NAME)
-    assert trainer["image"] == "example.com/vision/resnet:2.1" and trainer["command"] == [
-        "python",
-        "/app/train.py",
-    ]
-    assert [e["name"] for e in trainer["env"]].count(names.ENV_TF_CONFIG) == 1
-    assert "readinessProbe" not in trainer and trainer["securityContext"] == {}
-    assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["priorityClassName"] == "high"
 
 
 def test_a_field_no_tfjob_v1_has_is_named():
