@@ -1,6 +1,6 @@
 """A real node for the local control plane: kubelet + containerd + runc, the reference CNI plugins,
 kube-proxy (nftables), CoreDNS and a default StorageClass `standard` (rancher's local-path-provisioner,
-mwms_dev.local_path), all built by hack/build-node.sh (containerd and runc: Debian packages).
+mwms_dev.local_path), all built by hack/build/build-node.sh (containerd and runc: Debian packages).
 
     cluster = LocalCluster(...).start()
     node = cluster.start_kubelet_node(images=[Path("build/images/mwms-trainer.oci.tar")])
@@ -9,7 +9,7 @@ A node knows its cluster only through the NodeContext it is given (mwms_dev.node
 the node's lifecycle (start, stop, kill; its containerd, images, kubelet and kube-proxy); the rest of it, one
 job a module:
 
-    node_parts     what hack/build-node.sh built, the host's tools, the images an archive holds; NodeError
+    node_parts     what hack/build/build-node.sh built, the host's tools, an archive's images; NodeError
     node_configs   pure: the CNI, containerd, kubelet and kube-proxy configurations, pod and DNS addresses
     node_addons    pure: CoreDNS's objects and Corefile, the chart values for a node with loaded images
     node_host      what a node changes on the host and puts back: cgroups, kernel tunables, shims, mounts,

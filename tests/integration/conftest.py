@@ -2,7 +2,7 @@
 
 `cluster` (package: the node stops when this tier ends, before the node tier starts its own; only one real
 node runs per machine): on subnet index MWMS_TEST_SUBNET_INDEX, with the project's images from build/images/
-(`make images`); or, under hack/run-tests.py, the shared cluster every shard of this tier attaches to
+(`make images`); or, under hack/ci/run-tests.py, the shared cluster every shard of this tier attaches to
 (mwms_kit/shards.py: MWMS_TEST_CLUSTER, MWMS_TEST_SHARD; each shard runs its own modules). `kubectl`
 (package): kubectl as its admin. `namespace`: a fresh namespace per test, deleted afterwards.
 `trainer_image`: the project's trainer image loaded on the node, which the stand-in workers run in (skips
@@ -43,7 +43,7 @@ def cluster(
     real_node_cluster: Callable[..., Any], subnet_index: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator:
     shared = os.environ.get("MWMS_TEST_CLUSTER")
-    if shared:  # hack/run-tests.py's shared cluster: its owner stops it after every shard
+    if shared:  # hack/ci/run-tests.py's shared cluster: its owner stops it after every shard
         yield AttachedCluster.load(shared)
         return
     state_dir = os.environ.get("MWMS_TEST_STATE_DIR") or tmp_path_factory.mktemp("cluster")

@@ -86,7 +86,7 @@ def test_the_shards_together_collect_every_test_of_the_tier_once():
     assert sum(len(part) for part in parts) == len(whole)
 
 
-WAITING_MODULES = {  # marked waits_for_build: their builds run beside the tests (hack/run-tests.py)
+WAITING_MODULES = {  # marked waits_for_build: their builds run beside the tests (hack/ci/run-tests.py)
     "tests/integration/operator/test_operator_kueue.py",
     "tests/integration/operator/test_operator_object_storage.py",
     "tests/scale/test_scale_smoke.py",
@@ -119,7 +119,7 @@ def test_each_shard_starts_its_spare_clusters_on_a_bridge_of_its_own(monkeypatch
 
 
 def run_tests_module():
-    return modules.load("run_tests", "hack/run-tests.py")
+    return modules.load("run_tests", "hack/ci/run-tests.py")
 
 
 def test_the_runner_adds_up_a_tier_that_several_sessions_ran(tmp_path, monkeypatch):

@@ -36,7 +36,7 @@ def kubeflow_crd() -> Path:
     """Kubeflow Trainer v2's TrainJob CRD, from its Go module (in the project's module cache)."""
     env = {
         **os.environ,
-        # hack/cache.sh's module cache: MWMS_CACHE moves it with every other cache
+        # hack/build/cache.sh's module cache: MWMS_CACHE moves it with every other cache
         "GOMODCACHE": str(Path(os.environ.get("MWMS_CACHE", Path.home() / ".cache" / "mwms")) / "go" / "mod"),
         "GOFLAGS": "-mod=mod",
     }

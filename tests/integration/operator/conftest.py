@@ -175,8 +175,8 @@ def account_kubeconfig(cluster: Any, kubectl: Any, tmp_path: Path) -> Any:
 
 @pytest.fixture(scope="session")
 def helm_binary() -> str:
-    """The pinned helm that hack/tools.sh links next to the test Python."""
+    """The pinned helm that hack/build/tools.sh links next to the test Python."""
     pinned = Path(sys.executable).parent / "helm"
     if not pinned.exists():
-        pytest.fail("helm is missing next to the test Python: run `make tools` (hack/tools.sh)")
+        pytest.fail("helm is missing next to the test Python: run `make tools` (hack/build/tools.sh)")
     return str(pinned)

@@ -1,6 +1,6 @@
 """A real S3-compatible server for tests: the Versity S3 Gateway (`versitygw posix`: a directory served as
 buckets, SigV4-signed requests, multipart uploads; one process), built from its Go module by
-hack/build-versitygw.sh, with one root identity's credentials.
+hack/build/build-versitygw.sh, with one root identity's credentials.
 
 Usage: `with S3Server(tmp_dir, host) as s3: s3.endpoint, s3.env, s3.upload(local_dir, "bucket/prefix")`.
 `host` is the address it listens on: 127.0.0.1 for local workers, the pod bridge's gateway for pods.
@@ -22,34 +22,38 @@ REPO = Path(__file__).resolve().parents[3]
 START_TIMEOUT_SECONDS = 120  # well under a second idle; more on 2 loaded cores
 BUCKET = "mwms-data"
 
-# A cold build may be running in `make test`'s background at the lowest priority (hack/run-tests.py); the
+# A cold build may be running in `make test`'s background at the lowest priority (hack/ci/run-tests.py); the
 # scripts wait on its lock. Bounded all the same.
 BUILD_TIMEOUT_SECONDS = 3600
 
 
 def s3_server_binary() -> str:
-    """$MWMS_VERSITYGW, else the cached build (`make versitygw`; hack/build-versitygw.sh is a no-op once
+    """$MWMS_VERSITYGW, else the cached build (`make versitygw`; hack/build/build-versitygw.sh is a no-op once
     built)."""
     if os.environ.get("MWMS_VERSITYGW"):
         return os.environ["MWMS_VERSITYGW"]
     built = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-versitygw.sh")], capture_output=True, text=True, check=False,
+        ["bash", str(REPO / "hack/build/build-versitygw.sh")], capture_output=True, text=True, check=False,
         timeout=BUILD_TIMEOUT_SECONDS,
     )  # fmt: skip
     if built.returncode != 0:
-        raise RuntimeError(f"hack/build-versitygw.sh failed (run `make versitygw`): {built.stderr[-3000:]}")
+        raise RuntimeError(
+            f"hack/build/build-versitygw.sh failed (run `make versitygw`): {built.stderr[-3000:]}"
+        )
     return str(Path(built.stdout.strip()) / "bin" / "versitygw")
 
 
 def mlflow_s3_python() -> str:
-    """The python of an environment with MLflow's server and boto3 (hack/mlflow-s3-venv.sh says why it is not
-    .venv: botocore and the kubernetes client need different python-dateutil majors); a no-op once built."""
+    """The python of an environment with MLflow's server and boto3 (not .venv: hack/build/mlflow-s3-venv.sh
+    says why); a no-op once built."""
     built = subprocess.run(
-        ["bash", str(REPO / "hack" / "mlflow-s3-venv.sh")], capture_output=True, text=True, check=False,
+        ["bash", str(REPO / "hack/build/mlflow-s3-venv.sh")], capture_output=True, text=True, check=False,
         timeout=BUILD_TIMEOUT_SECONDS,
     )  # fmt: skip
     if built.returncode != 0:
-        raise RuntimeError(f"hack/mlflow-s3-venv.sh failed (run `make mlflow-s3`): {built.stderr[-3000:]}")
+        raise RuntimeError(
+            f"hack/build/mlflow-s3-venv.sh failed (run `make mlflow-s3`): {built.stderr[-3000:]}"
+        )
     return built.stdout.strip()
 
 

@@ -1,4 +1,4 @@
-"""The integration tier split in shards that run side by side on one shared cluster (hack/run-tests.py).
+"""The integration tier split in shards that run side by side on one shared cluster (hack/ci/run-tests.py).
 
 Why: the tier mostly waits on pods and API servers, and one real node runs per machine (kube-proxy's nftables
 tables have fixed names), so the shards' pytest processes share one cluster instead of each starting its own.

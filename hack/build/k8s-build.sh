@@ -9,7 +9,8 @@ STAGING_VERSION=${STAGING_VERSION:-v0.${K8S_VERSION#v1.}}
 source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"  # CACHE_ROOT, Go and pip caches under MWMS_CACHE
 export GOFLAGS="-trimpath -mod=mod" CGO_ENABLED=0
 GO_LDFLAGS="-s -w"
-# Every command hack/build-kubernetes.sh builds in one go: the control plane's and the node's.
+# Every command hack/build/build-kubernetes.sh builds in one go: the control plane's and the node's.
+# shellcheck disable=SC2034  # read by build-kubernetes.sh, which sources this file
 K8S_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 
 # build_k8s_commands WORK_DIR BIN_DIR CMD...: build k8s.io/kubernetes/cmd/CMD at $K8S_VERSION into BIN_DIR.
@@ -52,7 +53,7 @@ build_k8s_commands() {
    for cmd in "$@"; do mv "$work/out/$cmd" "$bin_dir/$cmd"; done)
 }
 
-# link_k8s_commands BIN_DIR CMD...: put hack/build-kubernetes.sh's CMD binaries into BIN_DIR (built if missing).
+# link_k8s_commands BIN_DIR CMD...: put hack/build/build-kubernetes.sh's CMD binaries into BIN_DIR (built if missing).
 link_k8s_commands() {
   local bin_dir=$1 k8s_bin cmd
   shift

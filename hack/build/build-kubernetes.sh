@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build every Kubernetes binary we run (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
 # kube-proxy) from k8s.io/kubernetes in one `go build`, so the packages they share compile once; cached by
-# version. hack/build-control-plane.sh and hack/build-node.sh take their binaries from here.
+# version. hack/build/build-control-plane.sh and hack/build/build-node.sh take their binaries from here.
 # A second run with everything present is a no-op. Prints the bin directory on stdout.
 set -euo pipefail
 

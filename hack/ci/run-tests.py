@@ -6,7 +6,7 @@ images, tf) need no cluster and fill the idle cores in the `compute` lane, at a 
 cluster lane's timing stays as when it runs alone. The Go builds only a few tests need (Kueue, the Versity S3
 Gateway, KWOK, promtool) and the MLflow-with-boto3 environment are built meanwhile, at the compute lane's
 priority (its tf tier's object-storage tests wait for the S3 server); those tests wait on the build's lock
-(hack/build-*.sh), not on a guess.
+(hack/build/build-*.sh), not on a guess.
 
 The cluster lane starts one shared cluster (a control plane and the real node) and runs the integration tier
 on it in three shards side by side, each in its own namespaces with its own operators
@@ -16,7 +16,7 @@ and e2e tiers, which start their own. `--shards 1` runs the integration tier as 
 Each pytest run's output is streamed with its name in front and kept in build/test-results/<run>.log; each
 writes its tiers' counts (mwms_kit/tiers.py) to build/test-results/<run>.json. Exit status: 0 only if
 every run and build passed. Extra arguments go to every pytest run (e.g. `-x`, `-k name`).
-`python hack/run-tests.py --lanes cluster` runs one lane."""
+`python hack/ci/run-tests.py --lanes cluster` runs one lane."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from pathlib import Path
 from mwms_kit.shards import SHARDS
 from mwms_kit.tiers import table, under_ci
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "build" / "test-results"
 TEMP_ROOT = Path("/tmp") / f"mwms-{hashlib.sha1(str(REPO).encode()).hexdigest()[:6]}"  # one per checkout
 

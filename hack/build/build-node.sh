@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build what a real local node runs, from official sources, into a cache keyed by version:
-#   bin/   kubelet, kube-proxy (from hack/build-kubernetes.sh, the control plane's version), coredns
+#   bin/   kubelet, kube-proxy (from hack/build/build-kubernetes.sh, the control plane's version), coredns
 #   cni/   the reference CNI plugins bridge, host-local, loopback, portmap (github.com/containernetworking/plugins)
 #   images/pause.oci.tar    kubernetes' build/pause/linux/pause.c, static, in an image built from scratch
 #   images/coredns.oci.tar  the coredns binary in an image built from scratch
