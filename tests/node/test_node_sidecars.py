@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from mwms_kit.trainjobs import trainjob
-
-pytestmark = [pytest.mark.node, pytest.mark.integration]
 
 RUN = {"runId": "sidecar-run", "experimentId": "1", "modelUri": "runs:/sidecar-run/model"}
 NON_ROOT = {

@@ -13,7 +13,6 @@ import pytest
 from mwms_kit.mlflow_server import MlflowServer
 from mwms_kit.trainjobs import trainjob
 
-pytestmark = [pytest.mark.node, pytest.mark.integration]
 STARTUP_TIMEOUT = 60  # the chief imports TensorFlow and opens its MLflow run before it waits for its peer
 
 

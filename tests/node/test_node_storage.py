@@ -6,12 +6,8 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
-
 from mwms_dev.chain import mlflow_get, mlflow_post
 from mwms_dev.local_path import STORAGE_CLASS
-
-pytestmark = [pytest.mark.node, pytest.mark.integration]
 
 
 def claim(name: str) -> dict:

@@ -23,13 +23,7 @@ from mwms_kit.submit import (
 )
 
 # The tier's first test also loads the trainer image and installs the chart, on 2 shared cores.
-pytestmark = [
-    pytest.mark.node,
-    pytest.mark.e2e,
-    pytest.mark.integration,
-    pytest.mark.tf,
-    pytest.mark.timeout(1500),
-]
+pytestmark = pytest.mark.timeout(1500)
 
 
 @pytest.fixture

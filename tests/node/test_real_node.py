@@ -8,11 +8,7 @@ from __future__ import annotations
 import ipaddress
 import uuid
 
-import pytest
-
 from mwms_dev.node_configs import pod_range
-
-pytestmark = [pytest.mark.node, pytest.mark.integration]
 
 
 def web_pod(

@@ -11,8 +11,6 @@ import pytest
 
 from node.test_real_node import exec_sh, http_get, wait_ready, web_pod, web_service
 
-pytestmark = [pytest.mark.node, pytest.mark.integration]
-
 
 @pytest.fixture(scope="module")
 def node_2(real_cluster, node_kubectl) -> Iterator:

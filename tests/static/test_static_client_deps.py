@@ -16,8 +16,6 @@ import tomllib
 import pytest
 from static_support import REPO, missing_tool
 
-pytestmark = pytest.mark.static
-
 CLIENT_ONLY = "not dev_packages and not local_runs"
 
 

@@ -16,8 +16,6 @@ import pytest
 import yaml
 from static_support import REPO
 
-pytestmark = pytest.mark.static
-
 sys.path.insert(0, str(REPO / "krew"))
 import build  # noqa: E402  (krew/build.py)
 

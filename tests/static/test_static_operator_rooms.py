@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 from static_support import REPO
 
-pytestmark = pytest.mark.static
-
 OPERATOR = REPO / "operator" / "mwms_operator"
 DECISION_CODE = {"pods", "facts", "policy", "status"}
 API_CLIENT = ("k8s.py", "refusals.py", "metrics.py")

@@ -29,9 +29,9 @@ from mwms_kit.mlflow_server import MlflowServer
 from mwms_kit.s3_server import BUCKET, S3Server, mlflow_s3_python
 
 # The S3 server and the MLflow-S3 environment may still be building in `make test`'s background
-# (hack/run-tests.py): the module's fixtures wait on their build locks, so the timeout counts the tests
+# (hack/ci/run-tests.py): the module's fixtures wait on their build locks, so the timeout counts the tests
 # themselves only.
-pytestmark = [pytest.mark.tf, pytest.mark.waits_for_build, pytest.mark.timeout(func_only=True)]
+pytestmark = [pytest.mark.waits_for_build, pytest.mark.timeout(func_only=True)]
 
 TRAINER = {"epochs": 3, "globalBatchSize": 32, "learningRate": 0.05}
 

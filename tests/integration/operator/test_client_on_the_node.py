@@ -16,8 +16,6 @@ import pytest
 
 from mwms_kit.submit import run_mwms
 
-pytestmark = pytest.mark.integration
-
 REPO = Path(__file__).resolve().parents[3]
 IN_POD = """
 from mwms import Client

@@ -9,9 +9,6 @@ import pytest
 
 from mwms_kit.trainjobs import trainjob
 
-pytestmark = pytest.mark.integration
-
-
 # The trainer container may not set what the operator sets (TF_CONFIG, MWMS_*, MLFLOW_...).
 RESERVED_ENV_TEMPLATE = {
     "spec": {"containers": [{"name": "trainer", "env": [{"name": "TF_CONFIG", "value": "{}"}]}]}

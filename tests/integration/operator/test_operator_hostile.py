@@ -26,8 +26,6 @@ from mwms_contract.names import GROUP, PLURAL, RESERVED_ENV, VERSION
 from mwms_kit.shards import namespace_name
 from mwms_kit.trainjobs import trainjob
 
-pytestmark = pytest.mark.integration
-
 PHASES = {"Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"}
 HANDLED_TIMEOUT = 45  # seconds for the operator to write a status for an accepted body
 SETTINGS = settings(

@@ -7,12 +7,9 @@ import json
 import re
 import urllib.request
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mwms_contract.names import MLFLOW_TAG_JOB_UID
-
-pytestmark = pytest.mark.integration
 
 
 def get_job(kubectl, namespace, name):

@@ -19,8 +19,6 @@ from mwms_operator import k8s
 from mwms_operator.config import Timing
 from mwms_operator.leader import Elector, LeaseLost
 
-pytestmark = pytest.mark.integration
-
 OPERATOR_NAMESPACE = "mwms-system"
 LEASE = "mwms-operator-leader"  # the one Lease the operator's Role lets it get and update
 FAST = Timing(lease_duration=3, renew_deadline=2, retry_period=0.5)

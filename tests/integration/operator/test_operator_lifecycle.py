@@ -15,7 +15,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[3]
 
-pytestmark = pytest.mark.integration
 
 LEGACY_FINALIZER = "mwms.dev/kopf-finalizer"
 HOLD = "mwms.dev/test-hold"
@@ -93,8 +92,8 @@ def test_a_worker_stuck_terminating_is_named_while_the_new_group_waits(
     wait_for(lambda: phase(kubectl, namespace, "stuck") == "Running", timeout=120, what="running again")
 
 
-# Deleting the CRD deletes every TrainJob in the cluster: under hack/run-tests.py this runs alone, after both
-# shards of the tier (mwms_kit/shards.py).
+# Deleting the CRD deletes every TrainJob in the cluster: under `make test` this runs alone, after the tier's
+# shards (mwms_kit/shards.py).
 @pytest.mark.exclusive
 def test_the_crd_deletes_with_jobs_present_while_the_operator_is_stopped(
     operator, make_standin, kubectl, namespace, wait_for

@@ -6,8 +6,6 @@ import uuid
 
 import pytest
 
-pytestmark = pytest.mark.integration
-
 SUFFIX = uuid.uuid4().hex[:6]
 SERVED, OTHER = f"served-{SUFFIX}", f"other-{SUFFIX}"
 

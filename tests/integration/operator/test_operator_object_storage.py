@@ -16,9 +16,9 @@ from mwms_kit.s3_server import BUCKET, S3Server, env_from_secret, make_secret
 from mwms_kit.tables import write_parts
 from mwms_kit.trainjobs import trainjob
 
-# The S3 server may still be building in `make test`'s background (hack/run-tests.py): the module's fixtures
-# wait on its build lock, so the timeout counts the tests themselves only.
-pytestmark = [pytest.mark.integration, pytest.mark.waits_for_build, pytest.mark.timeout(func_only=True)]
+# The S3 server may still be building in `make test`'s background: the module's fixtures wait on its build
+# lock, so the timeout counts the tests themselves only.
+pytestmark = [pytest.mark.waits_for_build, pytest.mark.timeout(func_only=True)]
 
 
 @pytest.fixture(scope="module")

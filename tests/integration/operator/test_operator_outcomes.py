@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
 from test_operator_jobs import (
     condition,
     events_of,
@@ -17,8 +16,6 @@ from test_operator_jobs import (
     pods_of,
     wait_condition,
 )
-
-pytestmark = pytest.mark.integration
 
 
 def evict(kubectl, namespace: str, pod: str) -> None:

@@ -22,8 +22,6 @@ import yaml
 from test_operator_jobs import condition, wait_condition
 from test_operator_security import ALLOWED, DENIED
 
-pytestmark = pytest.mark.integration
-
 SUFFIX = uuid.uuid4().hex[:6]
 WATCHED, ALSO_WATCHED, UNWATCHED = f"rb-a-{SUFFIX}", f"rb-b-{SUFFIX}", f"rb-other-{SUFFIX}"
 EVENTS_HIDDEN = f"rb-noev-{SUFFIX}"  # a namespace where the operator may post events but not list them

@@ -20,8 +20,6 @@ import pytest
 from mwms_dev import pki
 from mwms_dev.cluster import free_port
 
-pytestmark = pytest.mark.integration
-
 
 def get_job(kubectl: Any, namespace: str, name: str) -> dict[str, Any]:
     return kubectl.json("get", "trainjob", name, "-n", namespace)

@@ -10,8 +10,6 @@ import secrets
 
 import pytest
 
-pytestmark = pytest.mark.integration
-
 OPERATOR_SA = "system:serviceaccount:mwms-system:mwms-operator"
 
 # (verb, resource, subresource, expected). Each is asked in a user namespace, in mwms-system (the operator's

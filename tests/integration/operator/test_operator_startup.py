@@ -5,10 +5,7 @@ trainer on a real kubelet."""
 
 from __future__ import annotations
 
-import pytest
 from test_operator_jobs import condition, wait_condition
-
-pytestmark = pytest.mark.integration
 
 
 def test_workers_that_run_but_do_not_all_join_time_out_naming_each_with_its_last_reason(

@@ -24,8 +24,6 @@ from mwms_kit.submit import (
 )
 from mwms_kit.trainjobs import trainjob
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def operator_env(mlflow_uri: str) -> dict[str, str]:

@@ -16,8 +16,6 @@ import pytest
 
 from mwms_kit.auth_proxy import AuthProxy
 
-pytestmark = pytest.mark.integration
-
 OPERATOR_TOKEN = f"op-{secrets.token_hex(16)}"
 TRAINER_TOKEN = f"tr-{secrets.token_hex(16)}"
 
