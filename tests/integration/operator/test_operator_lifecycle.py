@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mwms_kit.waits import condition, get_job
+
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -70,12 +72,11 @@ def test_a_worker_stuck_terminating_is_named_while_the_new_group_waits(
     kubectl("delete", "pod", "stuck-worker-1", "-n", namespace, "--wait=false")
 
     def waiting_condition():
-        job = kubectl.json("get", "trainjob", "stuck", "-n", namespace)
-        running = next((c for c in job.get("status", {}).get("conditions", []) if c["type"] == "Running"), {})
-        return running if running.get("reason") == "WaitingForOldPods" else None
+        running = condition(get_job(kubectl, namespace, "stuck"), "Running")
+        return running if running is not None and running.reason == "WaitingForOldPods" else None
 
     running = wait_for(waiting_condition, timeout=60, what="reason WaitingForOldPods")
-    assert "stuck-worker-1" in running["message"]
+    assert "stuck-worker-1" in running.message
     assert kubectl.json("get", "trainjob", "stuck", "-n", namespace)["status"]["restarts"] == 1
     pods = kubectl.json("get", "pods", "-n", namespace, "-l", "mwms.dev/job-name=stuck")["items"]
     assert {p["metadata"]["labels"]["mwms.dev/restart"] for p in pods} == {"0"}, "a new group beside the old"

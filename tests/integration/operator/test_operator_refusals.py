@@ -17,16 +17,10 @@ from typing import Any
 
 import pytest
 
+from mwms_contract.status import Condition
 from mwms_dev import pki
 from mwms_dev.cluster import free_port
-
-
-def get_job(kubectl: Any, namespace: str, name: str) -> dict[str, Any]:
-    return kubectl.json("get", "trainjob", name, "-n", namespace)
-
-
-def condition(job: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in job.get("status", {}).get("conditions", []) if c["type"] == type_), {})
+from mwms_kit.waits import condition, get_job, wait_condition
 
 
 def pod_names(kubectl: Any, namespace: str, name: str) -> list[str]:
@@ -60,7 +54,7 @@ def wait_refused(
         running = condition(job, "Running")
         status = job.get("status") or {}  # none until the operator first sees the job
         assert status.get("phase") != "Failed", status
-        if running.get("reason") == reason and words in running["message"]:
+        if running is not None and running.reason == reason and words in running.message:
             return job
         return None
 
@@ -74,11 +68,7 @@ def wait_refused(
 
 
 def succeeded(kubectl: Any, namespace: str, name: str, timeout: int = 120) -> dict[str, Any]:
-    kubectl(
-        "wait", "--for=condition=Succeeded", f"trainjob/{name}", "-n", namespace, f"--timeout={timeout}s",
-        timeout=timeout + 10,
-    )  # fmt: skip
-    return get_job(kubectl, namespace, name)
+    return wait_condition(kubectl, namespace, name, "Succeeded", timeout=timeout)
 
 
 def test_a_pod_field_the_api_server_does_not_know_fails_the_job_naming_it(
@@ -89,9 +79,9 @@ def test_a_pod_field_the_api_server_does_not_know_fails_the_job_naming_it(
     without the resources its author meant to ask for (the API server's default drops an unknown field)."""
     kubectl.apply(make_standin("typo", 2, container={"resourcez": {"limits": {"cpu": "1"}}}),
                   "-n", namespace)  # fmt: skip
-    kubectl("wait", "--for=condition=Failed", "trainjob/typo", "-n", namespace, "--timeout=60s", timeout=70)
+    wait_condition(kubectl, namespace, "typo", "Failed", timeout=60)
     failed = condition(get_job(kubectl, namespace, "typo"), "Failed")
-    assert failed["reason"] == "InvalidSpec" and "spec.containers[0].resourcez" in failed["message"], failed
+    assert failed.reason == "InvalidSpec" and "spec.containers[0].resourcez" in failed.message, failed
     assert pod_names(kubectl, namespace, "typo") == []
 
 
@@ -232,7 +222,7 @@ def test_a_validating_webhook_refusal_is_shown_and_retried(
     wait_refused(kubectl, wait_for, namespace, "hooked", "team policy: no training before noon")
     assert (
         'admission webhook "deny-workers.mwms.dev" denied the request'
-        in condition(get_job(kubectl, namespace, "hooked"), "Running")["message"]
+        in condition(get_job(kubectl, namespace, "hooked"), "Running").message
     )
     tries = webhook.reviewed
     webhook.deny = False
@@ -257,13 +247,13 @@ def test_an_invalid_template_edit_leaves_the_running_group_alone_and_says_why(
     volumes = {"op": "add", "path": "/spec/template/spec/volumes", "value": {"scratch": {"emptyDir": {}}}}
     kubectl("patch", "trainjob", "edited", "-n", namespace, "--type=json", "-p", json.dumps([volumes]))
 
-    def rejected() -> dict[str, Any]:
-        return condition(get_job(kubectl, namespace, "edited"), "TemplateAccepted")
+    def rejected() -> Condition | None:
+        accepted = condition(get_job(kubectl, namespace, "edited"), "TemplateAccepted")
+        return accepted if accepted is not None and accepted.status == "False" else None
 
-    accepted = wait_for(lambda: rejected().get("status") == "False" and rejected(), timeout=30,
-                        what="TemplateAccepted=False")  # fmt: skip
-    assert accepted["reason"] == "InvalidSpec", accepted
-    assert "spec.template.spec.volumes" in accepted["message"], accepted
+    accepted = wait_for(rejected, timeout=30, what="TemplateAccepted=False")
+    assert accepted.reason == "InvalidSpec", accepted
+    assert "spec.template.spec.volumes" in accepted.message, accepted
     assert any("must be a list" in m for m in warnings(kubectl, namespace, "edited", "InvalidSpec"))
     job = get_job(kubectl, namespace, "edited")
     assert job["status"]["phase"] == "Running", job["status"]
@@ -287,7 +277,7 @@ def test_a_webhook_whose_server_is_down_is_named_in_the_status_and_the_job_runs_
         job = wait_refused(
             kubectl, wait_for, namespace, "unhooked", "failed calling webhook", "WebhookUnavailable"
         )
-        assert '"deny-workers.mwms.dev"' in condition(job, "Running")["message"]
+        assert '"deny-workers.mwms.dev"' in condition(job, "Running").message
     finally:
         kubectl("delete", "validatingwebhookconfiguration", name, "--ignore-not-found")
     assert succeeded(kubectl, namespace, "unhooked")["status"]["restarts"] == 0

@@ -5,7 +5,7 @@ trainer on a real kubelet."""
 
 from __future__ import annotations
 
-from test_operator_jobs import condition, wait_condition
+from mwms_kit.waits import condition, wait_condition
 
 
 def test_workers_that_run_but_do_not_all_join_time_out_naming_each_with_its_last_reason(
@@ -18,8 +18,8 @@ def test_workers_that_run_but_do_not_all_join_time_out_naming_each_with_its_last
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "apart", "Failed")
     failed = condition(done, "Failed")
-    assert failed["reason"] == "StartupTimeout", failed
-    message = failed["message"]
+    assert failed.reason == "StartupTimeout", failed
+    message = failed.message
     assert "not every worker joined the group within 30s" in message, message
     said = "Unhealthy: Readiness probe failed:"
     waiting = f"worker 0 (apart-worker-0): {said} waiting for peers: worker 1 (apart-worker-1."
@@ -42,7 +42,7 @@ def test_a_worker_whose_secret_volume_does_not_exist_ends_the_job_naming_the_mou
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "nosecret", "Failed")
     failed = condition(done, "Failed")
-    assert failed["reason"] == "ContainerError", failed
-    message = failed["message"]
+    assert failed.reason == "ContainerError", failed
+    message = failed.message
     assert message.startswith("worker nosecret-worker-0 has not started 10s after it was scheduled"), message
     assert "FailedMount: " in message and 'secret "no-such-secret" not found' in message, message

@@ -22,6 +22,7 @@ from mwms_contract.conditions import (
     TRACKING_REASONS,
 )
 from mwms_kit.decisions import META, T0, conditions, group, running_status, spec
+from mwms_kit.fake_kube import KEY, FakeKube, Indexes, job_body
 from mwms_operator.config import OperatorConfig
 from mwms_operator.policy import decide
 from mwms_operator.progress import ProgressReader, Unreadable
@@ -171,20 +172,16 @@ def test_a_finished_job_says_whether_its_run_has_ended():
 
 
 def _reconciler(server: Mlflow):
-    from test_operator_reconciler import KEY, Indexes, RecordingKube
-
     from mwms_operator.reconciler import Reconciler
 
     config = OperatorConfig.from_env({"MWMS_TRACKING_URI": server.uri})
-    reconciler = Reconciler(RecordingKube(), config)  # type: ignore[arg-type]
+    reconciler = Reconciler(FakeKube(), config)  # type: ignore[arg-type]
     indexes = Indexes()
     reconciler.bind(indexes.pods, indexes.services)
     return reconciler, KEY
 
 
 def _job(uri: str, status: dict) -> dict:
-    from test_operator_reconciler import job_body
-
     return {**job_body(mlflow={"trackingUri": uri}), "status": status}
 
 
