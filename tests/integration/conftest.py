@@ -4,7 +4,9 @@
 node runs per machine): on subnet index MWMS_TEST_SUBNET_INDEX, with the project's images from build/images/
 (`make images`); or, under hack/ci/run-tests.py, the shared cluster every shard of this tier attaches to
 (mwms_kit/shards.py: MWMS_TEST_CLUSTER, MWMS_TEST_SHARD; each shard runs its own modules). `kubectl`
-(package): kubectl as its admin. `namespace`: a fresh namespace per test, deleted afterwards.
+(module): kubectl as its admin. `namespace`: a fresh namespace per test, deleted afterwards. `crd` (module):
+manifests/crd.yaml applied and served. `spare_cluster` (module): a control plane of the module's own, without
+a node, on the session's spare subnet index (for tests of the API server's side, beside the tier's node).
 `trainer_image`: the project's trainer image loaded on the node, which the stand-in workers run in (skips
 without `make images`).
 """
@@ -51,9 +53,32 @@ def cluster(
         yield local
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")  # module: a folder's own `cluster` (spare_cluster) is module-scoped
 def kubectl(cluster: Any, make_kubectl: Any) -> Any:
     return make_kubectl(cluster.kubeconfig)
+
+
+@pytest.fixture(scope="module")
+def crd(kubectl: Any, wait_for: Any) -> None:
+    kubectl("apply", "-f", str(HERE.parents[1] / "manifests" / "crd.yaml"))
+    # Served once discovery knows it (kubectl wait races the CRD's first status).
+    wait_for(
+        lambda: kubectl("get", "trainjobs", "-A", check=False).returncode == 0,
+        timeout=60,
+        what="the TrainJob resource to be served",
+    )
+
+
+@pytest.fixture(scope="module")
+def spare_cluster(
+    request: pytest.FixtureRequest,
+    control_plane_cluster: Callable[..., Any],
+    spare_subnet_index: int,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator:
+    name = request.path.parent.name  # the module's folder: client, monitoring
+    with control_plane_cluster(name, tmp_path_factory.mktemp(f"{name}-cluster"), spare_subnet_index) as local:
+        yield local
 
 
 @pytest.fixture

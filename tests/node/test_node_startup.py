@@ -21,11 +21,8 @@ STARTUP_TIMEOUT = 60  # the chief imports TensorFlow and opens its MLflow run be
 def pod_mlflow(real_cluster, tmp_path_factory):
     """The chief opens its MLflow run before the rendezvous: a server the pods reach by IP (no DNS there)."""
     host = real_cluster.pod_api_host
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow"), host=host, allowed_hosts=[host]).start()
-    try:
+    with MlflowServer(tmp_path_factory.mktemp("mlflow"), host=host, allowed_hosts=[host]) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_workers_that_run_but_cannot_resolve_each_other_fail_with_startup_timeout_naming_them_and_why(

@@ -10,7 +10,7 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from mwms_contract.names import MLFLOW_TAG_JOB_UID
-from mwms_kit.waits import condition, events_of, get_job, pods_of, wait_condition
+from mwms_kit.waits import condition, events_of, get_job, patch_spec, pods_of, wait_condition
 
 
 def fail_once_trainjob(make_standin, name: str, replicas: int, marker_dir) -> dict:
@@ -160,29 +160,11 @@ def test_suspend_deletes_the_pods_and_resume_recreates_them(
 ):
     kubectl.apply(make_standin("nap", 2, env={"STANDIN_SLEEP_SECONDS": "600"}), "-n", namespace)
     wait_condition(kubectl, namespace, "nap", "Running")
-    kubectl(
-        "patch",
-        "trainjob",
-        "nap",
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"runPolicy": {"suspend": True}}}),
-    )
+    patch_spec(kubectl, namespace, "nap", {"runPolicy": {"suspend": True}})
     job = wait_condition(kubectl, namespace, "nap", "Suspended")
     assert job["status"]["phase"] == "Suspended"
     wait_for(lambda: not pods_of(kubectl, namespace, "nap"), timeout=120, what="pods deleted on suspend")
-    kubectl(
-        "patch",
-        "trainjob",
-        "nap",
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"runPolicy": {"suspend": False}}}),
-    )
+    patch_spec(kubectl, namespace, "nap", {"runPolicy": {"suspend": False}})
     job = wait_condition(kubectl, namespace, "nap", "Running")
     assert condition(job, "Suspended").status == "False" and job["status"]["restarts"] == 0
     assert len(pods_of(kubectl, namespace, "nap")) == 2

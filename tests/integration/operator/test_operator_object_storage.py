@@ -30,11 +30,8 @@ def operator_env(mlflow_uri: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def s3(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """The S3 server where pods reach it: the pod bridge's gateway."""
-    server = S3Server(tmp_path_factory.mktemp("s3"), host=cluster.pod_api_host).start()
-    try:
+    with S3Server(tmp_path_factory.mktemp("s3"), host=cluster.pod_api_host) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,8 @@ job needs, taken by an object that is not the job's, is named in its status and 
 from __future__ import annotations
 
 import base64
-import http.server
 import json
 import ssl
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ import pytest
 from mwms_contract.status import Condition
 from mwms_dev import pki
 from mwms_dev.cluster import free_port
+from mwms_kit.fake_api_server import FakeApiServer, Seen, served
 from mwms_kit.waits import condition, get_job, wait_condition
 
 
@@ -136,38 +135,25 @@ class Webhook:
         (directory / "tls.key").write_bytes(serving.key_pem)
         self.ca_bundle = base64.b64encode(ca.cert_pem).decode()
         self.deny = True
-        self.reviewed = 0
-        webhook = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                webhook.reviewed += 1
-                response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": not webhook.deny}
-                if webhook.deny:
-                    response["status"] = {"code": 403, "message": "team policy: no training before noon"}
-                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                   "response": response}).encode()  # fmt: skip
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(directory / "tls.crt", directory / "tls.key")
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.url = f"https://127.0.0.1:{self.server.server_address[1]}/validate"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.fake = FakeApiServer(answer=self.review)
+        self.serving = served(self.fake, tls=context)
+        self.serving.__enter__()
+        self.url = f"{self.fake.url}/validate"
+
+    @property
+    def reviewed(self) -> int:
+        return len(self.fake.seen)
+
+    def review(self, seen: Seen) -> tuple[int, dict[str, Any]]:
+        response: dict[str, Any] = {"uid": seen.body["request"]["uid"], "allowed": not self.deny}
+        if self.deny:
+            response["status"] = {"code": 403, "message": "team policy: no training before noon"}
+        return 200, {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.serving.__exit__(None, None, None)
 
 
 def register_webhook(kubectl: Any, namespace: str, url: str, ca_bundle: str) -> str:
@@ -206,13 +192,13 @@ def register_webhook(kubectl: Any, namespace: str, url: str, ca_bundle: str) -> 
 
 @pytest.fixture
 def webhook(kubectl: Any, namespace: str, tmp_path: Path) -> Iterator[Webhook]:
-    served = Webhook(tmp_path)
-    name = register_webhook(kubectl, namespace, served.url, served.ca_bundle)
+    hook = Webhook(tmp_path)
+    name = register_webhook(kubectl, namespace, hook.url, hook.ca_bundle)
     try:
-        yield served
+        yield hook
     finally:
         kubectl("delete", "validatingwebhookconfiguration", name, "--ignore-not-found", check=False)
-        served.stop()
+        hook.stop()
 
 
 def test_a_validating_webhook_refusal_is_shown_and_retried(

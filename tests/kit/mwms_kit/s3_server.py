@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mwms_kit.mlflow_server import free_port, stop_group
+from mwms_kit.mlflow_server import ServerProcess, free_port
 
 REPO = Path(__file__).resolve().parents[3]
 START_TIMEOUT_SECONDS = 120  # well under a second idle; more on 2 loaded cores
@@ -27,34 +27,28 @@ BUCKET = "mwms-data"
 BUILD_TIMEOUT_SECONDS = 3600
 
 
-def s3_server_binary() -> str:
-    """$MWMS_VERSITYGW, else the cached build (`make versitygw`; hack/build/build-versitygw.sh is a no-op once
-    built)."""
-    if os.environ.get("MWMS_VERSITYGW"):
-        return os.environ["MWMS_VERSITYGW"]
+def run_build(script: str, target: str) -> str:
+    """hack/build/`script` (a no-op once built, or waits on a build running in the background): its output."""
     built = subprocess.run(
-        ["bash", str(REPO / "hack/build/build-versitygw.sh")], capture_output=True, text=True, check=False,
+        ["bash", str(REPO / "hack" / "build" / script)], capture_output=True, text=True, check=False,
         timeout=BUILD_TIMEOUT_SECONDS,
     )  # fmt: skip
     if built.returncode != 0:
-        raise RuntimeError(
-            f"hack/build/build-versitygw.sh failed (run `make versitygw`): {built.stderr[-3000:]}"
-        )
-    return str(Path(built.stdout.strip()) / "bin" / "versitygw")
+        raise RuntimeError(f"hack/build/{script} failed (run `make {target}`): {built.stderr[-3000:]}")
+    return built.stdout.strip()
+
+
+def s3_server_binary() -> str:
+    """$MWMS_VERSITYGW, else the cached build (`make versitygw`)."""
+    if os.environ.get("MWMS_VERSITYGW"):
+        return os.environ["MWMS_VERSITYGW"]
+    return str(Path(run_build("build-versitygw.sh", "versitygw")) / "bin" / "versitygw")
 
 
 def mlflow_s3_python() -> str:
     """The python of an environment with MLflow's server and boto3 (not .venv: hack/build/mlflow-s3-venv.sh
-    says why); a no-op once built."""
-    built = subprocess.run(
-        ["bash", str(REPO / "hack/build/mlflow-s3-venv.sh")], capture_output=True, text=True, check=False,
-        timeout=BUILD_TIMEOUT_SECONDS,
-    )  # fmt: skip
-    if built.returncode != 0:
-        raise RuntimeError(
-            f"hack/build/mlflow-s3-venv.sh failed (run `make mlflow-s3`): {built.stderr[-3000:]}"
-        )
-    return built.stdout.strip()
+    says why)."""
+    return run_build("mlflow-s3-venv.sh", "mlflow-s3")
 
 
 def make_secret(kubectl: Any, namespace: str, name: str, access_key: str, secret_key: str) -> None:
@@ -79,7 +73,9 @@ def env_from_secret(secret: str, endpoint: str) -> list[dict[str, Any]]:
     return from_secret + plain
 
 
-class S3Server:
+class S3Server(ServerProcess):
+    stop_grace = 5.0  # the data is the test's own and thrown away
+
     def __init__(self, root: Path, host: str = "127.0.0.1") -> None:
         self.root = Path(root)
         self.host = host
@@ -153,16 +149,3 @@ class S3Server:
 
         fs.copy_files(str(local), destination, destination_filesystem=self.filesystem())
         return f"s3://{destination}"
-
-    def log_tail(self, chars: int = 3000) -> str:
-        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
-
-    def stop(self) -> None:
-        # The data is the test's own and thrown away: 5 s for a graceful end, then SIGKILL.
-        stop_group(self.process, 5)
-
-    def __enter__(self) -> S3Server:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -1,9 +1,10 @@
-"""A TrainJob read and waited on through kubectl, typed by the contract: its conditions are
+"""A TrainJob read, patched and waited on through kubectl, typed by the contract: its conditions are
 mwms_contract.status.Condition, their types mwms_contract.conditions' names. `kubectl` is the tests'
 `Kubectl` (tests/conftest.py) or anything called as `kubectl(*args, timeout=...)` with `.json(*args)`."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +27,12 @@ def wait_condition(kubectl: Any, namespace: str, name: str, type_: str, timeout:
         timeout=timeout + 10,
     )  # fmt: skip
     return get_job(kubectl, namespace, name)
+
+
+def patch_spec(kubectl: Any, namespace: str, name: str, spec: Mapping[str, Any], check: bool = True) -> Any:
+    """Change the job's spec with a JSON merge patch (`kubectl patch --type=merge`); kubectl's result."""
+    patch = json.dumps({"spec": spec})
+    return kubectl("patch", "trainjob", name, "-n", namespace, "--type=merge", "-p", patch, check=check)
 
 
 def pods_of(kubectl: Any, namespace: str, name: str) -> list[dict[str, Any]]:
