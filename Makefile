@@ -15,7 +15,7 @@ export PIP_CACHE_DIR := $(MWMS_CACHE)/pip
 	promtool node demo test test-unit test-static test-integration test-node test-kueue lint clean
 
 help: ## this list
-	@awk -F ':.*## ' '/^[a-z][a-z-]*:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk -F ':.*## ' '/^[a-z][a-z0-9-]*:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # The host's prerequisites first, so nothing long starts on a machine that lacks one (hack/build/install-deps.sh).
 deps-demo: ## the Debian packages, Go and root that `make demo` needs (installs them as root)

@@ -173,8 +173,7 @@ build_image() {
 build_base
 build_image operator
 build_image trainer
-# Drop what no named image needs: earlier builds' images and stages (each trainer code change used to leave
-# ~3 GB behind).
+# Drop what no named image needs: earlier builds' images and stages (GBs per trainer change otherwise).
 "${BUILDAH[@]}" rmi --prune >/dev/null
 echo "$INPUTS" >"$OUT/inputs.sha"
 log "cache $CACHE: $(du -sh "$CACHE/storage" | cut -f1)"

@@ -11,9 +11,8 @@ from mwms_kit.waits import condition, wait_condition
 def test_workers_that_run_but_do_not_all_join_time_out_naming_each_with_its_last_reason(
     operator, make_standin, kubectl, namespace
 ):
-    # Worker 1 hangs before its rendezvous; worker 0 runs and waits for it. 30 s: long enough that the later
-    # of the two has started and failed a readiness probe, whose output is the reason named (at 15 s, a CI
-    # run at load ~12 ended the job while worker 0 had given none yet: "no reason given yet").
+    # Worker 1 hangs before its rendezvous; worker 0 runs and waits for it. 30 s: long enough, on a loaded
+    # machine, that the later of the two has started and failed a readiness probe, whose output is named.
     job = make_standin("apart", 2, env={"STANDIN_HANG_INDEX": "1"}, runPolicy={"startupTimeoutSeconds": 30})
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "apart", "Failed")

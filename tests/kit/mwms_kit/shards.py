@@ -29,10 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 SHARDS = ("a", "b", "c")
-# Seconds each module took on 2 cores (tests/integration/...) in a warm run of the whole suite (2026-12-05,
-# two shards beside the compute lane): each run's build/test-results/integration-*.xml has the measured times
-# to refine them. A module missing here weighs DEFAULT_WEIGHT. Stale figures only unbalance the shards, they
-# never drop a module.
+# Each module's relative weight (its seconds in a warm run; build/test-results/integration-*.xml has each
+# run's times). A module missing here weighs DEFAULT_WEIGHT; a stale weight only unbalances the shards.
 WEIGHTS = {
     "operator/test_operator_chaos_short.py": 259,
     "operator/test_operator_jobs.py": 230,

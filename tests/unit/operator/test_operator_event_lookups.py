@@ -1,6 +1,6 @@
 """A starting pod's events lookups (the startup clock's): spaced out, bounded operator-wide, and a lookup that
-fails or finds no free slot holds the clock instead of failing the reconcile. At 20,000 starting pods each
-lookup took 14 s and held the reconcile workers from the writes a start needs. Lookups that keep failing
+fails or finds no free slot holds the clock instead of failing the reconcile, so slow lookups never hold the
+reconcile workers from the writes a start needs. Lookups that keep failing
 (not a 403) end in the pod being judged without its events, the cause named, not in a wait for ever."""
 
 from __future__ import annotations

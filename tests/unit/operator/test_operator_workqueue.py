@@ -216,8 +216,8 @@ def test_the_queue_logs_a_failing_outage_once_and_its_end(caplog):
 
 
 def test_a_key_that_falls_due_goes_ahead_of_a_backlog_and_is_handled_once():
-    """A deadline or a coalesced status write that falls due must not wait behind thousands of added keys
-    (20k pods on 2 cores: ~10 min); a due key already waiting is moved ahead, not handled twice."""
+    """A deadline or a coalesced status write that falls due must not wait behind thousands of added keys;
+    a due key already waiting is moved ahead, not handled twice."""
 
     async def main():
         seen: list[str] = []
