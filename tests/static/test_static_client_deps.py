@@ -4,7 +4,7 @@ allows, each in a fresh TensorFlow-free venv under /tmp, running the client's un
 
 Cost: two venvs from PyPI (about 40 s each on a warm pip cache, a few MB of wheels); skipped without network
 outside CI. The tests of the operator's plugins and the trainer's local mode are left out: they need
-mwms-operator, which a client-only install does not have."""
+mwms-operator, which a client-only install does not have. The test kit goes in too: the tests import it."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def test_the_client_works_with_both_ends_of_its_kubernetes_range(end, tmp_path_f
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
     pip = [venv / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     installed = subprocess.run(
-        [*pip, "pytest", str(REPO / "contract"), str(REPO / "client"), wanted],
+        [*pip, "pytest", str(REPO / "contract"), str(REPO / "client"), "-e", str(REPO / "tests/kit"), wanted],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     if installed.returncode != 0:
@@ -56,6 +56,6 @@ def test_the_client_works_with_both_ends_of_its_kubernetes_range(end, tmp_path_f
         [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", REPO,
          "-c", REPO / "pyproject.toml", "-k", CLIENT_ONLY, REPO / "tests" / "unit" / "client"],
         capture_output=True, text=True, timeout=600, cwd=tmp_path_factory.getbasetemp(),
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "tests"), "HOME": str(venv.parent)},
+        env={"PATH": "/usr/bin:/bin", "HOME": str(venv.parent)},
     )  # fmt: skip
     assert tests.returncode == 0, f"kubernetes {got}:\n{tests.stdout[-4000:]}\n{tests.stderr[-2000:]}"
