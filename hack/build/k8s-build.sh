@@ -53,7 +53,7 @@ build_k8s_commands() {
    for cmd in "$@"; do mv "$work/out/$cmd" "$bin_dir/$cmd"; done)
 }
 
-# link_k8s_commands BIN_DIR CMD...: put hack/build/build-kubernetes.sh's CMD binaries into BIN_DIR (built if missing).
+# link_k8s_commands BIN_DIR CMD...: put build-kubernetes.sh's CMD binaries into BIN_DIR (built if missing).
 link_k8s_commands() {
   local bin_dir=$1 k8s_bin cmd
   shift
