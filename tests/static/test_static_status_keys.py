@@ -49,6 +49,7 @@ OTHER_OBJECTS: dict[str, frozenset[str]] = {
     "client/mwms/kube.py": frozenset({"type", "message"}),  # a watch event; a Status reply
     "client/mwms/submit.py": frozenset({"mlflow"}),  # spec.mlflow
     "client/mwms/logs.py": frozenset({"mlflow"}),  # spec.mlflow
+    "client/mwms/tfjob.py": frozenset({"mlflow"}),  # spec.mlflow of the converted TrainJob
     "client/mwms/jobs.py": frozenset({"status", "message"}),  # the chief pod's termination message
     "client/mwms/output.py": frozenset({"phase"}),  # `mwms runs -o json`'s own fields
 }
