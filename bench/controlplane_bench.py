@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/controlplane_bench.py [--subnet-index N] [--runs 3]
 
-Cold build: the newest entries of build-times.jsonl (appended by hack/build-control-plane.sh next to the
+Cold build: the newest entries of build-times.jsonl (appended by hack/build/build-control-plane.sh next to the
 bin dir) that together built all four binaries. Warm start: LocalCluster.start() with the binaries cached,
 to the API server's /readyz (the issue's target: <= 15 s) and to the controllers' /healthz; then stop().
 Needs root. Other work on the machine slows it down: the load average is recorded with the numbers.
@@ -28,7 +28,8 @@ TARGET_API_READY_SECONDS = 15.0
 def cold_build(bin_dir: Path) -> dict:
     log = bin_dir.parent / "build-times.jsonl"
     if not log.is_file():
-        return {"seconds": None, "note": f"no {log}: binaries were not built by hack/build-control-plane.sh"}
+        note = f"no {log}: binaries were not built by hack/build/build-control-plane.sh"
+        return {"seconds": None, "note": note}
     entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     covered: set[str] = set()
     used = []

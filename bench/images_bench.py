@@ -33,7 +33,7 @@ MIB = 1024 * 1024
 def build(cache: Path) -> float:
     began = time.monotonic()
     subprocess.run(
-        ["bash", "hack/build-images.sh"],
+        ["bash", "hack/build/build-images.sh"],
         cwd=REPO,
         check=True,
         env={**os.environ, "MWMS_IMAGES_CACHE": str(cache)},

@@ -3,13 +3,13 @@
     .venv/bin/python bench/node_bench.py [--subnet-index 30] [--pods 5] [--no-chain]
     .venv/bin/python bench/node_bench.py --only-delete  # node start, worker delete: into the results
 
-Starts its own clusters (needs root, hack/build-node.sh's parts, `make images` for the chain parts) and stops
-them afterwards. Measured on the real node: control plane + node start to Node Ready and to CoreDNS ready
-(images loaded first), pod create → Ready with the image already in containerd (busybox, then the trainer
-image), `kubectl delete pod` of a running trainer worker → gone, and the seed TrainJob (4 workers) from
-`kubectl apply` to Succeeded. The trainer measured is the one in build/images/mwms-trainer.oci.tar (its image
-id is recorded). Results: bench/results/node.json (its `node_agent` figures are from the retired node agent).
-"""
+Starts its own clusters (needs root, hack/build/build-node.sh's parts, `make images` for the chain parts) and
+stops them afterwards. Measured on the real node: control plane + node start to Node Ready and to CoreDNS
+ready (images loaded first), pod create → Ready with the image already in containerd (busybox, then the
+trainer image), `kubectl delete pod` of a running trainer worker → gone, and the seed TrainJob (4 workers)
+from `kubectl apply` to Succeeded. The trainer measured is the one in build/images/mwms-trainer.oci.tar (its
+image id is recorded). Results: bench/results/node.json (its `node_agent` figures are from the retired node
+agent)."""
 
 from __future__ import annotations
 

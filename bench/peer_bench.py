@@ -4,10 +4,11 @@
         [--unrelated 5000] [--label peer] [--operator-src DIR]
         [--stages latency,delete,burst,present,unrelated]
 
-The peer is training-operator v1.8.1 (TFJob), built from its Go module by hack/build-training-operator.sh
-(cached under ~/.cache/mwms/peer/<version>/). One LocalCluster without a node: pods are created, never
-run, so what is measured is each operator and the API server. Both operators run for the whole bench with
-their default settings, logged in as the cluster admin. Stages, each operator in turn:
+The peer is training-operator v1.8.1 (TFJob), built from its Go module by
+hack/build/build-training-operator.sh (cached under ~/.cache/mwms/peer/<version>/). One LocalCluster without a
+node: pods are created, never run, so what is measured is each operator and the API server. Both operators run
+for the whole bench with their default settings, logged in as the cluster admin. Stages, each operator in
+turn:
 
 1. create one 4-worker job → its pods and Service(s) have arrived at a client watching them, p50/p95 (--runs,
    interleaved: the operator that goes first alternates). Ours makes 4 pods + 1 headless Service;
@@ -304,7 +305,7 @@ def build_peer() -> Path:
     """The install directory of training-operator PEER_VERSION (bin/, crds/), built on first use."""
     return Path(
         subprocess.run(
-            ["bash", str(REPO / "hack" / "build-training-operator.sh")],
+            ["bash", str(REPO / "hack" / "build" / "build-training-operator.sh")],
             check=True,
             capture_output=True,
             text=True,

@@ -13,9 +13,9 @@ import pytest
 
 from mwms_kit import modules
 
-# func_only: the fixture may wait on a cold KWOK build in `make test`'s background (hack/build-kwok.sh's
+# func_only: the fixture may wait on a cold KWOK build in `make test`'s background (hack/build/build-kwok.sh's
 # lock), bounded by mwms_dev.kwok.build's own timeout; the test itself takes ~1 minute, 2 at load ~14.
-pytestmark = [pytest.mark.scale, pytest.mark.waits_for_build, pytest.mark.timeout(600, func_only=True)]
+pytestmark = [pytest.mark.waits_for_build, pytest.mark.timeout(600, func_only=True)]
 
 REPLICAS = 4
 NODES = 100

@@ -1,7 +1,7 @@
 """Shared pieces of the static checks: where the tools are, and running them (fixtures: conftest.py).
 
-Helm and kubectl come from hack/tools.sh (pinned, cached by version); the linters are pip packages of the
-`test` dependency group, next to this Python. A missing tool skips with the reason — except under CI
+Helm and kubectl come from hack/build/tools.sh (pinned, cached by version); the linters are pip packages of
+the `test` dependency group, next to this Python. A missing tool skips with the reason — except under CI
 (CI=true), where a skip would hide a broken install, so it fails.
 """
 

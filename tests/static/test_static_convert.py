@@ -9,13 +9,10 @@ import gzip
 import json
 from pathlib import Path
 
-import pytest
 import yaml
 from static_support import MANIFESTS, REPO, load_all, run, strict_json_schema, venv_tool
 
 from mwms import convert_tfjob
-
-pytestmark = pytest.mark.static
 
 DATA = REPO / "tests" / "data" / "tfjob"
 TFJOB_CRD = DATA / "training-operator" / "kubeflow.org_tfjobs.yaml.gz"

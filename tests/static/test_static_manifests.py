@@ -21,8 +21,6 @@ from static_support import (
     venv_tool,
 )
 
-pytestmark = pytest.mark.static
-
 SAMPLES = sorted((MANIFESTS / "samples").glob("*.yaml"))
 OPERATOR = "mwms-operator"
 

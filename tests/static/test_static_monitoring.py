@@ -17,7 +17,7 @@ from static_support import CHART, MONITORING_VALUES, REPO, find, helm_template, 
 
 from mwms_kit.promnames import LIBRARY_PREFIXES, PREFIX, names_read, naming_problems, series_names
 
-pytestmark = [pytest.mark.static, pytest.mark.waits_for_build]
+pytestmark = pytest.mark.waits_for_build
 
 RUNBOOKS = REPO / "docs" / "runbooks.md"
 ALERTS_TEST = Path(__file__).parent / "data" / "alerts-test.yaml"
@@ -159,16 +159,21 @@ def test_operator_down_alert_needs_the_service_monitor(helm):
 
 
 def promtool() -> Path:
-    """The cached build (hack/build-promtool.sh: a no-op once built; it may still be building in `make test`'s
-    background, so this waits on its lock), else one on PATH."""
+    """The cached build (hack/build/build-promtool.sh: a no-op once built; it may still be building in `make
+    test`'s background, so this waits on its lock), else one on PATH."""
     built = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-promtool.sh")], capture_output=True, text=True, timeout=3600
+        ["bash", str(REPO / "hack" / "build" / "build-promtool.sh")],
+        capture_output=True,
+        text=True,
+        timeout=3600,
     )
     if built.returncode == 0:
         return Path(built.stdout.strip()) / "promtool"
     on_path = shutil.which("promtool")
     if on_path is None:
-        missing_tool(f"hack/build-promtool.sh failed and no promtool is on PATH: {built.stderr[-2000:]}")
+        missing_tool(
+            f"hack/build/build-promtool.sh failed and no promtool is on PATH: {built.stderr[-2000:]}"
+        )
     return Path(str(on_path))
 
 

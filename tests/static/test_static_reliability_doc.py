@@ -11,8 +11,6 @@ from static_support import REPO
 
 from mwms_kit import modules
 
-pytestmark = pytest.mark.static
-
 
 def _chaos_run():
     return modules.load("mwms_chaos_run", "bench/chaos/run.py")

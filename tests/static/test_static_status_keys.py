@@ -12,12 +12,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 from static_support import REPO
 
 from mwms_contract import status
-
-pytestmark = pytest.mark.static
 
 SOURCES = (REPO / "operator" / "mwms_operator", REPO / "client" / "mwms")
 KEYS = frozenset().union(

@@ -10,8 +10,6 @@ import pytest
 import yaml
 from static_support import CHART, MANIFESTS, REPO, container_env, find, helm_template, load_all, run
 
-pytestmark = pytest.mark.static
-
 VERSION = (REPO / "VERSION").read_text().strip()
 # Files whose tools need the version written out (Helm, kustomize, Argo CD, Flux); each is checked below.
 COPIES = {

@@ -24,7 +24,6 @@ from mwms_trainer.errors import RetryableError
 from mwms_trainer.local import free_ports
 from mwms_trainer.tfenv import keras, tensorflow
 
-pytestmark = pytest.mark.tf
 CASES = [*((name, True) for name in startup.PEER_LOSS_ERRORS), ("InvalidArgumentError", False)]
 
 

@@ -13,7 +13,6 @@ from mwms_operator.mlflow.progress import ProgressReader
 from mwms_operator.settings import OperatorConfig
 from mwms_trainer.tracking import TAG_DROPPED_METRICS, MlflowTracker
 
-pytestmark = pytest.mark.tf
 DELAYS = (0.01, 0.01, 0.01)
 
 

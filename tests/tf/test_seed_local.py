@@ -13,7 +13,6 @@ from mwms_trainer import local
 from mwms_trainer.config import TrainerConfig
 from mwms_trainer.data import load_split
 
-pytestmark = pytest.mark.tf
 SAMPLE = REPO / "manifests" / "samples" / "seed-breast-cancer.yaml"
 
 

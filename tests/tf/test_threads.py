@@ -5,10 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
-pytestmark = pytest.mark.tf
-
 CODE = """
 from mwms_trainer import config, tfenv
 settings = config.load({"MLFLOW_TRACKING_URI": "http://127.0.0.1:1", "MWMS_THREADS": "1"})

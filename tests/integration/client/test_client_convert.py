@@ -7,12 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from mwms import convert_tfjob
-
-pytestmark = pytest.mark.integration
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "tfjob"
 

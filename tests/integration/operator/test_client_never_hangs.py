@@ -18,8 +18,6 @@ import pytest
 from mwms import Client, JobSuspended
 from mwms_kit.submit import run_mwms
 
-pytestmark = pytest.mark.integration
-
 SUSPENDED = "trainjob/{} is Suspended (resume it: spec.runPolicy.suspend=false)"
 
 

@@ -12,8 +12,6 @@ import pytest
 from mwms_kit import modules
 from mwms_kit.shards import namespace_prefix
 
-pytestmark = pytest.mark.integration
-
 
 def load_experiments():
     return modules.load("mwms_chaos_experiments", "bench/chaos/experiments.py")

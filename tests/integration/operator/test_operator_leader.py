@@ -18,8 +18,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from mwms_operator.kube import client as k8s
 from mwms_operator.kube.leader import Elector, LeaseLost, Timing
 
-pytestmark = pytest.mark.integration
-
 OPERATOR_NAMESPACE = "mwms-system"
 LEASE = "mwms-operator-leader"  # the one Lease the operator's Role lets it get and update
 FAST = Timing(lease_duration=3, renew_deadline=2, retry_period=0.5)

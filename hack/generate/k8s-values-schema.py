@@ -3,18 +3,18 @@
 tolerations, volumes...) into charts/mwms-operator/values.schema.json, so a typo in them fails `helm install`
 as it would fail `kubectl apply --validate=strict`, not silently later.
 
-The types come from the OpenAPI of the Kubernetes we build (`K8S_VERSION` in hack/k8s-build.sh, 1.37), as
-the `kubernetes-validate` package carries it: the definitions of k8s.io/kubernetes' api/openapi-spec, turned
-into strict JSON Schema (unknown fields refused, quantities as strings or numbers). The newest API is the
-one to type with: Kubernetes adds pod fields and does not remove them, so every field a cluster of the
+The types come from the OpenAPI of the Kubernetes we build (`K8S_VERSION` in hack/build/k8s-build.sh, 1.37),
+as the `kubernetes-validate` package carries it: the definitions of k8s.io/kubernetes' api/openapi-spec,
+turned into strict JSON Schema (unknown fields refused, quantities as strings or numbers). The newest API is
+the one to type with: Kubernetes adds pod fields and does not remove them, so every field a cluster of the
 chart's range (Chart.yaml `kubeVersion`, 1.30 up) takes passes, and a typo still fails (a static test checks
 each older version's fields are here). A field newer than the user's cluster passes the schema and is then
 refused or dropped by that cluster's API server, as with any manifest. Every `$ref` to
-`#/definitions/io.k8s...` in the schema names a root; this script writes the definitions those roots need,
-and drops the ones nothing needs any more.
+`#/definitions/io.k8s...` in the schema names a root; this script writes the definitions those roots need, and
+drops the ones nothing needs any more.
 
-    hack/k8s-values-schema.py          rewrite the schema's io.k8s.* definitions
-    hack/k8s-values-schema.py --check  exit 1 if they are out of date (the static tests run this)
+    hack/generate/k8s-values-schema.py          rewrite the schema's io.k8s.* definitions
+    hack/generate/k8s-values-schema.py --check  exit 1 if they are out of date (the static tests run this)
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import Any
 
 import kubernetes_validate
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "charts" / "mwms-operator" / "values.schema.json"
-K8S_BUILD = REPO / "hack" / "k8s-build.sh"
+K8S_BUILD = REPO / "hack" / "build" / "k8s-build.sh"
 PREFIX = "io.k8s."
 # Kept from the API's schema: what validates. Descriptions are left out (the chart's values.yaml documents
 # each value and links the API reference), and so are the x-kubernetes-* extensions no validator reads.
@@ -43,7 +43,7 @@ KEEP = {
 
 
 def built_version() -> str:
-    """1.37 from hack/k8s-build.sh's `K8S_VERSION=${K8S_VERSION:-v1.37.2}` (the Kubernetes we build)."""
+    """1.37 from hack/build/k8s-build.sh's `K8S_VERSION=${K8S_VERSION:-v1.37.2}` (the Kubernetes we build)."""
     pattern = r"^K8S_VERSION=\$\{K8S_VERSION:-v(\d+)\.(\d+)\.\d+\}"
     match = re.search(pattern, K8S_BUILD.read_text(), re.MULTILINE)
     if not match:

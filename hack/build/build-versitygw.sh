@@ -11,8 +11,7 @@ VERSITYGW_VERSION=${VERSITYGW_VERSION:-v1.8.0}
 source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"  # CACHE_ROOT, Go and pip caches under MWMS_CACHE
 # shellcheck disable=SC1091  # go-install-cached.sh is checked on its own
 source "$(dirname "${BASH_SOURCE[0]}")/go-install-cached.sh"  # go_install_cached
-# No extra nice: `make test` builds it beside the tests at the compute lane's priority (hack/run-tests.py), and
-# three tiers' object-storage tests wait for it; at nice 15 on top, a cold run's Kueue build and tests starved
-# it (17 min and not done).
+# No extra nice: `make test` builds it beside the tests at the compute lane's priority, and three tiers'
+# object-storage tests wait for it.
 go_install_cached versitygw "$CACHE_ROOT/versitygw/$VERSITYGW_VERSION" github.com/versity/versitygw \
   cmd/versitygw "$VERSITYGW_VERSION" LICENSE LICENSE

@@ -8,8 +8,8 @@ itself), so removing the release never deletes the CRD and every TrainJob with i
 chart's standard set (`mwms-operator.labels`), as on every object of the release. CRDs are
 templates rather than files in crds/ because Helm never upgrades crds/.
 
-    hack/sync-chart-crds.py          write the chart's copy
-    hack/sync-chart-crds.py --check  exit 1 if the chart's copy is out of date (the static tests run this)
+    hack/generate/sync-chart-crds.py          write the chart's copy
+    hack/generate/sync-chart-crds.py --check  exit 1 if the chart's copy is out of date (a static test)
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "manifests" / "crd.yaml"
 TARGET = REPO / "charts" / "mwms-operator" / "templates" / "crds.yaml"
 ANNOTATIONS = {
@@ -28,7 +28,8 @@ ANNOTATIONS = {
     "argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
 }
 HEADER = (
-    "{{- /* Generated from manifests/crd.yaml by hack/sync-chart-crds.py: edit that file instead. */}}\n"
+    "{{- /* Generated from manifests/crd.yaml by hack/generate/sync-chart-crds.py: edit that file instead. */"
+    "}}\n"
     "{{- if .Values.crds.enabled }}\n"
 )
 FOOTER = "{{- end }}\n"
@@ -69,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     expected = render(SOURCE.read_text())
     if args.check:
         if not TARGET.exists() or TARGET.read_text() != expected:
-            print(f"{TARGET.relative_to(REPO)} is out of date: run hack/sync-chart-crds.py", file=sys.stderr)
+            stale = TARGET.relative_to(REPO)
+            print(f"{stale} is out of date: run hack/generate/sync-chart-crds.py", file=sys.stderr)
             return 1
         return 0
     TARGET.write_text(expected)

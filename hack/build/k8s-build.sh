@@ -14,9 +14,9 @@ LOCAL_PATH_VERSION=${LOCAL_PATH_VERSION:-v0.0.30}
 source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"  # CACHE_ROOT, Go and pip caches under MWMS_CACHE
 export GOFLAGS="-trimpath -mod=mod" CGO_ENABLED=0
 GO_LDFLAGS="-s -w"
-# What hack/build-kubernetes.sh builds in one `go build`, so the packages they share (client-go above all)
-# compile once: the control plane's and the node's Kubernetes commands, CoreDNS, the volume provisioner and the
-# CNI plugins.
+# What build-kubernetes.sh builds in one `go build`, so the packages they share (client-go above all) compile
+# once: the control plane's and the node's Kubernetes commands, CoreDNS, the volume provisioner and the CNI
+# plugins.
 K8S_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 CNI_PLUGINS=(main/bridge ipam/host-local main/loopback meta/portmap)
 CLUSTER_BINARIES=("${K8S_COMMANDS[@]}" coredns local-path-provisioner "${CNI_PLUGINS[@]#*/}")
@@ -85,7 +85,7 @@ build_cluster_binaries() {
    for name in "${CLUSTER_BINARIES[@]}"; do mv "$work/out/$name" "$bin_dir/$name"; done)
 }
 
-# link_cluster_binaries BIN_DIR NAME...: put hack/build-kubernetes.sh's NAME binaries into BIN_DIR (built if
+# link_cluster_binaries BIN_DIR NAME...: put build-kubernetes.sh's NAME binaries into BIN_DIR (built if
 # missing).
 link_cluster_binaries() {
   local bin_dir=$1 k8s_bin cmd

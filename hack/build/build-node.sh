@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build what a real local node runs, from official sources, into a cache keyed by version:
-#   bin/   kubelet, kube-proxy, coredns (from hack/build-kubernetes.sh, the control plane's versions)
-#   cni/   the reference CNI plugins bridge, host-local, loopback, portmap (from hack/build-kubernetes.sh)
+#   bin/   kubelet, kube-proxy, coredns (from hack/build/build-kubernetes.sh, the control plane's versions)
+#   cni/   the reference CNI plugins bridge, host-local, loopback, portmap (from hack/build/build-kubernetes.sh)
 #   images/pause.oci.tar    kubernetes' build/pause/linux/pause.c, static, in an image built from scratch
 #   images/coredns.oci.tar  the coredns binary in an image built from scratch
 #   images/busybox.oci.tar  Debian's static busybox (sh, nslookup, wget, httpd, ...): the real-node tests' pods

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The real Kubernetes control-plane binaries (kube-apiserver, kube-controller-manager, kube-scheduler, from
-# hack/build-kubernetes.sh) and etcd built from its official Go module, into a cache keyed by version.
+# hack/build/build-kubernetes.sh) and etcd built from its official Go module, into a cache keyed by version.
 # A second run with everything present is a no-op. Prints the bin directory on stdout.
 set -euo pipefail
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build every Go binary the local cluster runs but etcd (kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubelet, kube-proxy, CoreDNS, local-path-provisioner, the CNI plugins) in one `go build`, so
-# the packages they share compile once; cached by version. hack/build-control-plane.sh and hack/build-node.sh
+# the packages they share compile once; cached by version. build-control-plane.sh and build-node.sh beside it
 # take their binaries from here.
 # A second run with everything present is a no-op. Prints the bin directory on stdout.
 set -euo pipefail

@@ -16,13 +16,13 @@
 # Needs root, buildah and mmdebstrap (Debian packages; .ci/run installs them).
 set -euo pipefail
 shopt -s inherit_errexit
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 VERSION=$(cat VERSION)
 REGISTRY=ghcr.io/mwms-dev
 OUT=build/images
 # shellcheck disable=SC1091  # cache.sh is checked on its own
-source hack/cache.sh  # CACHE_ROOT; pip downloads the wheels into $CACHE_ROOT/pip
+source hack/build/cache.sh  # CACHE_ROOT; pip downloads the wheels into $CACHE_ROOT/pip
 CACHE=${MWMS_IMAGES_CACHE:-$CACHE_ROOT/images}
 PYTHON=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 BUILDAH=(buildah --root "$CACHE/storage" --runroot "$CACHE/run" --storage-driver overlay)
@@ -41,7 +41,7 @@ inputs_digest() {
   {
     find pyproject.toml VERSION README.md LICENSE .dockerignore requirements/*.lock.txt contract/pyproject.toml \
       contract/VERSION contract/LICENSE contract/mwms_contract operator/mwms_operator trainer/mwms_trainer \
-      operator/Dockerfile trainer/Dockerfile hack/build-images.sh hack/oci_name.py \
+      operator/Dockerfile trainer/Dockerfile hack/build/build-images.sh hack/build/oci_name.py \
       -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum
     # A link (contract/VERSION) is hashed by its content above; the same tree under another path is the same.
   } | sha256sum | cut -c1-16
@@ -163,7 +163,7 @@ build_image() {
   # never sees half an archive.
   rm -rf "$OUT/$name.oci" "$OUT/$name.oci.tar.tmp"
   "${BUILDAH[@]}" push --quiet "$image" "oci:$OUT/$name.oci:$image"
-  "$PYTHON" hack/oci_name.py "$OUT/$name.oci" "$image"
+  "$PYTHON" hack/build/oci_name.py "$OUT/$name.oci" "$image"
   tar -C "$OUT/$name.oci" -cf "$OUT/$name.oci.tar.tmp" oci-layout index.json blobs
   mv "$OUT/$name.oci.tar.tmp" "$OUT/$name.oci.tar"
   rm -rf "$OUT/$name.oci"
@@ -173,8 +173,7 @@ build_image() {
 build_base
 build_image operator
 build_image trainer
-# Drop what no named image needs: earlier builds' images and stages (each trainer code change used to leave
-# ~3 GB behind).
+# Drop what no named image needs: earlier builds' images and stages (GBs per trainer change otherwise).
 "${BUILDAH[@]}" rmi --prune >/dev/null
 echo "$INPUTS" >"$OUT/inputs.sha"
 log "cache $CACHE: $(du -sh "$CACHE/storage" | cut -f1)"

