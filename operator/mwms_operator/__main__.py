@@ -23,6 +23,8 @@ log = logging.getLogger("mwms_operator")
 # The leader could not renew its Lease in time, saw another holder, or its renewing failed: it exits at once
 # (client-go's OnStoppedLeading), so that no two replicas reconcile, and its pod restarts as a standby.
 EXIT_LOST_LEADERSHIP = 1
+# At most this long for the last message before that exit (and never half the Lease's margin).
+EXIT_LOG_GRACE_SECONDS = 1.0
 
 # Never used by the operator, but kopf imports the `kubernetes` client whenever it is installed (for
 # isinstance checks and a login the operator replaces): kept out (docs/design/own-api-client.md).
@@ -116,6 +118,18 @@ def wait_to_lead(config: OperatorConfig) -> Elector:
     return elector
 
 
+def say_lost(elector: Elector, why: str, trace: bool) -> None:
+    log.error(
+        "leader election: the Lease %s/%s %s; exiting so that a standby takes over and this pod "
+        "restarts as one",
+        elector.namespace,
+        elector.name,
+        why,
+        exc_info=trace,
+    )
+    logging.shutdown()
+
+
 def renew_in_background(elector: Elector, stop: threading.Event) -> threading.Thread:
     """Renew the Lease until `stop`; whatever else ends the renewing (the deadline, another holder, any
     error at all) exits the process at once."""
@@ -129,19 +143,16 @@ def renew_in_background(elector: Elector, stop: threading.Event) -> threading.Th
             why, trace = str(lost), False
         except BaseException as error:  # noqa: BLE001 (a thread that ended silently would leave two leaders)
             why, trace = f"could not be renewed: {error!r}", True
-        try:
-            log.error(
-                "leader election: the Lease %s/%s %s; exiting so that a standby takes over and this pod "
-                "restarts as one",
-                elector.namespace,
-                elector.name,
-                why,
-                exc_info=trace,
-            )
-            logging.shutdown()
-        finally:
-            # The handlers run in the main thread: only this stops them at once.
-            os._exit(EXIT_LOST_LEADERSHIP)
+        # Exit first: the message gets a short grace in a thread of its own, so a log write that blocks (a
+        # full stderr pipe) cannot keep this replica reconciling past the Lease's expiry.
+        timing = elector.timing
+        said = threading.Thread(
+            target=say_lost, args=(elector, why, trace), name="leader-lost-log", daemon=True
+        )
+        said.start()
+        said.join(min(EXIT_LOG_GRACE_SECONDS, (timing.lease_duration - timing.renew_deadline) / 2))
+        # The handlers run in the main thread: only this stops them at once.
+        os._exit(EXIT_LOST_LEADERSHIP)
 
     thread = threading.Thread(target=renew, name="leader-renew", daemon=True)
     thread.start()

@@ -4,6 +4,8 @@ server answers, or does not, the leader stops reconciling before a standby may t
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -184,3 +186,50 @@ def test_a_standby_wakes_when_the_lease_it_watches_expires_not_a_retry_period_la
     thread.join(BOUND)
     assert not thread.is_alive(), "the standby waits a whole retry period past the Lease's expiry"
     assert outcome == [True] and writes(kube) == 1
+
+
+BLOCKED_STDERR_LEADER = """
+import fcntl, logging, os, sys, threading
+from mwms_kit.fake_kube import FakeKube
+from mwms_operator import __main__ as entry
+from mwms_operator.kube.leader import Elector, Timing
+
+logging.basicConfig(stream=sys.stderr, level=logging.INFO)
+# Fill the stderr pipe (nobody reads it) without blocking here, then make it blocking again: the leader's
+# next log write blocks, as one does when a log collector stops reading.
+flags = fcntl.fcntl(2, fcntl.F_GETFL)
+fcntl.fcntl(2, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+try:
+    while True:
+        os.write(2, b"x" * 4096)
+except BlockingIOError:
+    pass
+fcntl.fcntl(2, fcntl.F_SETFL, flags)
+
+def refused():
+    raise RuntimeError("the API server refused the Lease")
+
+kube = FakeKube()
+kube.lease_read = refused
+timing = Timing(lease_duration=7200, renew_deadline=3600, retry_period=0.01)
+leader = Elector(kube, "mwms-system", "me", timing, "mwms-operator-leader")
+leader.renewed_at = leader._clock()
+entry.renew_in_background(leader, threading.Event())
+threading.Event().wait()  # the handlers' loop, which only the renew thread's exit ends
+"""
+
+
+def test_a_leader_whose_stderr_blocks_still_exits_when_it_loses_the_lease():
+    """The exit does not wait on the log line: a full stderr pipe must not keep a lost leader reconciling."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", BLOCKED_STDERR_LEADER], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        assert child.wait(BOUND) == entry.EXIT_LOST_LEADERSHIP
+    except subprocess.TimeoutExpired:
+        pytest.fail("the leader lost its Lease but went on running while its stderr was blocked")
+    finally:
+        child.kill()
+        child.wait()
+        assert child.stderr is not None
+        child.stderr.close()
