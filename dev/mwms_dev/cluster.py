@@ -53,6 +53,11 @@ CLIENTS = {
     "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", ("system:masters",)),
 }
 KUBECONFIGS = ("admin", "controller-manager", "scheduler")
+# Native gang scheduling (KEP-4671's PodGroup API): the gate in the API server (the API, the pods'
+# spec.schedulingGroup), the scheduler (its GangScheduling plugin) and the controller manager (it lets a
+# PodGroup go once its pods have), and the API version the scheduler and controller manager read.
+GANG_FLAGS = ("--feature-gates=GenericWorkload=true",)
+GANG_API_FLAGS = (*GANG_FLAGS, "--runtime-config=scheduling.k8s.io/v1beta1=true")
 
 
 def find_bin_dir() -> Path:
@@ -73,7 +78,7 @@ class LocalCluster:
 
     After start(): `kubeconfig` (admin), `server`, `ca_file`, `pod_api_host`/`pod_api_port` (the API server
     as pods reach it), `timings` (seconds to API ready / to controllers ready), `kubelet_nodes` by name;
-    `node_context`: all that a node is given of the cluster.
+    `node_context`: all that a node is given of the cluster. `gang`: native gang scheduling on (GANG_FLAGS).
     """
 
     def __init__(
@@ -82,8 +87,9 @@ class LocalCluster:
         state_dir: Path | str | None = None,
         bin_dir: Path | str | None = None,
         subnet_index: int = 0,
+        gang: bool = False,
     ):
-        self.name = name
+        self.name, self.gang = name, gang
         self.net = network.pod_network(subnet_index)
         self.subnet_index = subnet_index
         self.state_dir = Path(state_dir or Path.cwd() / ".mwms" / name).absolute()
@@ -328,6 +334,7 @@ class LocalCluster:
             "--enable-admission-plugins=NodeRestriction",  # on top of the default set, as kubeadm does
             "--allow-privileged=true",
             "--profiling=false",
+            *(GANG_API_FLAGS if self.gang else ()),
         ]
         self._supervisor.spawn("kube-apiserver", argv, self.logs_dir / "kube-apiserver.log")
 
@@ -352,6 +359,7 @@ class LocalCluster:
             f"--service-cluster-ip-range={self.net.service_cidr}",
             "--controllers=*",
             "--profiling=false",
+            *(GANG_FLAGS if self.gang else ()),
         ]
         scheduler = [
             str(bin_dir / "kube-scheduler"),
@@ -362,6 +370,7 @@ class LocalCluster:
             f"--secure-port={sched_port}",
             "--leader-elect=false",
             "--profiling=false",
+            *(GANG_FLAGS if self.gang else ()),
         ]
         self._supervisor.spawn("kube-controller-manager", kcm, self.logs_dir / "kube-controller-manager.log")
         self._supervisor.spawn("kube-scheduler", scheduler, self.logs_dir / "kube-scheduler.log")

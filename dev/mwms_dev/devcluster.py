@@ -4,9 +4,9 @@
 kubelet, containerd, kube-proxy, CoreDNS and a default StorageClass (hack/build/build-node.sh), with the
 project's images from build/images/ (`make images`) loaded into it; one node only (one real node runs per
 machine). `up --dev` also installs the Helm chart with its operator running this checkout's code
-(mwms_dev.devmode). `down` removes what a run that crashed
-left behind on a subnet index (processes, containers, mounts, cgroups, nftables tables, bridge); it refuses
-while a cluster is live.
+(mwms_dev.devmode); `up --gang` turns native gang scheduling on (the GenericWorkload gate, the PodGroup API).
+`down` removes what a run that crashed left behind on a subnet index (processes, containers, mounts, cgroups,
+nftables tables, bridge); it refuses while a cluster is live.
 """
 
 from __future__ import annotations
@@ -48,10 +48,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="install the chart, its operator and workers on this checkout's code (privileged namespaces)",
     )
+    parser.add_argument(
+        "--gang",
+        action="store_true",
+        help="native gang scheduling: the GenericWorkload feature gate on and the PodGroup API served",
+    )
     args = parser.parse_args(argv)
     name = f"dev{args.subnet_index}"
     try:
-        cluster = LocalCluster(name=name, state_dir=args.state_dir, subnet_index=args.subnet_index)
+        cluster = LocalCluster(
+            name=name, state_dir=args.state_dir, subnet_index=args.subnet_index, gang=args.gang
+        )
         if args.action == "down":
             cluster.clean()
             print(f"subnet index {args.subnet_index}: nothing left running", file=sys.stderr)
