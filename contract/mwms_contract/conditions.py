@@ -52,6 +52,8 @@ DEADLINE_EXCEEDED = "DeadlineExceeded"
 CONTAINER_ERROR = "ContainerError"
 STARTUP_TIMEOUT = "StartupTimeout"
 TTL_EXPIRED = "TTLExpired"
+# spec.scheduling.gang is Required and the API server does not serve the PodGroup API: no group is made.
+GANG_SCHEDULING_UNAVAILABLE = "GangSchedulingUnavailable"
 # The reason of the Suspended phase is the phase's name.
 # The one event that says why a job's progress is not read.
 TRACKING_SERVER_NOT_ALLOWED = "TrackingServerNotAllowed"
@@ -97,6 +99,7 @@ REASONS = (
     CONTAINER_ERROR,
     STARTUP_TIMEOUT,
     TTL_EXPIRED,
+    GANG_SCHEDULING_UNAVAILABLE,
     TRACKING_SERVER_NOT_ALLOWED,
     POD_EVENTS_FORBIDDEN,
     POD_EVENTS_UNREADABLE,

@@ -21,6 +21,10 @@ LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 LABEL_KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
 ANNOTATION_KUEUE_POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
 ANNOTATION_KUEUE_RETRIABLE_IN_GROUP = "kueue.x-k8s.io/retriable-in-group"
+# Kubernetes' native gang scheduling (KEP-4671, the GenericWorkload gate): one PodGroup per (re)start of a
+# group, which the workers name in spec.schedulingGroup.podGroupName; the version 1.37's scheduler reads.
+POD_GROUP_API_VERSION = "scheduling.k8s.io/v1beta1"
+POD_GROUP_PLURAL = "podgroups"
 ROLE_CHIEF = "chief"
 ROLE_WORKER = "worker"
 

@@ -31,6 +31,10 @@ DEFAULT_CONTAINER_ERROR_GRACE_SECONDS = 120
 VOLUME_SOURCES = ("persistentVolumeClaim", "hostPath", "nfs")  # spec.checkpoint, spec.code.volume
 # spec.code.entrypoint: `package.module:function`, or a relative path to a script.
 ENTRYPOINT_FUNCTION = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
+# spec.scheduling.gang: place the group all or nothing with a native PodGroup (Kubernetes' gang scheduling)
+# when the API server serves it (Auto), fail the job where it does not (Required), or never (Off).
+GANG_MODES = ("Auto", "Required", "Off")
+DEFAULT_GANG = "Auto"
 CONFIGMAP_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 URI_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")  # spec.trainer.dataPath: a URI, not a path
 
@@ -77,6 +81,7 @@ class TrainJobSpec:
     # The TrainJob's kueue.x-k8s.io/queue-name label: its workers become one Kueue pod group in that queue.
     queue_name: str | None = None
     code: CodeSpec | None = None
+    gang: str = DEFAULT_GANG  # spec.scheduling.gang: one of GANG_MODES
 
 
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:
@@ -265,6 +270,9 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
     suspend = run_policy.get("suspend", False)
     if not isinstance(suspend, bool):
         raise SpecError("spec.runPolicy.suspend", f"must be true or false, got {suspend!r}")
+    gang = _mapping(spec.get("scheduling"), "spec.scheduling").get("gang", DEFAULT_GANG)
+    if gang not in GANG_MODES:
+        raise SpecError("spec.scheduling.gang", f"must be one of {', '.join(GANG_MODES)}, got {gang!r}")
 
     return TrainJobSpec(
         replicas=replicas,
@@ -298,6 +306,7 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
         ),
         clean_pod_policy=clean,
         suspend=suspend,
+        gang=gang,
         code=code,
         queue_name=None if queue is None else _str(queue, f"metadata.labels.{names.LABEL_KUEUE_QUEUE}"),
         startup_timeout_seconds=_int(
