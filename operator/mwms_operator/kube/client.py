@@ -6,13 +6,10 @@ and carry the uid they mean, so a retried reconcile is harmless and never touche
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import dataclasses
 import http.client
 import json
 import logging
-import os
 import socket
 import threading
 import time
@@ -26,6 +23,7 @@ import kopf
 from mwms_contract import names
 from mwms_contract.status import MAX_MESSAGE, format_time
 from mwms_operator import __version__
+from mwms_operator.kube.connection import login
 from mwms_operator.kube.events import EventBook, new_event
 from mwms_operator.kube.refusals import TRANSIENT_ERRORS, ApiError, NamespaceEnding, NameTaken, refusal
 from mwms_operator.telemetry import metrics
@@ -44,29 +42,6 @@ TRAINJOBS_PATH = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{{namespace}}/
 
 # What a keep-alive connection the server has closed meanwhile raises: sent again on a new connection.
 _STALE_CONNECTION = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
-
-
-def use_api_threads(count: int) -> None:
-    """Run the blocking calls (asyncio.to_thread) on `count` threads: set once, at startup, on the running
-    loop. asyncio's own default, min(32, CPUs + 4) threads, would cap the calls in flight by the CPUs."""
-    pool = concurrent.futures.ThreadPoolExecutor(count, thread_name_prefix="api")
-    asyncio.get_running_loop().set_default_executor(pool)
-
-
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """kopf's credentials, and ours: the ServiceAccount in a pod, else $KUBECONFIG (explicit, predictable in
-    tests)."""
-    host = os.environ.get("KUBERNETES_SERVICE_HOST")
-    if not host:
-        return kopf.login_with_kubeconfig(**kwargs)
-    info = kopf.login_with_service_account(**kwargs)
-    if info is None:
-        return None
-    # Like client-go: the address from the environment, not kopf's fixed https://kubernetes.default.svc,
-    # which needs cluster DNS and port 443.
-    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-    host = f"[{host}]" if ":" in host else host
-    return dataclasses.replace(info, server=f"https://{host}:{port}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,6 +211,14 @@ class Kube:
     def create_service(self, namespace: str, body: Mapping[str, Any]) -> str | None:
         return self._create(_core(namespace, "services"), body)
 
+    def create_pod_group(self, namespace: str, body: Mapping[str, Any]) -> str | None:
+        return self._create(_pod_groups(namespace), body)
+
+    def serves(self, api_version: str, plural: str) -> bool:
+        """Whether the API server serves this resource: its group version's discovery document lists it."""
+        found = self._request_unless_gone("GET", f"/apis/{api_version}")
+        return any(r.get("name") == plural for r in (found or {}).get("resources") or [])
+
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         """Deletes the pod of this name only while it is the one with this uid: a pod that took its name
         meanwhile (another owner's) is left alone."""
@@ -249,9 +232,15 @@ class Kube:
     def delete_pods(self, namespace: str, labels: str, fields: str) -> None:
         """Deletes the pods both selectors match with one request (deletecollection). Its answer, the pods it
         deleted, is asked for as their metadata only and not parsed: nothing reads it."""
-        query = urllib.parse.urlencode({"labelSelector": labels, "fieldSelector": fields})
-        path = f"{_core(namespace, 'pods')}?{query}"
-        self._request_unless_gone("DELETE", path, accept=METADATA_ONLY, parse=False)
+        self._delete_collection(_core(namespace, "pods"), {"labelSelector": labels, "fieldSelector": fields})
+
+    def delete_pod_groups(self, namespace: str, labels: str) -> None:
+        """Deletes the PodGroups the selector matches, with one request (as delete_pods)."""
+        self._delete_collection(_pod_groups(namespace), {"labelSelector": labels})
+
+    def _delete_collection(self, path: str, selectors: Mapping[str, str]) -> None:
+        query = urllib.parse.urlencode(selectors)
+        self._request_unless_gone("DELETE", f"{path}?{query}", accept=METADATA_ONLY, parse=False)
 
     def pod_uid(self, namespace: str, name: str) -> str | None:
         """The uid of the pod of this name now; None if there is none."""
@@ -377,6 +366,10 @@ def _owner_text(body: Mapping[str, Any]) -> str:
 def _core(namespace: str, plural: str, name: str | None = None) -> str:
     path = f"/api/v1/namespaces/{_quote(namespace)}/{plural}"
     return f"{path}/{_quote(name)}" if name is not None else path
+
+
+def _pod_groups(namespace: str) -> str:
+    return f"/apis/{names.POD_GROUP_API_VERSION}/namespaces/{_quote(namespace)}/{names.POD_GROUP_PLURAL}"
 
 
 def _lease(namespace: str, name: str | None = None) -> str:
