@@ -20,6 +20,7 @@ from mwms_operator.decide.job_status import (
     CreateService,
     Decision,
     DeleteJob,
+    DeletePodGroups,
     DeletePods,
     JobMeta,
     deferrable,
@@ -30,12 +31,14 @@ from mwms_operator.decide.start import events_wanted
 from mwms_operator.kube import refusals
 from mwms_operator.kube.client import Kube
 from mwms_operator.kube.event_lookups import PodEventLookups
+from mwms_operator.kube.pod_groups import PodGroups
 from mwms_operator.kube.workqueue import WorkQueue
 from mwms_operator.mlflow.runwatch import RunWatch
 from mwms_operator.observe.pod_states import worker_pod
 from mwms_operator.observe.state import JobKey, State, owner_key
 from mwms_operator.render.labels import deletion_selector
 from mwms_operator.render.pod import build_worker_pod
+from mwms_operator.render.pod_group import build_pod_group, pod_group_name, pod_group_selector
 from mwms_operator.render.service import build_service
 from mwms_operator.render.spec import parse_for_group
 from mwms_operator.settings import OperatorConfig
@@ -70,6 +73,7 @@ class Reconciler:
         )
         self._resync: asyncio.Task[None] | None = None
         self.lookups = PodEventLookups(kube, self.state, self.queue.add_after)
+        self.pod_groups = PodGroups(kube)
         self._collections_forbidden = False  # said once: RBAC without `deletecollection` on pods
 
     def start(self) -> None:
@@ -159,6 +163,7 @@ class Reconciler:
         spec, template_error = parse_for_group(body, self.config.spec_defaults())
         previous = self.state.status(key)
         creation_refused = self.state.creation_refused(key)
+        gang_served = await self.pod_groups.served()
         now = datetime.now(UTC)
         if await self._confirm_leaving(key):
             self.queue.add_after(key, LEAVING_GRACE_SECONDS)
@@ -176,6 +181,7 @@ class Reconciler:
             template_error=template_error,
             disrupted=self.state.disruptions(key),
             said=self.runs.said(key),
+            gang_served=gang_served,
         )
         # Status first, then actions, then events: a crash in between is repaired by the next reconcile.
         if not await self._write(meta, key, decision, previous):
@@ -263,6 +269,8 @@ class Reconciler:
         for action in decision.actions:
             if isinstance(action, DeletePods):
                 await self._delete_doomed(key, action.names)
+            elif isinstance(action, DeletePodGroups):
+                await self.pod_groups.delete_earlier(key.namespace, pod_group_selector(key.uid, action.keep))
             elif isinstance(action, DeleteJob):
                 await asyncio.to_thread(kube.delete_trainjob, meta.namespace, meta.name, meta.uid)
             elif isinstance(spec, TrainJobSpec) and isinstance(action, CreateService):
@@ -307,6 +315,7 @@ class Reconciler:
         stored): a group that would be refused again (its quota still full, the webhook still down) is not
         created in part only to be deleted."""
         hosts = worker_hosts(meta.name, meta.namespace, spec.replicas, spec.port, self.config.cluster_domain)
+        group = pod_group_name(meta.name, action.restart_count) if action.gang else None
         pods = [
             build_worker_pod(
                 spec,
@@ -316,9 +325,19 @@ class Reconciler:
                 index=i,
                 hosts=hosts,
                 restart_count=action.restart_count,
+                pod_group=group,
             )
             for i in action.indices
         ]
+        if action.gang:  # first: a worker that names a PodGroup not there waits without a word
+            group_body = build_pod_group(
+                job_name=meta.name,
+                namespace=meta.namespace,
+                uid=meta.uid,
+                restart_count=action.restart_count,
+                replicas=spec.replicas,
+            )
+            await self.pod_groups.create(meta.namespace, group_body)
         if dry_run_first:
             await self._create_all(meta.namespace, pods, dry_run=True)
         created = await self._create_all(meta.namespace, pods, dry_run=False)

@@ -232,4 +232,9 @@ namespace. */}}
 - apiGroups: [""]
   resources: [services]
   verbs: [get, list, watch, create, delete]
+# Native gang scheduling (spec.scheduling.gang): a PodGroup per group, read when a create finds one there;
+# an earlier group's go with one deletecollection by a selector holding the job's uid.
+- apiGroups: [scheduling.k8s.io]
+  resources: [podgroups]
+  verbs: [get, create, deletecollection]
 {{- end }}

@@ -56,6 +56,7 @@ class Facts:
     template_error: SpecError | None = None  # spec.template is invalid (`spec` was parsed without it)
     disrupted: Mapping[tuple[int, int], str] = dataclasses.field(default_factory=dict)
     said: tuple[Said, ...] = ()  # conditions a look at the job's tracking server decided (mlflow/runwatch.py)
+    gang_served: bool = False  # the API server serves the PodGroup API (native gang scheduling)
 
     @property
     def restarts(self) -> int:

@@ -58,6 +58,7 @@ class CreateService:
 class CreatePods:
     indices: tuple[int, ...]
     restart_count: int
+    gang: bool = False  # placed all or nothing: with the group's PodGroup (made first, if not there yet)
 
 
 @dataclass(frozen=True)
@@ -66,11 +67,18 @@ class DeletePods:
 
 
 @dataclass(frozen=True)
+class DeletePodGroups:
+    """The job's PodGroups of every group but the one of restart `keep`."""
+
+    keep: int
+
+
+@dataclass(frozen=True)
 class DeleteJob:
     pass
 
 
-Action = CreateService | CreatePods | DeletePods | DeleteJob
+Action = CreateService | CreatePods | DeletePods | DeletePodGroups | DeleteJob
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from mwms_operator.decide.facts import (
     mark_started,
     mark_template,
 )
+from mwms_operator.decide.gang import gang_waits, rule_gang_unavailable, uses_pod_group
 from mwms_operator.decide.job_status import (
     Builder,
     CreatePods,
@@ -181,7 +182,7 @@ def _rule_create_missing(f: Facts) -> Decision | None:
     missing = tuple(i for i in range(replicas) if i not in present)
     if not missing:
         return None
-    b.actions.append(CreatePods(missing, f.restarts))
+    b.actions.append(CreatePods(missing, f.restarts, uses_pod_group(f.parsed, served=f.gang_served)))
     b.set(start_time=b.status.start_time or format_time(f.now))
     if not f.current:
         b.set(group_start_time=format_time(f.now))
@@ -207,9 +208,11 @@ def _rule_workers_pending(f: Facts) -> Decision | None:
     assert f.parsed is not None
     not_started = [p for p in f.current if not p.started]
     reasons = "; ".join(f"{p.name}: {p.waiting}" for p in not_started if p.waiting)
-    message = f"waiting for {len(not_started)} of {f.parsed.replicas} workers to run" + (
-        f" ({reasons})" if reasons else ""
-    )
+    message = f"waiting for {len(not_started)} of {f.parsed.replicas} workers to run"
+    if gang := gang_waits(f.current, f.parsed.replicas):
+        message += f": {gang}"
+    elif reasons:
+        message += f" ({reasons})"
     f.b.condition(RUNNING, False, WORKERS_PENDING, truncate(message))
     return f.finish()
 
@@ -233,6 +236,7 @@ LIVE_RULES: tuple[tuple[str, Rule], ...] = (
     ("group-restart", rule_group_restart),
     ("old-pods-leaving", rule_old_pods_leaving),
     ("template-invalid", _rule_template_invalid),
+    ("gang-unavailable", rule_gang_unavailable),
     ("restart-backoff", rule_restart_backoff),
     ("create-missing", _rule_create_missing),
     ("container-error", rule_container_error),
@@ -273,12 +277,14 @@ def decide(
     template_error: SpecError | None = None,
     disrupted: Mapping[tuple[int, int], str] | None = None,
     said: Iterable[Said] = (),
+    gang_served: bool = False,
 ) -> Decision:
     """The new status and what to do, by the first of RULES that decides. `refused`: the API server's message
     when it refused to create this job's Service or a pod as invalid; `creation_refused`: when it refused
     them for now (quota, LimitRange, webhook); `template_error`: spec.template is invalid and `spec` was
     parsed without it; `disrupted`: (restart, index) -> disruption of pods that were gone before this
-    decision saw them disrupted; `said`: conditions a look at the job's tracking server decided."""
+    decision saw them disrupted; `said`: conditions a look at the job's tracking server decided;
+    `gang_served`: the API server serves the PodGroup API."""
     b = Builder(meta, previous or {}, now)
     ordered = sorted(pods, key=lambda p: (p.restart, p.index))
     restarts = b.status.restarts
@@ -296,6 +302,7 @@ def decide(
         template_error,
         disrupted or {},
         tuple(said),
+        gang_served,
     )
     decision = _first(SETTLED_RULES, facts)
     if decision is None:

@@ -23,7 +23,7 @@ from mwms_contract.conditions import (
 from mwms_contract.names import EXIT_INVALID_CONFIG, EXIT_RETRYABLE, pod_name
 from mwms_contract.status import format_time, parse_time, truncate
 from mwms_operator.decide.facts import STOPPED_STARTUP_CLOCKS, Facts
-from mwms_operator.decide.job_status import Decision, DeletePods
+from mwms_operator.decide.job_status import Decision, DeletePodGroups, DeletePods
 from mwms_operator.observe.pod_states import WorkerPod
 
 # The first counted group restart is immediate, the later ones wait 10 s doubling up to 5 min (the kubelet's
@@ -108,6 +108,8 @@ def restart(f: Facts, first: Failure, reason: str, plan: str) -> Decision:
     names = tuple(p.name for p in f.pods if not p.deleting)
     if names:
         f.b.actions.append(DeletePods(names))
+    if f.gang_served:  # the old groups' PodGroups go with their pods (each once its pods are gone)
+        f.b.actions.append(DeletePodGroups(keep=f.restarts))  # the new group's: restarts counts it now
     f.b.phase(
         RESTARTING,
         reason,

@@ -3,6 +3,7 @@ about its start."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,6 +21,9 @@ LASTING_WAITING_REASONS = ("ErrImagePull", "ImagePullBackOff", "CreateContainerC
 # Pod conditions that say "this pod is being stopped from outside": Kubernetes' DisruptionTarget (eviction,
 # preemption, drain) and the TerminationTarget Kueue's pod integration sets on a workload it preempts.
 DISRUPTION_CONDITIONS = ("DisruptionTarget", "TerminationTarget")
+# What kube-scheduler (1.37) says of a gang's worker it found room for, but not for the whole gang: "pod
+# group is unschedulable, minCount (4) cannot be satisfied: 3 scheduled, 0 remaining, ...": room for 3 of 4.
+GANG_UNPLACED = re.compile(r"minCount \((\d+)\) cannot be satisfied: (\d+) scheduled")
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,9 @@ class WorkerPod:
     creating: bool = False
     events: PodEvents | None = None  # None: not looked up
     job_uid: str = ""  # its mwms.dev/job-uid label; "" on a pod an operator before that label made
+    pod_group: str = ""  # the PodGroup it is scheduled with, all or nothing (spec.schedulingGroup)
+    # Its gang waits: the scheduler found room for this many of its workers, not for all (GANG_UNPLACED).
+    gang_placed: int | None = None
 
     @property
     def may_be_pulling(self) -> bool:
@@ -161,13 +168,15 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
     )
     state = trainer.get("state") or {}
     terminated = state.get("terminated") or {}
-    waiting_parts, disruption, unschedulable = [], "", False
+    waiting_parts, disruption, unschedulable, placed = [], "", False, None
     for condition in status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             waiting_parts.append(
                 f"{condition.get('reason', 'Unschedulable')}: {condition.get('message', '')}"
             )
             unschedulable = condition.get("reason") != "SchedulingGated"
+            if found := GANG_UNPLACED.search(condition.get("message") or ""):
+                placed = int(found.group(2))
         if condition.get("type") in DISRUPTION_CONDITIONS and condition.get("status") == "True":
             disruption = f"{condition.get('reason') or condition['type']}: {condition.get('message', '')}"
     if state.get("waiting"):
@@ -198,6 +207,8 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
         own_probe=_own_probe(pod),
         creating=_creating(status),
         job_uid=labels.get(names.LABEL_JOB_UID, ""),
+        pod_group=((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName") or "",
+        gang_placed=placed,
     )
 
 

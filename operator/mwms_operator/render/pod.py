@@ -69,8 +69,10 @@ def build_worker_pod(
     index: int,
     hosts: list[str],
     restart_count: int,
+    pod_group: str | None = None,
 ) -> dict[str, Any]:
-    """spec.template merged with what MWMS needs; the operator's labels and settings win."""
+    """spec.template merged with what MWMS needs; the operator's labels and settings win. `pod_group`: the
+    PodGroup the worker is scheduled with, all or nothing with its peers."""
     template = copy.deepcopy(dict(spec.template))
     meta = template.get("metadata") or {}
     pod_spec = template.get("spec") or {}
@@ -154,4 +156,6 @@ def build_worker_pod(
         "subdomain": job_name,
     }
     pod_spec["volumes"] = volumes
+    if pod_group is not None:
+        pod_spec["schedulingGroup"] = {"podGroupName": pod_group}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}

@@ -15,6 +15,7 @@ from mwms_contract.conditions import (
     CONTAINER_ERROR,
     DEADLINE_EXCEEDED,
     FAILED,
+    GANG_SCHEDULING_UNAVAILABLE,
     INVALID_SPEC,
     PENDING,
     PHASES,
@@ -27,8 +28,9 @@ from mwms_contract.status import TrainJobStatus, typed
 from mwms_operator import __version__
 
 # Why a job failed, as the alerts split it: the platform's fault (a worker could not start, the API server
-# refused) pages the platform team; the user's (their code's exit codes, their spec, their limits) does not.
-PLATFORM_FAILURE_REASONS = (STARTUP_TIMEOUT, CONTAINER_ERROR, *REFUSAL_REASONS)
+# refused, a required API is not served) pages the platform team; the user's (their code's exit codes, their
+# spec, their limits) does not.
+PLATFORM_FAILURE_REASONS = (STARTUP_TIMEOUT, CONTAINER_ERROR, *REFUSAL_REASONS, GANG_SCHEDULING_UNAVAILABLE)
 USER_FAILURE_REASONS = (WORKER_FAILED, INVALID_SPEC, DEADLINE_EXCEEDED, BACKOFF_LIMIT_EXCEEDED)
 
 # No `<name>_created` gauge beside every counter and histogram: in the text format Prometheus scrapes they are

@@ -41,6 +41,8 @@ class FakeKube:
         self.events_error: Exception | None = None  # ... or fails with this
         self.lease_read: Callable[[], Any] = lambda: None  # what get_lease answers (or raises)
         self.lease_write: Callable[[], bool] = lambda: True  # what update_lease and create_lease answer
+        self.pod_groups_served = False  # the PodGroup API (native gang scheduling)
+        self.refuse_pod_groups: Exception | None = None  # what create_pod_group raises
 
     def create_service(self, namespace: str, body: dict[str, Any]) -> str:
         self.calls.append(("create_service", body["metadata"]["name"]))
@@ -62,6 +64,19 @@ class FakeKube:
         if not dry_run:
             self.calls.append(("create_pod", name))
         return f"uid-of-{name}"
+
+    def serves(self, api_version: str, plural: str) -> bool:
+        self.calls.append(("serves", f"{api_version}/{plural}"))
+        return self.pod_groups_served
+
+    def create_pod_group(self, namespace: str, body: dict[str, Any]) -> str:
+        self.calls.append(("create_pod_group", body))
+        if self.refuse_pod_groups is not None:
+            raise self.refuse_pod_groups
+        return "pod-group-uid"
+
+    def delete_pod_groups(self, namespace: str, labels: str) -> None:
+        self.calls.append(("delete_pod_groups", labels))
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         self.calls.append(("delete_pod", name))

@@ -421,3 +421,33 @@ def test_a_jobs_pods_go_in_one_deletecollection_by_both_selectors_and_none_left_
     with pytest.raises(refusals.ApiError) as refused:
         kube.delete_pods("ns", labels, "")
     assert refused.value.status == 403
+
+
+def test_the_pod_group_api_is_served_where_its_discovery_lists_podgroups(api):
+    kube = kube_for(api)
+    listed = {"kind": "APIResourceList", "resources": [{"name": "podgroups"}, {"name": "podgroups/status"}]}
+    api.reply(200, listed)
+    assert kube.serves("scheduling.k8s.io/v1beta1", "podgroups") is True
+    assert (api.seen[-1].method, api.seen[-1].path) == ("GET", "/apis/scheduling.k8s.io/v1beta1")
+    api.reply(200, {"kind": "APIResourceList", "resources": [{"name": "workloads"}]})
+    assert kube.serves("scheduling.k8s.io/v1beta1", "podgroups") is False
+    api.refuse(404, "the server could not find the requested resource")  # the version is not served
+    assert kube.serves("scheduling.k8s.io/v1beta1", "podgroups") is False
+    api.refuse(503, "the server is currently unable to handle the request")
+    with pytest.raises(refusals.ApiError):
+        kube.serves("scheduling.k8s.io/v1beta1", "podgroups")
+
+
+def test_a_pod_group_is_created_strictly_and_an_earlier_groups_go_in_one_deletecollection(api):
+    kube = kube_for(api)
+    group = {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+             "metadata": {"name": "mnist-0", "ownerReferences": [OWNER]}}  # fmt: skip
+    api.reply(201, {**group, "metadata": {**group["metadata"], "uid": "pg-uid"}})
+    assert kube.create_pod_group("ns", group) == "pg-uid"
+    groups = "/apis/scheduling.k8s.io/v1beta1/namespaces/ns/podgroups"
+    assert api.seen[-1].path == f"{groups}?fieldValidation=Strict"
+    api.reply(200, {"kind": "PartialObjectMetadataList", "items": []})
+    kube.delete_pod_groups("ns", "mwms.dev/job-uid=u-1,mwms.dev/restart!=1")
+    path, query = api.seen[-1].path.split("?")
+    assert (api.seen[-1].method, path) == ("DELETE", groups)
+    assert urllib.parse.parse_qs(query) == {"labelSelector": ["mwms.dev/job-uid=u-1,mwms.dev/restart!=1"]}

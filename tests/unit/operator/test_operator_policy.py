@@ -346,6 +346,7 @@ def _rule_cases():
         "group-restart": (running, [pod(0), pod(1, "Failed", exit_code=75), pod(2)], {}),
         "old-pods-leaving": (dict(running, restarts=1, phase="Restarting"), group(), {}),
         "template-invalid": (pending, [], {"template_error": TEMPLATE_ERROR}),
+        "gang-unavailable": (pending, [], {"job": spec(scheduling={"gang": "Required"})}),
         "create-missing": (None, [], {}),
         "all-running": (pending, group(), {}),
         "restart-backoff": (
