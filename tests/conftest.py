@@ -7,6 +7,9 @@ tier's `cluster` (tests/integration/conftest.py), the node tier's and README's o
 `.apply(manifest_dict)`, `.fresh_namespace()`). `wait_for`: poll a predicate.
 A test's tier is its folder (tests/<tier>/), which also gives it the tier's marker; every run ends with a
 table of each tier's counts and wall time, and under CI a skip fails (mwms_kit.tiers).
+Every test cluster serves the PodGroup API with the GenericWorkload gate on (`gang`, LocalCluster's): it
+changes nothing for pods without a PodGroup, and the operator's default (spec.scheduling.gang Auto) then
+places every group all or nothing, as it will on clusters that turn it on.
 `subnet_index`: MWMS_TEST_SUBNET_INDEX (default 0, at most 25; helpers developing in parallel use their own):
 the integration tier's cluster takes it, the node tier's +20, a test's spare cluster +10 (+15 in the
 integration tier's shard b), README's own +30.
@@ -198,7 +201,7 @@ def teardown_on_sigterm() -> None:
 
 @contextmanager
 def real_node_cluster(
-    name: str, state_dir: str | Path, subnet_index: int, *, keep_nodes: bool = False
+    name: str, state_dir: str | Path, subnet_index: int, *, keep_nodes: bool = False, gang: bool = True
 ) -> Iterator:
     """A local control plane with one real kubelet node and the project's images (build/images/) loaded;
     skips without the host's tools. Stopped on the way out; the node's containerd state (unpacked images,
@@ -210,7 +213,7 @@ def real_node_cluster(
     problem = host_tools_problem()
     if problem:
         pytest.skip(problem)
-    local = LocalCluster(name=name, state_dir=state_dir, subnet_index=subnet_index)
+    local = LocalCluster(name=name, state_dir=state_dir, subnet_index=subnet_index, gang=gang)
     local.start()
     try:
         local.start_kubelet_node(images=project_images())
@@ -222,11 +225,13 @@ def real_node_cluster(
 
 
 @contextmanager
-def control_plane_cluster(name: str, state_dir: str | Path, subnet_index: int) -> Iterator:
+def control_plane_cluster(
+    name: str, state_dir: str | Path, subnet_index: int, *, gang: bool = True
+) -> Iterator:
     """A local control plane without a node (no pod runs, so no node lock): tests of the API server's side."""
     from mwms_dev.cluster import LocalCluster
 
-    local = LocalCluster(name=name, state_dir=state_dir, subnet_index=subnet_index)
+    local = LocalCluster(name=name, state_dir=state_dir, subnet_index=subnet_index, gang=gang)
     local.start()
     try:
         yield local

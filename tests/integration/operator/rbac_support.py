@@ -31,6 +31,9 @@ ALLOWED = [
     ("create", "events", ""),
     ("list", "events", ""),  # a starting pod's events: its image pulls and its readiness probe's last reason
     ("patch", "events", ""),  # a repeated event bumps one Event's count, as client-go's recorder does
+    ("create", "podgroups.scheduling.k8s.io", ""),  # native gang scheduling: one per group
+    ("get", "podgroups.scheduling.k8s.io", ""),  # read when a create finds one there
+    ("deletecollection", "podgroups.scheduling.k8s.io", ""),  # an earlier group's, by the job's uid label
 ]
 DENIED = [
     ("get", "secrets", ""),
@@ -53,6 +56,7 @@ DENIED = [
     ("update", "trainjobs.mwms.dev", "status"),
     ("patch", "services", ""),
     ("update", "services", ""),
+    ("update", "podgroups.scheduling.k8s.io", ""),
     ("create", "deployments.apps", ""),
     ("create", "statefulsets.apps", ""),
     ("create", "jobs.batch", ""),

@@ -33,6 +33,8 @@ MALFORMED = [
     (trainjob("bad", 2, runPolicy={"cleanPodPolicy": "Sometimes"}), "spec.runPolicy.cleanPodPolicy"),
     (trainjob("bad", 2, runPolicy={"backoffLimit": -1}), "spec.runPolicy.backoffLimit"),
     (trainjob("bad", 2, runPolicy={"activeDeadlineSeconds": 0}), "spec.runPolicy.activeDeadlineSeconds"),
+    (trainjob("bad", 2, scheduling={"gang": "Sometimes"}), "spec.scheduling.gang"),
+    (trainjob("bad", 2, scheduling={"gang": False}), "spec.scheduling.gang"),  # YAML 1.1's unquoted Off
     (trainjob("bad", 2, checkpoint={}), "spec.checkpoint"),
     (
         trainjob("bad", 2, checkpoint={"persistentVolumeClaim": {}}),

@@ -119,6 +119,7 @@ def test_a_partly_started_group_that_cannot_schedule_its_other_workers_times_out
         "partial",
         2,
         runPolicy={"startupTimeoutSeconds": 5},
+        scheduling={"gang": "Off"},  # with a PodGroup neither would bind (tests/node/test_node_gang.py)
         container={"resources": {"requests": {"cpu": f"{millicores * 3 // 5}m"}}},
     )
     kubectl.apply(job, "-n", namespace)

@@ -135,7 +135,7 @@ def serve(state_dir: Path, subnet_index: int, ready_file: Path) -> int:
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
-    cluster = LocalCluster(name="test", state_dir=state_dir, subnet_index=subnet_index)
+    cluster = LocalCluster(name="test", state_dir=state_dir, subnet_index=subnet_index, gang=True)
     with cluster:
         node = cluster.start_kubelet_node(images=project_images())
         attached = AttachedCluster(
