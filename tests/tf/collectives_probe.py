@@ -10,8 +10,8 @@ import json
 
 from mwms_trainer import data
 from mwms_trainer import model as model_mod
-from mwms_trainer.config import TrainerConfig
 from mwms_trainer.tfenv import tensorflow
+from mwms_trainer.trainer_config import TrainerConfig
 
 
 def collective_ops(tf_function) -> list[list[str]]:

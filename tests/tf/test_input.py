@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mwms_trainer import data
-from mwms_trainer.config import TrainerConfig
+from mwms_trainer.trainer_config import TrainerConfig
 
 pytestmark = pytest.mark.tf
 ROWS, BATCH, EPOCHS, FIRST = 100, 8, 50, 3  # 12 global batches an epoch

@@ -10,7 +10,7 @@ import importlib
 from typing import Any
 
 __all__ = ["MirroredStrategyRunner", "is_chief", "log_model", "mlflow_callback"]
-_EXPORTS = {name: "mwms_trainer.runner" for name in __all__}
+_EXPORTS = {name: "mwms_trainer.strategy_runner" for name in __all__}
 
 
 def __getattr__(name: str) -> Any:

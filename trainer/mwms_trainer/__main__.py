@@ -46,11 +46,11 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     # Seconds of work that the config, the data and the peers do not wait for (after the fork: never fork
     # a process with an import half done in another thread).
     tfenv.import_in_background()
-    from mwms_trainer import config
+    from mwms_trainer import trainer_config
     from mwms_trainer.errors import TrainerError
 
     try:
-        settings = config.load(environ)
+        settings = trainer_config.load(environ)
         log.info(
             "worker %d of %d (%s), job %s/%s uid %s, restart %d",
             settings.cluster.rank,

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from mwms_trainer import objectstore
-from mwms_trainer.config import TrainerConfig
 from mwms_trainer.errors import ConfigError
 from mwms_trainer.objectstore import S3Object
 from mwms_trainer.tfenv import tensorflow
+from mwms_trainer.trainer_config import TrainerConfig
 
 _SETTING = "MWMS_TRAINER_CONFIG"
 

@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from mwms_trainer import data
-from mwms_trainer.config import TrainerConfig
 from mwms_trainer.errors import ConfigError
 from mwms_trainer.tfenv import tensorflow
+from mwms_trainer.trainer_config import TrainerConfig
 
 log = logging.getLogger("mwms_trainer")
 

@@ -17,19 +17,19 @@ from importlib.metadata import version
 from typing import Any
 
 from mwms_contract import termination
-from mwms_trainer import data, kept, startup, streaming, tracking
+from mwms_trainer import data, kept, mlflow_run, rendezvous, streaming
 from mwms_trainer import model as model_mod
-from mwms_trainer.config import Settings
 from mwms_trainer.errors import DivergedError, RetryableError
 from mwms_trainer.tfenv import keras, size_thread_pools, tensorflow
+from mwms_trainer.trainer_config import Settings
 
 log = logging.getLogger("mwms_trainer")
 
 
 def open_tracker(settings: Settings, params: dict[str, Any]) -> Any:
     if not settings.cluster.is_chief:
-        return tracking.NullTracker()
-    return tracking.MlflowTracker(
+        return mlflow_run.NullTracker()
+    return mlflow_run.MlflowTracker(
         tracking_uri=settings.tracking_uri,
         experiment_name=settings.experiment_name,
         job_name=settings.job_name,
@@ -81,7 +81,7 @@ class OpeningTracker:
         self._error: list[Exception] = []
         self._thread: threading.Thread | None = None
         if not settings.cluster.is_chief:
-            self._result.append(tracking.NullTracker())
+            self._result.append(mlflow_run.NullTracker())
             return
 
         def target() -> None:
@@ -210,10 +210,10 @@ def fit(
     size_thread_pools(settings.threads)  # waits for TensorFlow's import, like everything from here on
     k = keras()
     # The chief's MLflow run opens during the rendezvous; a failure ends the chief there, before registering.
-    strategy = startup.create_strategy(cluster, deadline, note, peers_by, opening.wait, opening.check)
+    strategy = rendezvous.create_strategy(cluster, deadline, note, peers_by, opening.wait, opening.check)
     tracker = opening.wait()
     if isinstance(split, streaming.FileShards):
-        with startup.peer_loss_is_retryable("while gathering the data's statistics"):
+        with rendezvous.peer_loss_is_retryable("while gathering the data's statistics"):
             every = streaming.gather_stats(strategy, split, cluster.num_workers, cluster.rank)
         mean, variance = streaming.scaler(every)
         steps = streaming.steps_per_epoch(every, cfg)
@@ -260,7 +260,7 @@ def fit(
         dataset = streaming.train_dataset(strategy, split, cluster.rank, steps, first_epoch)
     else:
         dataset = data.train_dataset(split, cfg, first_epoch)
-    with startup.peer_loss_is_retryable("during fit"):
+    with rendezvous.peer_loss_is_retryable("during fit"):
         history = model.fit(
             dataset,
             epochs=cfg.epochs,
@@ -278,7 +278,7 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
     """Train on this worker; return the termination summary (the chief's carries the run and the model)."""
     started = time.monotonic()
     deadline = started + settings.startup_timeout_seconds
-    peers_by = startup.peer_deadline(started, settings.peer_wait_seconds)
+    peers_by = rendezvous.peer_deadline(started, settings.peer_wait_seconds)
     cluster = settings.cluster
     kept_dir = kept.kept_model_dir(settings)
     if kept_dir is not None and kept.fit_is_kept(kept_dir):
@@ -320,7 +320,7 @@ def upload_kept(settings: Settings, kept_dir: str) -> dict[str, Any]:
         log.info("worker %d: the fit is done (kept at %s); the chief uploads it", rank, kept_dir)
         return {"worker": rank, "status": "ok"}
     log.info("uploading the model fitted before the restart (%s), not training again", kept_dir)
-    startup.mark_joined()  # no group to join: the peers ended (the fit is kept)
+    rendezvous.mark_joined()  # no group to join: the peers ended (the fit is kept)
     size_thread_pools(settings.threads)
     plain, upload = kept.load_kept(kept_dir)
     tracker = open_tracker(settings, upload.params)

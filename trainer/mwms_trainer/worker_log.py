@@ -246,7 +246,7 @@ def upload(
     """`text` as this worker's log in the job's run (`run`, its `info` when already found), within `budget`
     seconds (UPLOAD_SECONDS); its runs:/ URI."""
     until = time.monotonic() + (UPLOAD_SECONDS if budget is None else budget)
-    from mwms_trainer.cluster import from_tf_config
+    from mwms_trainer.cluster_spec import from_tf_config
 
     index = from_tf_config(environ.get(names.ENV_TF_CONFIG)).rank
     path = names.log_artifact_path(int(environ.get(names.ENV_RESTART_COUNT) or 0), index)

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
-from mwms_trainer.config import TrainerConfig, parse_trainer_config
 from mwms_trainer.data import epoch_order, load_split, scaler_variance, steps_per_epoch, worker_slice
 from mwms_trainer.errors import ConfigError
+from mwms_trainer.trainer_config import TrainerConfig, parse_trainer_config
 
 
 def test_seed_split_is_the_seeds_and_the_same_every_time():

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from mwms_trainer import objectstore
-from mwms_trainer.config import parse_trainer_config
 from mwms_trainer.errors import ConfigError, RetryableError
 from mwms_trainer.objectstore import S3Object
+from mwms_trainer.trainer_config import parse_trainer_config
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ import pytest
 from sklearn.preprocessing import StandardScaler
 
 from mwms_trainer import streaming
-from mwms_trainer.config import parse_trainer_config
 from mwms_trainer.errors import ConfigError
+from mwms_trainer.trainer_config import parse_trainer_config
 
 
 def files(n):

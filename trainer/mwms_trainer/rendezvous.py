@@ -9,7 +9,7 @@ for a peer that dies inside that short window (default action: the kernel ends t
 exit code 128+14, which the operator retries like 75).
 
 In a pod the trainer also keeps its rendezvous state in names.RENDEZVOUS_FILE: the last reason it has not
-joined, then "joined" once every peer answered (rendezvous(): the built-in trainer and a runner's train_fn
+joined, then "joined" once every peer answered (meet(): the built-in trainer and a runner's train_fn
 alike, also one that never creates MultiWorkerMirroredStrategy; the constructor that follows has its own
 backstop). The trainer container's readiness probe prints that line, so the pod is Ready once its worker
 joined, and the operator's startup clock names whoever has not, with the reason it gave.
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mwms_contract import names, termination
-from mwms_trainer.cluster import Cluster, split_host_port
+from mwms_trainer.cluster_spec import Cluster, split_host_port
 from mwms_trainer.errors import RetryableError
 
 log = logging.getLogger("mwms_trainer")
@@ -223,7 +223,7 @@ def registration_backstop(deadline: float, on_backstop: Callable[[str], None]) -
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def rendezvous(
+def meet(
     cluster: Cluster, deadline: float, peers_by: float | None, meanwhile: Callable[[], None] = lambda: None
 ) -> None:
     """Meet every peer (by `peers_by`, None: no limit; listening on our own port until `deadline`), then say
@@ -252,7 +252,7 @@ def create_strategy(
     from mwms_trainer.tfenv import tensorflow
 
     tf = tensorflow()  # first: a worker that answers the rendezvous is ready to register at once
-    rendezvous(cluster, deadline, peers_by, meanwhile)
+    meet(cluster, deadline, peers_by, meanwhile)
     before_registering()
     with registration_backstop(deadline, on_backstop):
         strategy = tf.distribute.MultiWorkerMirroredStrategy()

@@ -15,8 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mwms_contract import names
-from mwms_trainer import cluster as cluster_mod
-from mwms_trainer import cpus, objectstore
+from mwms_trainer import cluster_spec, cpus, objectstore
 from mwms_trainer.errors import ConfigError
 
 DATASETS = ("breast_cancer", "synthetic", "csv", "parquet")
@@ -139,7 +138,7 @@ def parse_trainer_config(raw_json: str | None, num_workers: int = 1) -> TrainerC
 
 @dataclass(frozen=True)
 class Settings:
-    cluster: cluster_mod.Cluster
+    cluster: cluster_spec.Cluster
     trainer: TrainerConfig
     tracking_uri: str
     experiment_name: str
@@ -170,7 +169,7 @@ def _env_number(environ: Mapping[str, str], name: str, default: int, minimum: in
 
 def load(environ: Mapping[str, str]) -> Settings:
     """Everything the trainer reads from its environment, validated; raises ConfigError naming the setting."""
-    cluster = cluster_mod.from_tf_config(environ.get(names.ENV_TF_CONFIG))
+    cluster = cluster_spec.from_tf_config(environ.get(names.ENV_TF_CONFIG))
     trainer = parse_trainer_config(environ.get(names.ENV_TRAINER_CONFIG), cluster.num_workers)
     job_name = environ.get(names.ENV_JOB_NAME, "").strip() or "mwms-job"
     tracking_uri = environ.get(names.ENV_TRACKING_URI, "").strip()
