@@ -306,7 +306,7 @@ def score_model(base_url: str, model_uri: str, trainer_settings: dict) -> float:
     unscaled rows: the scaler must be part of the model."""
     import mlflow
 
-    from mwms_trainer.data import load_split
+    from mwms_trainer.input.exact import load_split
     from mwms_trainer.tfenv import tensorflow
     from mwms_trainer.trainer_config import parse_trainer_config
 

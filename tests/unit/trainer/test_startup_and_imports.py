@@ -143,12 +143,13 @@ def test_the_runs_params_read_package_versions_without_importing_the_packages():
     """Importing scikit-learn, TensorFlow and tf_keras for their __version__ cost seconds before the run."""
     code = (
         "import json, sys, numpy as np\n"
-        "from mwms_trainer import data, train, trainer_config\n"
+        "from mwms_trainer import train, trainer_config\n"
+        "from mwms_trainer.input import exact\n"
         "environ = {'MLFLOW_TRACKING_URI': 'http://127.0.0.1:1', 'MWMS_TRAINER_CONFIG': '{}'}\n"
         "settings = trainer_config.load(environ)\n"
         "rows = np.zeros((64, 2), dtype=np.float32)\n"
-        "split = data.Split(rows, np.zeros(64), rows, np.zeros(64), ('a', 'b'), np.zeros(2), np.ones(2))\n"
-        "params = train.params_of(settings, split)\n"
+        "split = exact.Split(rows, np.zeros(64), rows, np.zeros(64), ('a', 'b'), np.zeros(2), np.ones(2))\n"
+        "params = train.params_of(settings, exact.ExactInput(settings.trainer, split))\n"
         "imported = [m for m in ('sklearn', 'tensorflow', 'tf_keras') if m in sys.modules]\n"
         "print(json.dumps({'params': params, 'imported': imported}))\n"
     )
