@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+import yaml
+
 from mwms_contract import names, termination
 from mwms_contract.trainjob import SpecError, TrainJobSpec, parse, trainer_env
 
@@ -42,8 +44,9 @@ def free_ports(count: int) -> list[int]:
 
 
 def prepare_sqlite_store(workdir: Path, experiment: str) -> str:
-    """Create the sqlite store and the experiment (artifacts beside it) once, before the workers start."""
-    import mlflow
+    """Create the sqlite store and the experiment (artifacts beside it) once, before the workers start:
+    several processes initialising one sqlite file at once crash."""
+    import mlflow  # only for a sqlite store: --tracking-uri needs none here
 
     workdir.mkdir(parents=True, exist_ok=True)
     uri = f"sqlite:///{(workdir / 'mlflow.db').resolve()}"
@@ -164,8 +167,6 @@ def read_termination(job_dir: Path, index: int) -> str:
 
 
 def load_manifest(path: Path) -> dict[str, Any]:
-    import yaml
-
     try:
         docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
     except (OSError, yaml.YAMLError) as e:

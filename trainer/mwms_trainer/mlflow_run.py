@@ -12,6 +12,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from importlib.metadata import version
 from typing import Any, TypeVar
 
 import numpy as np
@@ -335,9 +336,7 @@ def model_signature() -> Any:
 
 
 def serving_requirements() -> list[str]:
-    """What loading the model needs, stated: inferring it re-imports TensorFlow in a subprocess (~10 s)."""
-    from importlib.metadata import version
-
+    """What loading the model needs, stated: inferring it re-imports TensorFlow in a subprocess."""
     return [f"{name}=={version(name)}" for name in ("tensorflow", "tf-keras", "mlflow", "numpy")]
 
 

@@ -135,7 +135,7 @@ def s3_options(env: Mapping[str, str]) -> dict[str, Any]:
 @functools.cache
 def filesystem() -> Any:
     """One S3FileSystem per process, from this process's environment."""
-    from pyarrow import fs
+    from pyarrow import fs  # heavy (the AWS SDK): loaded only for an s3:// dataPath
 
     options = s3_options(os.environ)
     retry = fs.AwsStandardS3RetryStrategy(max_attempts=options.pop("max_attempts"))

@@ -25,10 +25,8 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from mwms_trainer.worker_log import Capture
+from mwms_trainer import worker_log
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 KILL_AFTER_SECONDS = 2  # well inside the 5 s a deleted pod may take to go
@@ -96,7 +94,7 @@ def _fork() -> int:
 
 
 def fork_unless_pid1_is_taken(
-    on_signalled: Callable[[int], None] = lambda _: None, capture: Capture | None = None
+    on_signalled: Callable[[int], None] = lambda _: None, capture: worker_log.Capture | None = None
 ) -> int | None:
     """As PID 1: fork; the parent supervises (keeping the child's log in `capture`, uploaded once the child
     has exited) and returns the child's exit code, the child returns None.
@@ -153,10 +151,8 @@ def main(argv: Sequence[str]) -> int:
     return code
 
 
-def _capture_wanted() -> Capture | None:
+def _capture_wanted() -> worker_log.Capture | None:
     """The log of a job's worker goes to its MLflow run (worker_log.py); None for any other process."""
-    from mwms_trainer import worker_log
-
     return worker_log.Capture(os.environ) if worker_log.wanted(os.environ) else None
 
 

@@ -31,6 +31,7 @@ from typing import Any
 from mwms_contract import names, termination
 from mwms_trainer.cluster_spec import Cluster, split_host_port
 from mwms_trainer.errors import RetryableError
+from mwms_trainer.tfenv import tensorflow
 
 log = logging.getLogger("mwms_trainer")
 POLL_SECONDS = 0.5
@@ -187,8 +188,6 @@ REGISTRATION_BACKSTOP_NOTE = termination.failure(
 @contextlib.contextmanager
 def peer_loss_is_retryable(during: str) -> Iterator[None]:
     """TensorFlow's peer-loss errors become RetryableError (exit 75): restarting the group may succeed."""
-    from mwms_trainer.tfenv import tensorflow
-
     tf = tensorflow()
     kinds = tuple(getattr(tf.errors, name) for name in PEER_LOSS_ERRORS)
     try:
@@ -249,8 +248,6 @@ def create_strategy(
     """Rendezvous (peers by `peers_by`, None: no limit; `meanwhile()` every round), `before_registering()`
     (what raises in either ends this worker before its peers wait for it in the constructor), then
     MultiWorkerMirroredStrategy(); exit 75 (or SIGALRM) at the deadline."""
-    from mwms_trainer.tfenv import tensorflow
-
     tf = tensorflow()  # first: a worker that answers the rendezvous is ready to register at once
     meet(cluster, deadline, peers_by, meanwhile)
     before_registering()
@@ -267,8 +264,6 @@ def backstopped_user_strategy(deadline: float, on_backstop: Callable[[str], None
     The class's own __init__ is wrapped, not the name tf.distribute.MultiWorkerMirroredStrategy: the
     experimental class (a subclass) and names the user's module bound at import time reach it too.
     """
-    from mwms_trainer.tfenv import tensorflow
-
     strategy_class = tensorflow().distribute.MultiWorkerMirroredStrategy
     original = strategy_class.__dict__["__init__"]
 

@@ -1,19 +1,11 @@
-"""A drop-in for spark-tensorflow-distributor's MirroredStrategyRunner, plus the helpers its users lacked.
-
-    from mwms_trainer import MirroredStrategyRunner, is_chief, log_model, mlflow_callback
-    MirroredStrategyRunner(num_slots=4, use_custom_strategy=True).run(train)
-
-Inside a worker pod (TF_CONFIG set) `run` calls `train_fn` on this worker, after waiting for the peers, and
-returns its result on the chief (None on the other workers). Outside a cluster it starts `num_slots` local
-worker processes on free 127.0.0.1 ports and returns the chief's result. `train_fn` travels to those
-processes with cloudpickle: a function defined in `__main__` goes by value, any other by reference (the
-workers get this process's sys.path). With MLFLOW_TRACKING_URI set, the chief (only) has one MLflow run open
-while `train_fn` runs; `log_model` and `mlflow_callback` write to it, and do nothing on other workers.
+"""A drop-in for spark-tensorflow-distributor's MirroredStrategyRunner (in a worker pod, or as local
+processes), plus `is_chief`, `log_model` and `mlflow_callback`, which write to the chief's one MLflow run.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -23,10 +15,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
+
 from mwms_contract import names, termination
 from mwms_contract.tf_config import tf_config
-from mwms_trainer import cluster_spec
+from mwms_trainer import cluster_spec, local, mlflow_run, rendezvous, train
+from mwms_trainer import result as job_result
+from mwms_trainer.cpus import thread_count
 from mwms_trainer.errors import TrainerError
+from mwms_trainer.model import plain_copy
+from mwms_trainer.tfenv import size_thread_pools, tensorflow
+from mwms_trainer.trainer_config import peer_wait_seconds
 
 _state: dict[str, Any] = {}  # this worker's tracker while run() is inside train_fn
 
@@ -50,12 +49,9 @@ def log_model(model: Any, name: str = "model", **kwargs: Any) -> Any:
     """
     if not is_chief():
         return None
-    import mlflow
+    import mlflow  # on the chief only; the other workers never import it
 
-    from mwms_trainer.mlflow_run import serving_requirements
-    from mwms_trainer.model import plain_copy
-
-    kwargs.setdefault("pip_requirements", serving_requirements())
+    kwargs.setdefault("pip_requirements", mlflow_run.serving_requirements())
     info = mlflow.tensorflow.log_model(plain_copy(model), name=name, **kwargs)
     _state["model_uri"] = info.model_uri  # for the chief's termination message
     return info
@@ -63,16 +59,12 @@ def log_model(model: Any, name: str = "model", **kwargs: Any) -> Any:
 
 def mlflow_callback() -> Any:
     """A Keras callback: per-epoch progress in every worker's log, per-epoch metrics in the chief's run."""
-    from mwms_trainer import mlflow_run, train
-
     tracker = _state.get("tracker") or mlflow_run.NullTracker()
     return train.epoch_logger(_cluster().rank, None, tracker)
 
 
 def _open_tracker(environ: Mapping[str, str], cluster: cluster_spec.Cluster) -> Any:
     """The chief's run logs `replicas` as the built-in trainer's does, so runs of either path compare."""
-    from mwms_trainer import mlflow_run
-
     uri = environ.get(names.ENV_TRACKING_URI, "").strip()
     if not cluster.is_chief or not uri:
         return mlflow_run.NullTracker()
@@ -106,17 +98,10 @@ def run_here(
         if use_custom_strategy:
             result = train_fn(**kwargs)
         else:  # the outer run's backstop covers this constructor too
-            from mwms_trainer.tfenv import tensorflow
-
             with tensorflow().distribute.MultiWorkerMirroredStrategy().scope():
                 result = train_fn(**kwargs)
         _state["result"] = result if _cluster().is_chief else None
         return _state["result"]
-    from mwms_trainer import rendezvous
-    from mwms_trainer.cpus import thread_count
-    from mwms_trainer.tfenv import size_thread_pools, tensorflow
-    from mwms_trainer.trainer_config import peer_wait_seconds
-
     tensorflow()  # TF_USE_LEGACY_KERAS before the user's code imports TensorFlow
     size_thread_pools(thread_count(os.environ))
     cluster = _cluster()
@@ -152,8 +137,6 @@ def run_here(
                 result = train_fn(**kwargs)
         if summary is not None:
             if cluster.is_chief:  # the job's result: checked before the run is marked FINISHED
-                from mwms_trainer import result as job_result
-
                 summary.update(job_result.summary_fields(result, tracker.log_text))
             fields = {
                 "runId": tracker.run_id,
@@ -200,10 +183,8 @@ class MirroredStrategyRunner:
         return self._run_local(train_fn, kwargs)
 
     def _run_local(self, train_fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
-        import cloudpickle
-
-        from mwms_trainer import local
-
+        """`num_slots` local workers on free 127.0.0.1 ports; `train_fn` travels to them with cloudpickle (by
+        value from `__main__`, else by reference: they get this process's sys.path)."""
         with tempfile.TemporaryDirectory(prefix="mwms-runner-") as tmp:
             work = Path(tmp)
             result = work / "result.pkl"
@@ -238,12 +219,6 @@ class MirroredStrategyRunner:
 
 def _worker_main(argv: list[str]) -> int:
     """`python -m mwms_trainer.strategy_runner FN.pkl RESULT.pkl`: one local worker of the runner."""
-    import logging
-
-    import cloudpickle
-
-    from mwms_trainer.tfenv import tensorflow
-
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
     tensorflow()  # before unpickling: the user's module may import TensorFlow, and tf.keras must be tf-keras

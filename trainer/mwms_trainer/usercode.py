@@ -3,6 +3,7 @@ run through strategy_runner.run_here: the peers met, the chief's one MLflow run,
 
 from __future__ import annotations
 
+import base64
 import importlib
 import importlib.util
 import json
@@ -17,8 +18,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
+
 from mwms_contract import names
+from mwms_trainer import strategy_runner
 from mwms_trainer.errors import ConfigError
+from mwms_trainer.tfenv import tensorflow
 
 log = logging.getLogger("mwms_trainer")
 
@@ -70,8 +75,6 @@ def load_entrypoint(
         )
 
     def run_script() -> Any:
-        from mwms_trainer import strategy_runner
-
         sys.argv = [str(script), *args]
         runpy.run_path(str(script), run_name="__main__")
         return strategy_runner._state.get("result")  # what a nested MirroredStrategyRunner.run returned
@@ -122,8 +125,6 @@ def last_traceback_line(error: BaseException, code_dir: Path) -> str:
 
 def run(environ: Mapping[str, str]) -> dict[str, Any]:
     """Run spec.code on this worker; the termination summary (the chief's carries the run and the result)."""
-    from mwms_trainer import strategy_runner
-
     code_dir = Path(environ.get(names.ENV_CODE_DIR) or names.CODE_MOUNT_PATH)
     entrypoint = environ.get(names.ENV_CODE_ENTRYPOINT, "").strip()
     try:
@@ -133,8 +134,6 @@ def run(environ: Mapping[str, str]) -> dict[str, Any]:
     requirements = environ.get(names.ENV_CODE_REQUIREMENTS, "").strip()
     if requirements:
         install_requirements(code_dir, requirements, environ)
-    from mwms_trainer.tfenv import tensorflow
-
     tensorflow()  # TF_USE_LEGACY_KERAS before the user's module imports TensorFlow
     source = environ.get(names.ENV_CODE_SOURCE) or "configMap"
     function = load_entrypoint(code_dir, entrypoint, [str(a) for a in args], source)
@@ -146,13 +145,7 @@ def run(environ: Mapping[str, str]) -> dict[str, Any]:
 def run_pickled() -> Any:
     """The entrypoint of `MirroredStrategyRunner(cluster=...).run(train)`: the function it pickled, run by
     the same runner (so `use_custom_strategy=False` gets its strategy scope there too)."""
-    import base64
-
-    import cloudpickle
-
-    from mwms_trainer.strategy_runner import MirroredStrategyRunner
-
     code_dir = Path(os.environ.get(names.ENV_CODE_DIR) or names.CODE_MOUNT_PATH)
     payload = base64.b64decode((code_dir / "function.pkl.b64").read_text())
     function, kwargs, custom = cloudpickle.loads(payload)
-    return MirroredStrategyRunner(use_custom_strategy=custom).run(function, **kwargs)
+    return strategy_runner.MirroredStrategyRunner(use_custom_strategy=custom).run(function, **kwargs)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from mwms_contract import names
+from mwms_trainer.cluster_spec import from_tf_config
 
 T = TypeVar("T")
 RETRY_DELAYS_SECONDS = (1.0, 2.0, 4.0)
@@ -246,8 +247,6 @@ def upload(
     """`text` as this worker's log in the job's run (`run`, its `info` when already found), within `budget`
     seconds (UPLOAD_SECONDS); its runs:/ URI."""
     until = time.monotonic() + (UPLOAD_SECONDS if budget is None else budget)
-    from mwms_trainer.cluster_spec import from_tf_config
-
     index = from_tf_config(environ.get(names.ENV_TF_CONFIG)).rank
     path = names.log_artifact_path(int(environ.get(names.ENV_RESTART_COUNT) or 0), index)
     info = run if run is not None else find_run(environ, delays, until)

@@ -39,7 +39,7 @@ class Split:
 
 
 def _read_table(cfg: TrainerConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-    import pandas as pd
+    import pandas as pd  # heavy: loaded only for a csv/parquet dataset
 
     path = cfg.dataPath or ""
     frames = [frame for file in table_files(path, cfg.dataset) for frame in read_file(file, cfg.dataset)]
@@ -52,7 +52,7 @@ def load_features(
 ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     """Rows, labels and feature names."""
     if cfg.dataset == "breast_cancer":
-        from sklearn.datasets import load_breast_cancer
+        from sklearn.datasets import load_breast_cancer  # heavy: seconds, not paid by train.params_of
 
         bunch: Any = load_breast_cancer()
         return bunch.data, bunch.target, tuple(str(n) for n in bunch.feature_names)

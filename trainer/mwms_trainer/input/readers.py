@@ -60,7 +60,7 @@ def source(file: DataFile, dataset: str) -> Iterator[Any]:
 def read_file(file: DataFile, dataset: str, chunk_rows: int | None = None) -> Iterator[Any]:
     """A csv/parquet file as pandas frames: the whole file, or chunks of `chunk_rows` rows streamed from disk
     or the bucket (sharding: files)."""
-    import pandas as pd  # heavy: imported when a table is read
+    import pandas as pd  # heavy: loaded only when a table is read
 
     with source(file, dataset) as where, readable(file, dataset):
         if chunk_rows is None:
