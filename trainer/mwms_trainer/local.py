@@ -1,9 +1,5 @@
-"""`mwms local FILE.yaml`: run a TrainJob manifest as local worker processes, with the operator's env.
-
-The workers get exactly what the operator would put in their pods (mwms_contract.trainjob.trainer_env), except
-the addresses (127.0.0.1 on free ports), MLflow (--tracking-uri, or a sqlite store under --workdir, created
-here once before any worker starts: several processes initialising one sqlite file crash) and the files a pod
-would have (termination message, checkpoint volume) under the job's work directory.
+"""`mwms local FILE.yaml`: a TrainJob manifest run as local worker processes, each with the env the
+operator would give its pod (mwms_contract.trainjob.trainer_env), pointed at local ports and files.
 """
 
 from __future__ import annotations

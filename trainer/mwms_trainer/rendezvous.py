@@ -1,18 +1,7 @@
-"""Getting the group together: wait for every peer, then create the strategy, all before a deadline.
+"""Getting the group together before a deadline: meet every peer in plain Python, then create the
+strategy with a SIGALRM backstop (docs/design/strategy-registration-backstop.md).
 
-MultiWorkerMirroredStrategy() blocks until every worker has connected, for an hour if one never comes, and it
-holds the GIL while it waits, so no Python timer can interrupt it (with TF 2.21 a threading.Timer never fired
-there; signal.alarm does). So: first a rendezvous in plain
-Python (every worker listens on its own port and waits until each peer's name resolves and its port accepts
-TCP), which fails cleanly with exit 75 at the deadline; only then the constructor, with SIGALRM as a backstop
-for a peer that dies inside that short window (default action: the kernel ends the process; Kubernetes reports
-exit code 128+14, which the operator retries like 75).
-
-In a pod the trainer also keeps its rendezvous state in names.RENDEZVOUS_FILE: the last reason it has not
-joined, then "joined" once every peer answered (meet(): the built-in trainer and a runner's train_fn
-alike, also one that never creates MultiWorkerMirroredStrategy; the constructor that follows has its own
-backstop). The trainer container's readiness probe prints that line, so the pod is Ready once its worker
-joined, and the operator's startup clock names whoever has not, with the reason it gave.
+The state kept in names.RENDEZVOUS_FILE is what the trainer container's readiness probe prints.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The built-in fit: data, tracker, strategy, model, fit; the chief logs a plain copy of the model.
 
-Every worker runs the same code; only the tracker differs (MlflowTracker on the chief, NullTracker elsewhere),
-so nothing here branches on the role except the final hand-off.
+Every worker runs the same code; only the tracker differs (MlflowTracker on the chief, NullTracker elsewhere).
 """
 
 from __future__ import annotations
@@ -145,7 +144,7 @@ def epoch_logger(rank: int, epochs: int | None, tracker: Any) -> Any:
             of = f"/{epochs}" if epochs else ""
             seconds = time.monotonic() - self.started
             print(f"worker {rank} epoch {epoch + 1}{of} {shown} seconds={seconds:.3f}", flush=True)
-            if not self.epoch_ended:  # the figure the first-step line used to give, beside it
+            if not self.epoch_ended:  # beside the first step's line (bench/trainer_bench.py reads both)
                 self.epoch_ended = True
                 log.info("worker %d first epoch done at unix time %.3f", rank, time.time())
             tracker.log_epoch(epoch, logs)

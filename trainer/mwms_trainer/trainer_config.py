@@ -1,9 +1,7 @@
 """The trainer's settings, read once from the environment and validated before anything else happens.
 
-MWMS_TRAINER_CONFIG is the TrainJob's `spec.trainer` (camelCase JSON). The trainer owns the defaults: they
-reproduce the seed (breast_cancer, testSize 0.3, seed 42, one sigmoid unit, Adam 0.001, batch 32), except
-`epochs`: the seed ran Keras' default of one epoch, which leaves the model underfit (see docs/migration.md);
-60 epochs of 12 steps reach held-out accuracy >= 0.95 on every worker count.
+MWMS_TRAINER_CONFIG is the TrainJob's `spec.trainer`. The defaults reproduce the seed, except 60 epochs for
+its underfit one (docs/migration.md).
 """
 
 from __future__ import annotations
@@ -19,8 +17,8 @@ from mwms_trainer import cluster_spec, cpus, objectstore
 from mwms_trainer.errors import ConfigError
 
 DATASETS = ("breast_cancer", "synthetic", "csv", "parquet")
-# exact: every worker holds every row in memory, N workers == 1 worker (data.py). files: each worker streams
-# only its own files from disk, for data larger than a worker's memory; not N == 1 exact (streaming.py).
+# exact: every worker holds every row, N workers == 1 worker (input/exact.py); files: each worker streams only
+# its own files, for data larger than its memory (input/files.py).
 SHARDINGS = ("exact", "files")
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 300
 

@@ -1,8 +1,5 @@
-"""`sharding: exact`: every worker holds every row, and N workers train exactly the model one worker trains.
-
-Each epoch is a seeded permutation of the training rows cut into full global batches (the remainder is
-dropped, a different one each epoch), and each worker trains on its equal slice of every batch:
-docs/design/exact-batches.md says why that gives the one-worker gradient.
+"""`sharding: exact`: every worker holds every row, and N workers train exactly the model one worker
+trains: each takes its equal slice of every full global batch (docs/design/exact-batches.md).
 """
 
 from __future__ import annotations

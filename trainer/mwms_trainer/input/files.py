@@ -1,10 +1,5 @@
-"""`sharding: files`: each worker streams only its own csv/parquet files, for data larger than its memory.
-
-Training file i goes to worker i mod N (with fewer files than workers, every N-th row); the last files are
-held out and read by the chief alone; the scaler combines every worker's statistics in one all-reduce; every
-worker takes the steps of the one with the fewest rows. Not N workers == 1 worker: the batches depend on N.
-The rules, as users see them: docs/trainer.md; why the workers meet over statistics, not rows:
-docs/design/file-sharding.md.
+"""`sharding: files`: each worker streams only its own csv/parquet files, for data larger than its
+memory; not N workers == 1 worker. The rules: docs/trainer.md; why: docs/design/file-sharding.md.
 """
 
 from __future__ import annotations
@@ -159,7 +154,9 @@ class FileShards:
 
 
 def plan(files: list[DataFile], test_size: float, num_workers: int, rank: int) -> Shard:
-    """Which files this worker trains on and which the chief holds out (see the module's docstring)."""
+    """Which files this worker trains on and which the chief holds out: training file i goes to worker i mod N
+    (with fewer training files than workers, each takes every N-th row of them all); the last
+    round(testSize * files) files, at least one, are held out."""
     if len(files) < 2:
         raise ConfigError(
             f"{_SETTING}.dataPath",
@@ -312,7 +309,9 @@ def _cut(x: np.ndarray, y: np.ndarray, size: int, count: int) -> Iterator[tuple[
 def batches(
     shards: FileShards, rank: int, per_worker: int, steps: int, first_epoch: int
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """This worker's batches, `steps` per epoch, from `first_epoch` on, streamed from its files."""
+    """This worker's batches, `steps` per epoch, from `first_epoch` on, streamed from its files. Epoch k
+    reads the files in an order drawn from (seed, k) and shuffles rows within SHUFFLE_ROWS drawn from (seed,
+    k, rank), so a resumed fit replays epoch k's batches."""
     cfg, shard = shards.cfg, shards.shard
     for epoch in range(first_epoch, cfg.epochs):
         # The file order is the same on every worker, so every-N-th-row shards stay a partition.
