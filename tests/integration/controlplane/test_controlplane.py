@@ -152,7 +152,9 @@ def test_stop_leaves_no_process_and_no_bridge_behind(
     from mwms_dev.network import bridge_exists
 
     # The control plane alone: this cluster runs beside the tier's, which holds the machine's one real node.
-    local = LocalCluster(name="leakcheck", state_dir=tmp_path / "state", subnet_index=spare_subnet_index)
+    local = LocalCluster(
+        name="leakcheck", state_dir=tmp_path / "state", subnet_index=spare_subnet_index, gang=True
+    )
     try:
         local.start()
         kubectl = make_kubectl(local.kubeconfig)
