@@ -33,6 +33,13 @@ VOLUME_SOURCES = ("persistentVolumeClaim", "hostPath", "nfs")  # spec.checkpoint
 ENTRYPOINT_FUNCTION = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
 CONFIGMAP_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 URI_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")  # spec.trainer.dataPath: a URI, not a path
+# spec.managedBy: a domain-prefixed path (`kueue.x-k8s.io/multikueue`), at most 63 characters, as batch/v1
+# Job's managedBy; the CRD says the same.
+MANAGED_BY_MAX_LENGTH = 63
+MANAGED_BY = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9/._~%!$&'()*+,;=:-]+",
+    re.ASCII,
+)
 
 
 class SpecError(ValueError):
@@ -74,9 +81,11 @@ class TrainJobSpec:
     suspend: bool = False
     startup_timeout_seconds: int = DEFAULT_STARTUP_TIMEOUT_SECONDS
     container_error_grace_seconds: int = DEFAULT_CONTAINER_ERROR_GRACE_SECONDS
-    # The TrainJob's kueue.x-k8s.io/queue-name label: its workers become one Kueue pod group in that queue.
+    # The TrainJob's kueue.x-k8s.io/queue-name label: its workers become one Kueue pod group in that queue
+    # (not where the job has a Workload of its own: own_workload).
     queue_name: str | None = None
     code: CodeSpec | None = None
+    managed_by: str = names.CONTROLLER_NAME  # spec.managedBy; any other value: not this operator's job
 
 
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:
@@ -219,6 +228,34 @@ def _check_data_path(data_path: object) -> None:
         )
 
 
+def manager_of(body: Mapping[str, Any]) -> str:
+    """Which controller runs this TrainJob: its spec.managedBy, or this operator's name when it has none.
+    Read before anything else is parsed: a job another controller runs is never judged by this operator."""
+    spec = body.get("spec")
+    managed_by = spec.get("managedBy") if isinstance(spec, Mapping) else None
+    return names.CONTROLLER_NAME if managed_by is None else str(managed_by)
+
+
+def own_workload(body: Mapping[str, Any]) -> str | None:
+    """The Kueue Workload this TrainJob is admitted through, named by its label
+    kueue.x-k8s.io/prebuilt-workload-name (MultiKueue's copy of a job on a worker cluster); else None."""
+    metadata = body.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    name = labels.get(names.LABEL_KUEUE_PREBUILT_WORKLOAD) if isinstance(labels, Mapping) else None
+    return str(name) if name else None
+
+
+def _managed_by(value: Any) -> str:
+    text = _str(value, "spec.managedBy")
+    if len(text) > MANAGED_BY_MAX_LENGTH or not MANAGED_BY.fullmatch(text):
+        raise SpecError(
+            "spec.managedBy",
+            f"must be a domain-prefixed path of at most {MANAGED_BY_MAX_LENGTH} characters (such as "
+            f"{names.MULTIKUEUE_CONTROLLER_NAME}), got {text!r}",
+        )
+    return text
+
+
 def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJobSpec:
     """Parse a TrainJob (the whole object, or at least its `spec`) and apply every default once; tracking_uri
     and image are the defaults of spec.mlflow.trackingUri and spec.image (the operator's settings)."""
@@ -226,6 +263,8 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
     metadata = _mapping(body.get("metadata"), "metadata")
     name = metadata.get("name")
     queue = _mapping(metadata.get("labels"), "metadata.labels").get(names.LABEL_KUEUE_QUEUE)
+    if own_workload(body) is not None:
+        queue = None  # admitted through a Workload of its own: its workers form no pod group (queued twice)
 
     if "replicas" not in spec:
         raise SpecError("spec.replicas", "is required")
@@ -300,6 +339,7 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
         suspend=suspend,
         code=code,
         queue_name=None if queue is None else _str(queue, f"metadata.labels.{names.LABEL_KUEUE_QUEUE}"),
+        managed_by=_managed_by(spec.get("managedBy", names.CONTROLLER_NAME)),
         startup_timeout_seconds=_int(
             run_policy.get("startupTimeoutSeconds", DEFAULT_STARTUP_TIMEOUT_SECONDS),
             "spec.runPolicy.startupTimeoutSeconds",
