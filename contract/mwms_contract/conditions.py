@@ -77,6 +77,13 @@ POD_EVENTS_FORBIDDEN = "PodEventsForbidden"
 # The one event that says a starting pod's events lookups keep failing otherwise (5xx, timeouts).
 POD_EVENTS_UNREADABLE = "PodEventsUnreadable"
 
+# spec.managedBy names another controller: the one event that says the operator leaves the job to it.
+MANAGED_ELSEWHERE = "ManagedElsewhere"
+# A job MultiKueue is to run has no kueue.x-k8s.io/queue-name label: no Workload is made, so nothing runs it.
+NO_QUEUE = "NoQueue"
+# The API server refused that job's Workload (Kueue's CRDs missing, its webhook's denial): tried again later.
+WORKLOAD_REFUSED = "WorkloadRefused"
+
 REASONS = (
     RESUMED,
     PODS_CREATED,
@@ -104,4 +111,7 @@ REASONS = (
     PROGRESS_FLOWING,
     RUN_ENDED_BY_CHIEF,
     RUN_ENDED_BY_OPERATOR,
+    MANAGED_ELSEWHERE,
+    NO_QUEUE,
+    WORKLOAD_REFUSED,
 )

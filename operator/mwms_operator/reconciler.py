@@ -11,20 +11,23 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from mwms_contract.conditions import PENDING, PODS_CREATED, SUSPENDED, TERMINAL
-from mwms_contract.status import TrainJobStatus, parse_time, typed
+from mwms_contract import names
+from mwms_contract.conditions import PENDING, PODS_CREATED, SUSPENDED, TERMINAL, WORKLOAD_REFUSED
+from mwms_contract.status import TrainJobStatus, format_time, parse_time, typed
 from mwms_contract.tf_config import worker_hosts
-from mwms_contract.trainjob import SpecError, TrainJobSpec
+from mwms_contract.trainjob import SpecError, TrainJobSpec, manager_of, own_workload
 from mwms_operator.decide.job_status import (
     CreatePods,
     CreateService,
     Decision,
     DeleteJob,
     DeletePods,
+    FinishWorkload,
     JobMeta,
     deferrable,
     next_due,
 )
+from mwms_operator.decide.managed_by import decide_elsewhere
 from mwms_operator.decide.policy import decide
 from mwms_operator.decide.start import events_wanted
 from mwms_operator.kube import refusals
@@ -34,6 +37,7 @@ from mwms_operator.kube.workqueue import WorkQueue
 from mwms_operator.mlflow.runwatch import RunWatch
 from mwms_operator.observe.pod_states import worker_pod
 from mwms_operator.observe.state import JobKey, State, owner_key
+from mwms_operator.render.kueue_workload import build_workload, finished_status
 from mwms_operator.render.labels import deletion_selector
 from mwms_operator.render.pod import build_worker_pod
 from mwms_operator.render.service import build_service
@@ -47,6 +51,7 @@ WORKERS = 8  # jobs reconciled at once; each mostly waits on the API server
 LEAVING_GRACE_SECONDS = 10.0
 AT_REST = (*TERMINAL, SUSPENDED)  # phases only an event can move a job out of: no resync
 DUE_MARGIN_SECONDS = 0.2  # status times have whole seconds; look a little after a deadline, not just before
+WORKLOAD_RETRY_SECONDS = 30.0  # a refused Workload (Kueue not installed yet, its webhook down) is tried again
 
 
 class Reconciler:
@@ -139,7 +144,11 @@ class Reconciler:
         ):
             return  # gone or going (its pods too, e.g. with its namespace): nothing to recreate
         try:
-            await self._reconcile(key, body)
+            manager = manager_of(body)
+            if manager == names.CONTROLLER_NAME:
+                await self._reconcile(key, body)
+            else:
+                await self._elsewhere(key, body, manager)
         except refusals.NamespaceEnding:  # a pod, the Service or an event refused (403, or 404 if gone)
             self._namespace_ending(key.namespace)
             self.queue.forget(key)  # a status write that waits too: nothing is written there any more
@@ -152,6 +161,31 @@ class Reconciler:
                 "namespace %s is being deleted or gone: its TrainJobs are left alone until they are gone",
                 namespace,
             )
+
+    async def _elsewhere(self, key: JobKey, body: Mapping[str, Any], manager: str) -> None:
+        """A job another controller runs (decide/managed_by.py): its status is never written here; for
+        MultiKueue, its Workload is made."""
+        spec = parse_for_group(body, self.config.spec_defaults())[0]
+        done = key in self.state.workload_done
+        decision = decide_elsewhere(manager, spec, told=self.state.told(key), workload_made=done)
+        for event in decision.events:
+            self.state.tell_once(key, event.reason)
+            await asyncio.to_thread(self.kube.post_event, body, event.type, event.reason, event.message)
+        if decision.actions and isinstance(spec, TrainJobSpec) and spec.queue_name:
+            hosts = worker_hosts(
+                key.name, key.namespace, spec.replicas, spec.port, self.config.cluster_domain
+            )
+            workload = build_workload(
+                spec, spec.queue_name, job_name=key.name, namespace=key.namespace, uid=key.uid, hosts=hosts
+            )
+            try:
+                await asyncio.to_thread(self.kube.create_workload, key.namespace, workload)
+            except (refusals.Rejected, refusals.Refused, refusals.ApiError) as error:
+                message = f"the API server refused the job's Kueue Workload: {error}"
+                await asyncio.to_thread(self.kube.post_event, body, "Warning", WORKLOAD_REFUSED, message)
+                self.queue.add_after(key, WORKLOAD_RETRY_SECONDS)
+                return
+            self.state.workload_done.add(key)
 
     async def _reconcile(self, key: JobKey, body: Mapping[str, Any]) -> None:
         started = time.monotonic()
@@ -176,6 +210,7 @@ class Reconciler:
             template_error=template_error,
             disrupted=self.state.disruptions(key),
             said=self.runs.said(key),
+            open_workload=None if key in self.state.workload_done else own_workload(body),
         )
         # Status first, then actions, then events: a crash in between is repaired by the next reconcile.
         if not await self._write(meta, key, decision, previous):
@@ -265,6 +300,16 @@ class Reconciler:
                 await self._delete_doomed(key, action.names)
             elif isinstance(action, DeleteJob):
                 await asyncio.to_thread(kube.delete_trainjob, meta.namespace, meta.name, meta.uid)
+            elif isinstance(action, FinishWorkload):
+                ended = finished_status(
+                    action.name,
+                    meta.namespace,
+                    succeeded=action.succeeded,
+                    message=action.message,
+                    time=action.time or format_time(datetime.now(UTC)),
+                )
+                await asyncio.to_thread(kube.apply_workload_status, meta.namespace, action.name, ended)
+                self.state.workload_done.add(key)
             elif isinstance(spec, TrainJobSpec) and isinstance(action, CreateService):
                 service = build_service(spec, job_name=meta.name, namespace=meta.namespace, uid=meta.uid)
                 await asyncio.to_thread(kube.create_service, meta.namespace, service)
@@ -347,15 +392,5 @@ class Reconciler:
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             await self._delete_pods(namespace, created)
-            raise _worst(errors)
+            raise refusals.worst(errors)
         return created
-
-
-def _worst(errors: list[BaseException]) -> BaseException:
-    """The error that says most about a failed batch: a namespace being deleted beats invalid beats
-    refused-for-now beats the rest."""
-    for kind in (refusals.NamespaceEnding, refusals.Rejected, refusals.Refused):
-        for error in errors:
-            if isinstance(error, kind):
-                return error
-    return errors[0]

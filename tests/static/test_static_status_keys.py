@@ -36,6 +36,10 @@ OTHER_OBJECTS: dict[str, frozenset[str]] = {
     "operator/mwms_operator/render/pod.py": frozenset({"type"}),  # the pod's seccompProfile
     "operator/mwms_operator/observe/pod_states.py": POD,
     "operator/mwms_operator/kube/events.py": EVENT,
+    # A Kueue Workload's status: the Finished condition the operator applies to it.
+    "operator/mwms_operator/render/kueue_workload.py": frozenset(
+        {"status", "conditions", "type", "reason", "message", "lastTransitionTime"}
+    ),
     "operator/mwms_operator/telemetry/log_format.py": frozenset({"message"}),  # a JSON log record
     "operator/mwms_operator/kube/client.py": frozenset({"status", "message"}),  # the patch's body; an Event's
     "operator/mwms_operator/kube/refusals.py": frozenset({"message"}),  # a Status reply (ApiError.of)

@@ -70,7 +70,22 @@ class DeleteJob:
     pass
 
 
-Action = CreateService | CreatePods | DeletePods | DeleteJob
+@dataclass(frozen=True)
+class CreateWorkload:
+    """The job's Kueue Workload: for a job MultiKueue runs (decide/managed_by.py)."""
+
+
+@dataclass(frozen=True)
+class FinishWorkload:
+    """Mark the job's own Kueue Workload Finished (MultiKueue's copy of a job, on a worker cluster)."""
+
+    name: str
+    succeeded: bool
+    message: str
+    time: str | None  # when the job ended (the condition's lastTransitionTime); None: now
+
+
+Action = CreateService | CreatePods | DeletePods | DeleteJob | CreateWorkload | FinishWorkload
 
 
 @dataclass(frozen=True)

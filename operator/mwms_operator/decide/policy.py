@@ -47,6 +47,7 @@ from mwms_operator.decide.job_status import (
     DeleteJob,
     DeletePods,
     Event,
+    FinishWorkload,
     JobMeta,
     chief_mlflow,
 )
@@ -273,12 +274,14 @@ def decide(
     template_error: SpecError | None = None,
     disrupted: Mapping[tuple[int, int], str] | None = None,
     said: Iterable[Said] = (),
+    open_workload: str | None = None,
 ) -> Decision:
     """The new status and what to do, by the first of RULES that decides. `refused`: the API server's message
     when it refused to create this job's Service or a pod as invalid; `creation_refused`: when it refused
     them for now (quota, LimitRange, webhook); `template_error`: spec.template is invalid and `spec` was
     parsed without it; `disrupted`: (restart, index) -> disruption of pods that were gone before this
-    decision saw them disrupted; `said`: conditions a look at the job's tracking server decided."""
+    decision saw them disrupted; `said`: conditions a look at the job's tracking server decided;
+    `open_workload`: the job's own Kueue Workload while it is not yet marked Finished."""
     b = Builder(meta, previous or {}, now)
     ordered = sorted(pods, key=lambda p: (p.restart, p.index))
     restarts = b.status.restarts
@@ -303,4 +306,16 @@ def decide(
         decision = _first(LIVE_RULES, facts)
     if decision is None:
         raise AssertionError("the last rule always decides")
-    return decision
+    return _end_workload(decision, open_workload)
+
+
+def _end_workload(decision: Decision, workload: str | None) -> Decision:
+    """A job admitted through a Workload of its own (MultiKueue's copy on a worker cluster) marks it Finished
+    once it has ended, as Kueue's job framework does for its own kinds: Kueue frees the quota, and MultiKueue
+    copies the final status to the manager cluster's job and removes the copy."""
+    new = decision.new
+    ended = next((c for c in new.conditions if c.type == new.phase and c.true), None)
+    if workload is None or new.phase not in TERMINAL or ended is None:
+        return decision
+    end = FinishWorkload(workload, new.phase == SUCCEEDED, ended.message, ended.last_transition_time)
+    return dataclasses.replace(decision, actions=(*decision.actions, end))

@@ -12,7 +12,6 @@ import dataclasses
 import http.client
 import json
 import logging
-import os
 import socket
 import threading
 import time
@@ -26,6 +25,7 @@ import kopf
 from mwms_contract import names
 from mwms_contract.status import MAX_MESSAGE, format_time
 from mwms_operator import __version__
+from mwms_operator.kube.credentials import login
 from mwms_operator.kube.events import EventBook, new_event
 from mwms_operator.kube.refusals import TRANSIENT_ERRORS, ApiError, NamespaceEnding, NameTaken, refusal
 from mwms_operator.telemetry import metrics
@@ -41,6 +41,8 @@ DRY_RUN = "&dryRun=All"  # admission (quota, LimitRange, webhooks) answers; noth
 # A collection's answer as the objects' metadata only (a deletecollection answers with what it deleted).
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 TRAINJOBS_PATH = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{{namespace}}/{names.PLURAL}"
+# Kueue's Workloads: the operator makes a MultiKueue job's (decide/managed_by.py) and ends a worker copy's.
+WORKLOADS_PATH = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads"
 
 # What a keep-alive connection the server has closed meanwhile raises: sent again on a new connection.
 _STALE_CONNECTION = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
@@ -51,22 +53,6 @@ def use_api_threads(count: int) -> None:
     loop. asyncio's own default, min(32, CPUs + 4) threads, would cap the calls in flight by the CPUs."""
     pool = concurrent.futures.ThreadPoolExecutor(count, thread_name_prefix="api")
     asyncio.get_running_loop().set_default_executor(pool)
-
-
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """kopf's credentials, and ours: the ServiceAccount in a pod, else $KUBECONFIG (explicit, predictable in
-    tests)."""
-    host = os.environ.get("KUBERNETES_SERVICE_HOST")
-    if not host:
-        return kopf.login_with_kubeconfig(**kwargs)
-    info = kopf.login_with_service_account(**kwargs)
-    if info is None:
-        return None
-    # Like client-go: the address from the environment, not kopf's fixed https://kubernetes.default.svc,
-    # which needs cluster DNS and port 443.
-    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-    host = f"[{host}]" if ":" in host else host
-    return dataclasses.replace(info, server=f"https://{host}:{port}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,6 +311,15 @@ class Kube:
                 raise
             log.info("TrainJob %s/%s is no longer the one with uid %s: left alone", namespace, name, uid)
 
+    def create_workload(self, namespace: str, body: Mapping[str, Any]) -> str | None:
+        """The new Workload's uid, None if the job's Workload is there already."""
+        return self._create(_workloads(namespace), body)
+
+    def apply_workload_status(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        """Server-side apply of the fields of a Workload's status that `body` holds (Kueue keeps the rest)."""
+        path = f"{_workloads(namespace)}/{_quote(name)}/status?fieldManager={names.MANAGED_BY}&force=true"
+        self._request_unless_gone("PATCH", path, body, content_type="application/apply-patch+yaml")
+
     # The leader-election Lease (coordination.k8s.io/v1) in the operator's own namespace: see kube/leader.py.
 
     def get_lease(self, namespace: str, name: str, *, timeout: float) -> dict[str, Any] | None:
@@ -382,6 +377,10 @@ def _core(namespace: str, plural: str, name: str | None = None) -> str:
 def _lease(namespace: str, name: str | None = None) -> str:
     path = f"/apis/coordination.k8s.io/v1/namespaces/{_quote(namespace)}/leases"
     return f"{path}/{_quote(name)}" if name is not None else path
+
+
+def _workloads(namespace: str) -> str:
+    return WORKLOADS_PATH.format(namespace=_quote(namespace))
 
 
 def _trainjob(namespace: str, name: str) -> str:

@@ -149,6 +149,9 @@ class State:
         self._flush_at: dict[JobKey, float] = {}
         # Pod uid -> its events lookups (_Lookups), of a starting pod, by job.
         self._pod_events: dict[JobKey, dict[str, _Lookups]] = {}
+        # Jobs whose Kueue Workload this operator has made (MultiKueue's, on the manager cluster) or marked
+        # Finished (a worker cluster's copy): done once.
+        self.workload_done: set[JobKey] = set()
 
     def job_event(self, type_: str | None, body: Mapping[str, Any]) -> JobKey | None:
         key = job_key(body)
@@ -165,6 +168,7 @@ class State:
             self._told.pop(key, None)
             self.settle(key)
             self._pod_events.pop(key, None)
+            self.workload_done.discard(key)
             for mark in [m for m in self._leaving_since if m[0] == key]:
                 del self._leaving_since[mark]
         else:
@@ -191,6 +195,10 @@ class State:
             return False
         told.add(reason)
         return True
+
+    def told(self, key: JobKey) -> frozenset[str]:
+        """The reasons this job was told of (tell_once)."""
+        return frozenset(self._told.get(key, ()))
 
     def namespace_ending(self, namespace: str) -> bool:
         return namespace in self._ending

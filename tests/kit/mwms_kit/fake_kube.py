@@ -41,6 +41,9 @@ class FakeKube:
         self.events_error: Exception | None = None  # ... or fails with this
         self.lease_read: Callable[[], Any] = lambda: None  # what get_lease answers (or raises)
         self.lease_write: Callable[[], bool] = lambda: True  # what update_lease and create_lease answer
+        self.workloads: dict[str, dict[str, Any]] = {}  # Kueue Workloads created, by name
+        self.workload_statuses: list[dict[str, Any]] = []  # what was applied to Workloads' status
+        self.refuse_workloads: Exception | None = None  # what create_workload raises
 
     def create_service(self, namespace: str, body: dict[str, Any]) -> str:
         self.calls.append(("create_service", body["metadata"]["name"]))
@@ -96,6 +99,20 @@ class FakeKube:
         if self.events_error is not None:
             raise self.events_error
         return self.pod_event_lists.get(name, [])
+
+    def create_workload(self, namespace: str, body: dict[str, Any]) -> str | None:
+        name = body["metadata"]["name"]
+        self.calls.append(("create_workload", name))
+        if self.refuse_workloads is not None:
+            raise self.refuse_workloads
+        if name in self.workloads:
+            return None
+        self.workloads[name] = body
+        return f"uid-of-{name}"
+
+    def apply_workload_status(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        self.calls.append(("apply_workload_status", name))
+        self.workload_statuses.append(body)
 
     def get_lease(self, namespace: str, name: str, *, timeout: float) -> Any:
         self.calls.append(("get_lease", timeout))
