@@ -12,7 +12,7 @@ export PIP_CACHE_DIR := $(MWMS_CACHE)/pip
 .DEFAULT_GOAL := help
 
 .PHONY: help deps-demo deps-test setup builds venv tools control-plane images lock kueue kwok versitygw mlflow-s3 \
-	promtool node demo test test-unit test-static test-integration test-node test-kueue lint clean
+	promtool node demo test test-unit test-static test-integration test-node test-kueue test-multikueue lint clean
 
 help: ## this list
 	@awk -F ':.*## ' '/^[a-z][a-z0-9-]*:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -93,6 +93,9 @@ test-node: setup images node ## the node and e2e tiers: the images on a real kub
 
 test-kueue: setup kueue ## the Kueue tests alone: real Kueue beside the local control plane
 	$(PY) -m pytest -m kueue tests/integration $(PYTEST_ARGS)
+
+test-multikueue: setup images node kueue ## the MultiKueue tier: a manager and a worker control plane
+	$(PY) -m pytest tests/multikueue $(PYTEST_ARGS)
 
 lint: venv ## ruff and mypy
 	$(VENV)/bin/ruff check contract operator trainer dev client tests bench
