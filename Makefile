@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml contract/pyproject.toml client/pyproject.toml tests/kit/pyproject.toml VERSION | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml contract/pyproject.toml client/pyproject.toml tests/kit/pyproject.toml bench/pyproject.toml VERSION | sha1sum | cut -c1-12)
 # Every cache the builds fill lives under one folder (hack/cache.sh lists them): MWMS_CACHE=$(mktemp -d) is a
 # cold run. pip's cache follows it for the venv too.
 export MWMS_CACHE ?= $(HOME)/.cache/mwms
@@ -27,7 +27,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml contract/pyproject.toml client/pyproject.toml tests/kit/pyproject.toml VERSION
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
-	$(PY) -m pip install --quiet -e ./contract -e ./client -e ./tests/kit -e ".[operator,trainer,dev]" --group test --group lint --group lock
+	$(PY) -m pip install --quiet -e ./contract -e ./client -e ./tests/kit -e ./bench -e ".[operator,trainer,dev]" --group test --group lint --group lock
 	rm -f $(VENV)/.installed-* && touch $@
 
 tools: venv
