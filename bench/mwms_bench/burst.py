@@ -210,7 +210,7 @@ def create_burst(
     assert watcher is not None
     ns = lab.namespace(namespace)
     jobs = [kind.job(f"{namespace}-{i}", replicas, WorkerScript(run_for=fit)) for i in range(count)]
-    before, theirs, cpu = counters(lab), lab.apiserver_requests(), lab.footprint()["cpu_s"]
+    before, theirs, cpu = counters(lab), lab.apiserver_requests(), lab.footprint()
     sent: dict[str, float] = {}
     started = time.monotonic()
     creator = threading.Thread(target=lambda: sent.update(lab.create(kind, ns, jobs)), daemon=True)
@@ -248,7 +248,8 @@ def create_burst(
     time.sleep(2)  # the last status writes of the last jobs
     failed.update(failed_jobs(lab, ns))
     out["failed"] = {"jobs": len(failed), "why": dict(collections.Counter(failed.values()).most_common(5))}
-    cpu_used = round(lab.footprint()["cpu_s"] - cpu, 2)
+    end = lab.footprint()  # another process after an exit: its CPU is not comparable
+    cpu_used = round(end["cpu_s"] - cpu["cpu_s"], 2) if end["pid"] == cpu["pid"] else None
     out |= {"duplicates": len(watcher.duplicates(ns)), "operator_cpu_s": cpu_used}
     names, seen = [j["metadata"]["name"] for j in jobs], (watcher.workers(ns), watcher.duplicates(ns))
     out["verdict"] = verdict(names, lab.jobs(ns), *seen, watcher.most_alive(ns), replicas)

@@ -225,5 +225,7 @@ class Lab:
         return measure.grouped(found, "apiserver_request_total", "verb", "resource")
 
     def footprint(self, replica: Any = None) -> dict[str, float]:
-        pid = (replica or self.operator).process.pid
-        return {"rss_mib": measure.rss_mib(pid), "cpu_s": measure.cpu_seconds(pid)}
+        """RSS and CPU of a replica (by default the first one alive: a killed one is started again later)."""
+        alive = [r for r in self.replicas if r.process is not None and r.process.poll() is None]
+        pid = (replica or (alive or self.replicas)[0]).process.pid
+        return {"rss_mib": measure.rss_mib(pid), "cpu_s": measure.cpu_seconds(pid), "pid": pid}

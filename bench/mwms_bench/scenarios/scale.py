@@ -145,6 +145,7 @@ def stage_restart(lab: Lab, a: argparse.Namespace, figures: Figures) -> None:
 
     with_edge, _ = create_burst(lab, "restart", count, a.jobs_of, a.fit, a.timeout, restart)
     with_edge["recovery"] = burst.recovery(sampler.stop(), times["down"], times["ready"])
+    with_edge["replica_exits"] = [[round(t - times["down"], 1), i, code] for t, i, code in lab.exits]
     with_edge["namespace_delete_s"] = lab.delete_namespace("restart", a.timeout)
     figures["restart"] = {"baseline": baseline, "with_restart": with_edge}
 
