@@ -5,12 +5,13 @@ plane (mwms_dev.cluster.LocalCluster) with one real kubelet node and the project
 tier's `cluster` (tests/integration/conftest.py), the node tier's and README's own use it, one at a time.
 `make_kubectl(kubeconfig)`: kubectl as a cluster's admin (`kubectl(*args)`, `.json(*args)`,
 `.apply(manifest_dict)`, `.fresh_namespace()`). `wait_for`: poll a predicate.
-Every run ends with a table of each tier's counts and wall time, and under CI a skip fails (mwms_kit.tiers).
+A test's tier is its folder (tests/<tier>/), which also gives it the tier's marker; every run ends with a
+table of each tier's counts and wall time, and under CI a skip fails (mwms_kit.tiers).
 `subnet_index`: MWMS_TEST_SUBNET_INDEX (default 0, at most 25; helpers developing in parallel use their own):
 the integration tier's cluster takes it, the node tier's +20, a test's spare cluster +10 (+15 in the
 integration tier's shard b), README's own +30.
 Environment: MWMS_TEST_STATE_DIR (keep the cluster's state and logs there instead of pytest's tmp dir),
-MWMS_KUBECTL (default: the pinned kubectl hack/tools.sh links into .venv/bin, else PATH)."""
+MWMS_KUBECTL (default: the pinned kubectl hack/build/tools.sh links into .venv/bin, else PATH)."""
 
 from __future__ import annotations
 
@@ -28,11 +29,11 @@ from pathlib import Path
 import pytest
 
 from mwms_kit.shards import namespace_name, spare_subnet_offset
-from mwms_kit.tiers import TierReport
+from mwms_kit.tiers import Tiers
 
 
 def find_kubectl() -> str:
-    """$MWMS_KUBECTL, else the pinned one hack/tools.sh links into the venv, else any on PATH."""
+    """$MWMS_KUBECTL, else the pinned one hack/build/tools.sh links into the venv, else any on PATH."""
     pinned = Path(sys.executable).parent / "kubectl"
     return (
         os.environ.get("MWMS_KUBECTL")
@@ -61,14 +62,14 @@ def cluster_subnet_index() -> int:
 
 def pytest_configure(config: pytest.Config) -> None:
     cluster_subnet_index()  # a bad value stops the session at once, not at the node tier's first test
-    # Each tier's counts and wall time at the end; under CI a skip fails (mwms_kit.tiers).
-    config.pluginmanager.register(TierReport(), "mwms-tiers")
+    # Each test marked with its folder's tier, each tier's counts at the end; under CI a skip fails.
+    config.pluginmanager.register(Tiers(), "mwms-tiers")
 
 
 @pytest.hookimpl(trylast=True)  # after the integration tier keeps its shard's modules
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked `waits_for_build` go last, in their order: on a cold machine their build
-    (hack/run-tests.py starts it beside the tests) takes minutes, and the session runs its other tests
+    (hack/ci/run-tests.py starts it beside the tests) takes minutes, and the session runs its other tests
     meanwhile."""
     items.sort(key=lambda item: item.get_closest_marker("waits_for_build") is not None)  # a stable sort
 

@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEFAULTS = {"MWMS_RECONCILE_INTERVAL_SECONDS": "", "MWMS_PROGRESS_INTERVAL_SECONDS": ""}
 DEFAULTS |= {"MWMS_LOG_LEVEL": "WARNING", "MWMS_TRACKING_URI": "file:///nonexistent/bench-mlruns"}
 ELECTION = {"MWMS_LEADER_ELECTION": "true", "MWMS_LEADER_ELECTION_NAMESPACE": "mwms-system"}
-PINNED = Path(sys.executable).with_name("kubectl")  # hack/tools.sh's
+PINNED = Path(sys.executable).with_name("kubectl")  # hack/build/tools.sh's
 KUBECTL = str(PINNED) if PINNED.exists() else "kubectl"
 NODE_RESOURCES = {"cpu": "32", "memory": "256Gi", "pods": 110, "gpus": 8}
 

@@ -1,7 +1,8 @@
 """The two operators a scenario can run: ours (TrainJob) and Kubeflow's training-operator v1.8.1 (TFJob,
-built by hack/build-training-operator.sh). For each: its job manifest (with KWOK's worker annotations given
-a `WorkerScript`), its phases and pod labels, the metrics of its API requests and work queue, and how a lost
-worker's restart shows (ours restarts the group, the peer the worker's pod). `PeerProcess` runs the peer."""
+built by hack/build/build-training-operator.sh). For each: its job manifest (with KWOK's worker annotations
+given a `WorkerScript`), its phases and pod labels, the metrics of its API requests and work queue, and how a
+lost worker's restart shows (ours restarts the group, the peer the worker's pod).
+`PeerProcess` runs the peer."""
 
 from __future__ import annotations
 
@@ -144,7 +145,7 @@ OPERATORS = {"mwms": Ours(), "training-operator": Peer()}
 def build_peer() -> Path:
     """The install folder of training-operator (bin/, crds/), built on first use."""
     env = {**os.environ, "TRAINING_OPERATOR_VERSION": PEER_VERSION}
-    script = str(REPO / "hack" / "build-training-operator.sh")
+    script = str(REPO / "hack" / "build" / "build-training-operator.sh")
     done = subprocess.run(["bash", script], check=True, capture_output=True, text=True, env=env)
     return Path(done.stdout.strip().splitlines()[-1])
 

@@ -2,9 +2,9 @@
 
 Exit codes (mwms_contract.names.CLI_EXIT_*), as kubectl's: 0 done; 1 an error (not found, refused,
 unreachable), a job that failed (`submit --follow`, `wait`) or a wait that timed out; 2 a bad command line,
-or nothing was submitted; 3 `wait` found the job Suspended; 130 interrupted. Subcommands of other installed
-packages (the `mwms.commands` entry points: `dev-cluster` and `demo` from mwms-operator's dev package) are
-listed and run as their own.
+or nothing was submitted; 3 the job is Suspended (`wait`, `submit --follow`, `logs -f`); 130 interrupted.
+Subcommands of other installed packages (the `mwms.commands` entry points: `dev-cluster` and `demo` from
+mwms-operator's dev package) are listed and run as their own.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import IO, Any
 
 import mwms.completion as completion
+import mwms.convert_cli as convert_cli
 import mwms.inspect_cli as inspect_cli
 import mwms.kubectl as kubectl
 import mwms.submit as packing
 import mwms.submit_flags as submit_flags
-from mwms.jobs import Job
+from mwms.jobs import Job, JobSuspended, suspended_message
 from mwms.kube import SubmitError
 from mwms.output import dump, run_fields, show_jobs, show_watched, table
 from mwms.sdk import Client
@@ -160,7 +161,7 @@ def cmd_wait(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     if wanted is not None and job.phase in wanted:
         return EXIT_OK
     if job.phase == SUSPENDED:
-        err.write(f"mwms wait: trainjob/{job.name} is Suspended (resume it: spec.suspend=false)\n")
+        err.write(f"mwms wait: {suspended_message(job.name)}\n")
         return EXIT_SUSPENDED
     if wanted is not None:
         why = f": {job.message}" if job.message else ""
@@ -201,6 +202,10 @@ def cmd_completion(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     return EXIT_OK
 
 
+def cmd_convert(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    return convert_cli.run(args, out, err, sys.stdin)
+
+
 def cmd_local(argv: Sequence[str]) -> int:
     """The trainer's local mode in its own process: the client never imports the trainer."""
     if importlib.util.find_spec("mwms_trainer") is None or importlib.util.find_spec("tensorflow") is None:
@@ -239,7 +244,7 @@ def parser(plugins: Mapping[str, importlib.metadata.EntryPoint]) -> argparse.Arg
         prog=kubectl.prog(sys.argv[0]),
         description="TensorFlow multi-worker training on Kubernetes: submit and follow TrainJobs.",
         epilog="exit codes: 0 ok; 1 error, failed job or timeout; 2 bad usage or nothing submitted; "
-        "3 `wait` found the job Suspended; 130 interrupted",
+        "3 the job is Suspended (`wait`, `submit --follow`, `logs -f`); 130 interrupted",
     )
     top.add_argument("--version", action="version", version=f"mwms {importlib.metadata.version('mwms')}")
     verbs = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -311,6 +316,9 @@ def parser(plugins: Mapping[str, importlib.metadata.EntryPoint]) -> argparse.Arg
     )
     runs = verb("runs", cmd_runs, "the MLflow run and model of TrainJobs (default: all)", ("json", "yaml"))
     runs.add_argument("names", nargs="*")
+    converting = verbs.add_parser("convert", help=convert_cli.HELP, description=convert_cli.DESCRIPTION)
+    converting.set_defaults(run=cmd_convert)
+    convert_cli.arguments(converting)
     completing = verbs.add_parser("completion", help="shell completion: source <(mwms completion bash)")
     completing.add_argument("shell", choices=completion.SHELLS)
     completing.set_defaults(run=cmd_completion, top=top)
@@ -351,6 +359,9 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None, err: IO[
         parser(plugins).error("--replicas must be at least 1")
     try:
         return int(args.run(args, out, err))
+    except JobSuspended as e:
+        err.write(f"mwms {args.command}: {e}\n")
+        return EXIT_SUSPENDED
     except (SubmitError, TimeoutError, RuntimeError) as e:
         err.write(f"mwms {args.command}: {e}\n")
         return EXIT_ERROR

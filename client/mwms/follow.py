@@ -1,5 +1,5 @@
 """Following a TrainJob: its phase, per-epoch progress (a bar on a terminal, plain lines otherwise) and the
-chief's log, until it succeeds or fails."""
+chief's log, until it succeeds or fails (JobSuspended when it is suspended, as `wait` returns on it)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
-from mwms.jobs import TERMINAL, Job, job_from
+from mwms.jobs import TERMINAL, Job, JobSuspended, job_from, suspended, suspended_message
 from mwms.kube import JobClient, NotFound, SubmitError
 from mwms_contract.conditions import PENDING, RESTARTING, RUNNING
 from mwms_contract.names import CONTAINER_NAME
@@ -83,27 +83,33 @@ class Follower:
                     if streamer is not None:
                         streamer.join(timeout=5)
                     stop = threading.Event()
-                    streamer = threading.Thread(
-                        target=self.client.stream_log,
-                        args=(chief, lambda line: self._print(f"[worker-0] {line}"), stop),
-                        daemon=True,
-                    )
+                    streamer = threading.Thread(target=self._stream, args=(chief, stop), daemon=True)
                     streamer.start()
                 progress = status.progress
                 if progress is not None and progress.epoch is not None and progress.epoch != epoch:
                     epoch = progress.epoch
                     self._show_progress(progress_line(progress, self.tty))
-                if phase in TERMINAL:
+                halted = suspended(job)
+                if phase in TERMINAL or halted:
                     if streamer is not None:
                         streamer.join(timeout=10)  # the rest of the chief's log
                     stop.set()
                     if self.tty and self._bar:
                         self.out.write("\n")
                         self._bar = ""
+                    if halted:
+                        raise JobSuspended(suspended_message(self.name))
                     return job_from(job)
                 time.sleep(self.poll)
         finally:
             stop.set()
+
+    def _stream(self, chief: str, stop: threading.Event) -> None:
+        """The chief's log, each line prefixed; a log that cannot be read is said, and the job followed on."""
+        try:
+            self.client.stream_log(chief, lambda line: self._print(f"[worker-0] {line}"), stop)
+        except SubmitError as e:
+            self._print(f"{self.name}: {e}")
 
 
 def pending_reason(status: TrainJobStatus) -> str:
@@ -159,22 +165,24 @@ def _why_waiting(job: Mapping[str, Any], pod: Mapping[str, Any] | None, index: i
 def _ended(
     client: JobClient, name: str, uid: str, restarts: int, index: int = 0, running: bool = False
 ) -> str | None:
-    """Why the worker pod that `logs -f` follows is over: its job was deleted (NotFound), the pod is gone or
-    replaced, or (once its log ended, `running` False) its group restarted; None while it is still the
-    job's, or still there while its log runs."""
+    """Why the worker pod that `logs -f` follows is over: its job was deleted (NotFound) or suspended
+    (JobSuspended), the pod is gone or replaced, or (once its log ended, `running` False) its group
+    restarted; None while it is still the job's, or still there while its log runs."""
     who = _who(index)
     try:
         job = client.get_trainjob(name)
     except NotFound:
         raise NotFound(f"trainjob/{name} was deleted while its {who}'s log was followed") from None
     status = TrainJobStatus.of(job)
-    phase, now = status.phase or PENDING, status.restarts
+    phase, now, halted = status.phase or PENDING, status.restarts, suspended(job)
     pod = client.get_pod(worker_pod(name, index))
     new_uid = ((pod or {}).get("metadata") or {}).get("uid")
-    if new_uid == uid and (now == restarts or running):
-        return None  # the same pod: its container's last lines (stopped by a restart) are still to come
+    if new_uid == uid and (running or (now == restarts and not halted)):
+        return None  # the same pod: its container's last lines (stopped by a restart or suspend) are to come
     state = "ended" if new_uid == uid else "was replaced" if new_uid else "is gone"
     what = f"pod {worker_pod(name, index)} {state}"
+    if halted:
+        raise JobSuspended(f"{what}: {suspended_message(name)}")
     if phase in TERMINAL and now == restarts:
         return f"{what}: trainjob/{name} is {phase}"
     group = f"restarted its group (restart {now})" if now != restarts else f"is {phase}"
@@ -205,6 +213,8 @@ def chief_log(
         pod = client.get_pod(pod_name)
         if pod is not None and _started(pod):
             break
+        if suspended(job):
+            raise JobSuspended(suspended_message(name))
         phase = TrainJobStatus.of(job).phase
         if pod is None and phase in TERMINAL:
             say(f"trainjob/{name} is {phase} and its {who} pod {pod_name} is gone: no log to follow")
@@ -223,6 +233,7 @@ def chief_log(
     restarts = TrainJobStatus.of(job).restarts
     lines: queue.Queue[str | None] = queue.Queue()
     stop = threading.Event()
+    failed: list[SubmitError] = []
 
     def stream() -> None:
         try:
@@ -230,6 +241,8 @@ def chief_log(
                 client.stream_log(pod_name, lines.put, stop)
             else:
                 client.stream_log(pod_name, lines.put, stop, tail=tail)
+        except SubmitError as e:
+            failed.append(e)
         finally:
             lines.put(None)
 
@@ -251,6 +264,8 @@ def chief_log(
                 if ended:
                     say(ended)
                     return
+        if failed:
+            raise failed[0]
         ended = _ended(client, name, uid, restarts, index)
         if ended:
             say(ended)

@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mwms.kube import SubmitError
 from mwms_contract import names, termination
-from mwms_contract.conditions import PENDING, SUCCEEDED, TERMINAL
+from mwms_contract.conditions import PENDING, SUCCEEDED, SUSPENDED, TERMINAL
 from mwms_contract.status import Condition as Condition  # re-exported: the SDK's types are the contract's
 from mwms_contract.status import MlflowRun, TrainJobStatus
 from mwms_contract.status import Progress as Progress
@@ -72,6 +73,22 @@ def job_from(obj: Mapping[str, Any]) -> Job:
         else dataclasses.replace(progress, run_id=None),  # job.mlflow has it
         raw=dict(obj),
     )
+
+
+class JobSuspended(SubmitError):
+    """The job is suspended: no phase follows until someone resumes it (`mwms` exits 3 on it, as `wait`)."""
+
+
+def suspended_message(name: str) -> str:
+    """What `mwms wait` (and every verb that follows a job) says of a suspended job."""
+    return f"trainjob/{name} is Suspended (resume it: spec.runPolicy.suspend=false)"
+
+
+def suspended(obj: Mapping[str, Any]) -> bool:
+    """The job is suspended, or being suspended (its spec asks it, the operator deletes its pods); not once
+    its spec asks to resume it, even while its phase still says Suspended."""
+    asked = ((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend")
+    return asked is True or (asked is None and TrainJobStatus.of(obj).phase == SUSPENDED)
 
 
 def chief_summary(pod: Mapping[str, Any] | None) -> dict[str, Any]:

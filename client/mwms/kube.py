@@ -5,10 +5,12 @@ Plain dicts go in and out; a refusal or an unreachable server becomes a SubmitEr
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import re
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +18,10 @@ from mwms_contract import names
 
 # Where the kubelet mounts a pod's service account: token, ca.crt, namespace.
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+# The waits before each new try of a followed log that broke off (a reset, an unreachable API server or
+# node); one more break and `stream_log` names it.
+STREAM_RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0)
+LOG_RIGHT = "get pods/log"  # the RBAC right a pod's log needs
 
 
 class SubmitError(RuntimeError):
@@ -24,6 +30,10 @@ class SubmitError(RuntimeError):
 
 class NotFound(SubmitError):
     """No such TrainJob in the namespace."""
+
+
+class LogRefused(SubmitError):
+    """The API server refused a pod's log (the message names the right it needs)."""
 
 
 @dataclass(frozen=True)
@@ -63,9 +73,11 @@ class JobClient:
         context = (active or {}).get("context", {})
         self.namespace = cluster.namespace or context.get("namespace") or "default"
 
-    def _ask(self, what: str, call: Callable[[], Any], missing_ok: bool = False) -> Any:
-        """call(); a refusal or a connection failure as SubmitError naming `what`, a 404 as NotFound (or None
-        with missing_ok)."""
+    def _ask(
+        self, what: str, call: Callable[[], Any], missing_ok: bool = False, right: str | None = None
+    ) -> Any:
+        """call(); a refusal or a connection failure as SubmitError naming `what` (a 403 of a call that needs
+        the RBAC `right` names it), a 404 as NotFound (or None with missing_ok)."""
         try:
             return call()
         except self._errors as e:
@@ -73,7 +85,7 @@ class JobClient:
                 if missing_ok:
                     return None
                 raise NotFound(f"{what}: not found in namespace {self.namespace}") from None
-            raise SubmitError(f"the API server refused {what}: {_message(e)}") from None
+            raise self._refusal(what, e, right) from None
         except self._unreachable as e:
             raise SubmitError(f"cannot reach the API server at {self.server} ({what}): {e}") from None
 
@@ -191,6 +203,7 @@ class JobClient:
             self._ask(
                 f"the log of pod {pod}",
                 lambda: read(pod, self.namespace, container=names.CONTAINER_NAME, **lines),
+                right=LOG_RIGHT,
             )
         )
 
@@ -198,27 +211,59 @@ class JobClient:
         self, pod: str, on_line: Callable[[str], None], stop: threading.Event, tail: int | None = None
     ) -> None:
         """Follow the pod's `trainer` log (from its last `tail` lines, when given) until it ends or `stop` is
-        set (call in a thread)."""
-        lines = {} if tail is None else {"tail_lines": tail}
+        set (call in a thread). A log not there yet (its pod or container not started) is asked for until
+        `stop`; a refusal is LogRefused at once; a stream that breaks off is followed again from the line
+        after the last one given, STREAM_RETRY_DELAYS apart, then a SubmitError names the break."""
+        read, what = self._core.read_namespaced_pod_log, f"the log of pod {pod}"
+        last: str | None = None  # the last line given, with its timestamp: where a new try resumes
+        breaks = 0
         while not stop.is_set():
+            lines = {"tail_lines": tail} if tail is not None and last is None else {}
             try:
-                response = self._core.read_namespaced_pod_log(
+                response = read(
                     pod,
                     self.namespace,
                     container=names.CONTAINER_NAME,
                     follow=True,
+                    timestamps=True,
                     _preload_content=False,
                     **lines,
                 )
-            except self._errors:  # not started yet
-                stop.wait(1)
-                continue
-            for line in _lines(response.stream(decode_content=True)):
-                on_line(line)
-                if stop.is_set():
-                    break
-            response.release_conn()
-            return
+                try:
+                    for line in _unseen(_lines(response.stream(decode_content=True)), last):
+                        last, breaks = line, 0
+                        on_line(line.partition(" ")[2])
+                        if stop.is_set():
+                            break
+                finally:
+                    response.release_conn()
+                return
+            except self._errors as e:
+                if e.status in (400, 404):  # not started, or not created, yet
+                    stop.wait(1)
+                    continue
+                if e.status in (401, 403):
+                    raise self._refusal(what, e, LOG_RIGHT) from None
+                broke = f"the API server answered {e.status}: {_message(e)}"
+            except self._unreachable as e:
+                broke = str(e)
+            breaks += 1
+            if breaks > len(STREAM_RETRY_DELAYS):
+                raise SubmitError(f"{what} broke off {breaks} times in a row, the last: {broke}")
+            stop.wait(STREAM_RETRY_DELAYS[breaks - 1])
+
+    def _refusal(self, what: str, error: Any, right: str | None = None) -> SubmitError:
+        """The API server's refusal of `what`; a 403 of a call that needs the RBAC `right` ("VERB RESOURCE")
+        is LogRefused, naming that right as a Role grants it."""
+        refused = f"the API server refused {what}: {_message(error)}"
+        if error.status != 403 or right is None:
+            return SubmitError(refused)
+        verb, resource = right.split()
+        return LogRefused(
+            f"{refused} (this needs the RBAC right to {verb} {resource} in namespace "
+            f'{self.namespace}: a Role with apiGroups [""], resources ["{resource}"], verbs ["{verb}"]; '
+            f"`kubectl auth can-i {verb} {resource} -n {self.namespace}` checks it)"
+        )
 
 
 def in_cluster(cluster: Cluster, environ: Mapping[str, str] = os.environ) -> bool:
@@ -259,6 +304,36 @@ def _message(error: Any) -> str:
         return str(json.loads(error.body).get("message") or error.reason)
     except (TypeError, ValueError, AttributeError):
         return str(error.reason)
+
+
+# The timestamp `timestamps=true` puts before each line of a log (RFC 3339, up to nanoseconds).
+_STAMP = re.compile(r"(\S+?)(?:\.(\d+))?(Z|[+-]\d\d:\d\d) ")
+_EARLIEST = (datetime.datetime.min.replace(tzinfo=datetime.UTC), "")
+
+
+def _stamp(line: str) -> tuple[datetime.datetime, str]:
+    """A timestamped log line's time, to compare (the earliest when it has none)."""
+    found = _STAMP.match(line)
+    if found is None:
+        return _EARLIEST
+    try:
+        return datetime.datetime.fromisoformat(found[1] + found[3]), (found[2] or "").ljust(9, "0")
+    except ValueError:
+        return _EARLIEST
+
+
+def _unseen(lines: Iterable[str], last: str | None) -> Iterator[str]:
+    """The timestamped lines of a log read again after a break, from the one after `last`, the last one
+    given (None: all): up to it, or, should it be gone (the log rotated), up to the first later one."""
+    for line in lines:
+        if last is not None:
+            if line == last:
+                last = None
+                continue
+            if _stamp(line) <= _stamp(last):
+                continue
+            last = None
+        yield line
 
 
 def _lines(chunks: Iterator[bytes]) -> Iterator[str]:

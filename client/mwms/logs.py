@@ -18,13 +18,26 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from mwms.follow import POD_RUNNING_TIMEOUT, chief_log, worker_pod
-from mwms.jobs import TERMINAL, Job, chief_tracking_uri, job_from, tracking_headers
-from mwms.kube import JobClient, SubmitError
+from mwms.jobs import TERMINAL, Job, JobSuspended, chief_tracking_uri, job_from, tracking_headers
+from mwms.kube import JobClient, LogRefused, NotFound, SubmitError
 from mwms_contract import names
 
 
 class NoLog(SubmitError):
     """The log asked for is neither in a pod nor in the job's MLflow run (the message says why)."""
+
+
+# What ends every worker's log at once (said once, not once a worker): the job deleted or suspended, the
+# right to read pods' logs missing.
+JOB_WIDE = (NotFound, JobSuspended, LogRefused)
+
+
+def unread(failed: list[int]) -> NoLog:
+    """`--all`'s end when some worker's log could not be read (each said why as it failed): exit 1, as for
+    that worker's log alone."""
+    which = ", ".join(map(str, failed))
+    logs = f"the log of worker {which}" if len(failed) == 1 else f"the logs of workers {which}"
+    return NoLog(f"{logs} could not be read (said above)")
 
 
 def group_of(job: Job, group: int | None, previous: bool) -> int:
@@ -136,16 +149,21 @@ def worker_lines(
 def all_lines(
     sources: Mapping[int, Callable[[Callable[[str], None]], Iterator[str]]], say: Callable[[str], None]
 ) -> Iterator[str]:
-    """Every worker's lines, each prefixed `[worker-I] `, as they come (one thread a worker); a worker whose
-    log cannot be read is a line through `say`, not the end of the others."""
+    """Every worker's lines, each prefixed `[worker-I] `, as they come (one thread a worker). A worker whose
+    log cannot be read is a line through `say`, not the end of the others; once all have ended, the first
+    (by worker) of what ends them all (JOB_WIDE) is raised, else `unread` when a worker's log failed."""
     lines: queue.Queue[str | None] = queue.Queue()
+    errors: dict[int, BaseException] = {}
 
     def run(index: int, source: Callable[[Callable[[str], None]], Iterator[str]]) -> None:
         prefix = f"[worker-{index}] "
         try:
             for line in source(lambda text: say(prefix + text)):
                 lines.put(prefix + line)
+        except JOB_WIDE as e:
+            errors[index] = e
         except (SubmitError, TimeoutError) as e:
+            errors[index] = e
             say(f"{prefix}{e}")
         finally:
             lines.put(None)
@@ -159,6 +177,11 @@ def all_lines(
             running -= 1
         else:
             yield line
+    wide = [errors[index] for index in sorted(errors) if isinstance(errors[index], JOB_WIDE)]
+    if wide:
+        raise wide[0]
+    if errors:
+        raise unread(sorted(errors))
 
 
 def job_logs(
@@ -186,10 +209,14 @@ def job_logs(
         yield from source(worker)(say)
         return
     if not follow or chosen != job.restarts or job.phase in TERMINAL:
+        failed = []
         for index in range(job.replicas):  # stored or finished logs: one worker after the other
             try:
                 yield from (f"[worker-{index}] {line}" for line in source(index)(say))
             except NoLog as e:
                 say(f"[worker-{index}] {e}")
+                failed.append(index)
+        if failed:
+            raise unread(failed)
         return
     yield from all_lines({index: source(index) for index in range(job.replicas)}, say)

@@ -12,14 +12,15 @@ import yaml
 
 import mwms.kubectl as kubectl
 from mwms.jobs import Job
-from mwms_contract.status import RUN_KEYS
+from mwms_contract.status import RUN_KEYS, parse_time
 
 
 def age(created: str | None, now: datetime.datetime) -> str:
     """kubectl's AGE: 45s, 12m, 3h, 2d."""
-    if not created:
+    moment = parse_time(created)
+    if moment is None:
         return "<unknown>"
-    seconds = int((now - datetime.datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds())
+    seconds = int((now - moment).total_seconds())
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= 2 * size or (unit == "m" and seconds >= size):
             return f"{seconds // size}{unit}"

@@ -57,7 +57,7 @@ class MirroredStrategyRunner:
 
     def run(self, train_fn: Callable[..., Any], **kwargs: Any) -> Any:
         """Submit, follow (progress and the chief's log on stderr), and return the chief's return value;
-        RuntimeError naming the failure otherwise."""
+        RuntimeError naming the failure otherwise (mwms.jobs.JobSuspended, one, when the job is suspended)."""
         client = Client(cluster=self.cluster)
         if self.placement.get("gpu"):
             resource = self.placement.get("gpu_resource", NVIDIA_GPU)

@@ -209,7 +209,9 @@ class Client:
         when neither has it). With `follow`, the running group's log as it is written, until the container
         ends: it waits at most `pod_running_timeout` seconds for the container to start (TimeoutError) and
         says what it waits for, and why the log ended (a new group started), through `say` (default: a line
-        on stderr); NotFound when the job is deleted."""
+        on stderr); NotFound when the job is deleted, JobSuspended when it is suspended, LogRefused without
+        the right to read pods' logs. With `all_workers`, the others' lines still come when one worker's log
+        fails (said through `say`), then NoLog."""
         yield from job_logs(
             self.api,
             name,
@@ -237,7 +239,9 @@ class Client:
         return self.get(name).mlflow
 
     def follow(self, name: str, out: IO[str] | None = None) -> Job:
-        """Prints the job's phases, progress and the chief's log to `out` (stderr) until it is done."""
+        """Prints the job's phases, progress and the chief's log to `out` (stderr) until it succeeds or fails,
+        and returns it; JobSuspended when it is suspended (as `wait` returns on it), SubmitError when it is
+        deleted. A chief's log that cannot be read (no right to pods/log) is a line, and the job followed."""
         stream = out or sys.stderr
         return Follower(self.api, name, stream, tty=stream.isatty()).follow()
 

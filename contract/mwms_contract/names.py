@@ -24,6 +24,7 @@ ANNOTATION_KUEUE_RETRIABLE_IN_GROUP = "kueue.x-k8s.io/retriable-in-group"
 ROLE_CHIEF = "chief"
 ROLE_WORKER = "worker"
 
+
 CONTAINER_NAME = "trainer"  # TF_CONFIG goes into this container only
 DEFAULT_PORT = 2222
 PORT_NAME = "mwms"
@@ -35,6 +36,14 @@ TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 RENDEZVOUS_MOUNT_PATH = "/mwms/rendezvous"
 RENDEZVOUS_FILE = RENDEZVOUS_MOUNT_PATH + "/state"
 RENDEZVOUS_JOINED = "joined"
+# The readiness probe's command that reads that state (shell builtins only: no process per probe but the
+# shell); the kubelet's `Unhealthy` event carries what it printed, the last reason a worker has not joined.
+RENDEZVOUS_PROBE_COMMAND = (
+    "sh",
+    "-c",
+    f'{{ read -r state < {RENDEZVOUS_FILE}; }} 2>/dev/null || state="the trainer has not'
+    f' begun its rendezvous yet"; echo "$state"; [ "$state" = {RENDEZVOUS_JOINED} ]',
+)
 
 # URI schemes spec.trainer.dataPath may use (other "://" URIs are refused; plain paths are in the worker).
 DATA_PATH_SCHEMES = ("s3",)
@@ -91,11 +100,13 @@ EXIT_FAILURE = 1
 EXIT_INVALID_CONFIG = 2  # permanent: a setting is wrong
 EXIT_RETRYABLE = 75  # EX_TEMPFAIL: peer lost, startup deadline, MLflow unavailable
 
-# The `mwms` command's exit codes (scripts rely on them): kubectl's, and one of its own for `wait`.
+# The `mwms` command's exit codes (scripts rely on them): kubectl's, and one of its own for a suspended job.
 CLI_EXIT_OK = 0
 CLI_EXIT_ERROR = 1  # not found, refused, unreachable; a failed job (`wait`, `submit --follow`); a timeout
 CLI_EXIT_USAGE = 2  # a bad command line, or `submit` created nothing
-CLI_EXIT_SUSPENDED = 3  # `wait`: the job is Suspended, so no phase follows until someone resumes it
+CLI_EXIT_SUSPENDED = (
+    3  # the job is Suspended (`wait`, `submit --follow`, `logs -f`): nothing follows till resumed
+)
 CLI_EXIT_INTERRUPTED = 130  # Ctrl-C
 
 # Images: the operator's default trainer image; `make images` builds both under these names.
@@ -135,3 +146,8 @@ LOG_CUT_MARKER = "[mwms: log cut]"
 def log_artifact_path(restart: int, index: int) -> str:
     """Where worker `index` of the group's `restart`-th (re)start keeps its log in the job's run."""
     return f"{LOG_ARTIFACT_DIR}/group-{restart}/worker-{index}.log"
+
+
+def pod_name(job_name: str, index: int) -> str:
+    """Worker `index`'s pod, and its hostname under the job's headless Service (named as the job)."""
+    return f"{job_name}-worker-{index}"

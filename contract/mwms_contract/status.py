@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 CONDITION_KEYS = {
@@ -50,6 +51,24 @@ STATUS_KEYS = {
     "replica_statuses": "replicaStatuses",
 }
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"  # a condition's status
+MAX_MESSAGE = 1024  # characters of a condition's message
+
+
+def format_time(moment: datetime) -> str:
+    """A status time: RFC 3339 in UTC, whole seconds (`2026-12-02T10:00:00Z`)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """A status time (or any RFC 3339 time the API server writes) as an aware datetime; None for none."""
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def truncate(text: str) -> str:
+    """A message cut to MAX_MESSAGE characters, its last one an ellipsis where it was cut."""
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
 
 
 def _text(value: Any) -> str | None:

@@ -2,6 +2,6 @@
 
 Test-side infrastructure, not product code: `cluster.LocalCluster` starts real etcd, kube-apiserver,
 kube-controller-manager and kube-scheduler (built from the official Go modules by
-hack/build-control-plane.sh) on loopback plus a bridge for pods; `kubelet_node` runs a real node on it
+hack/build/build-control-plane.sh) on loopback plus a bridge for pods; `kubelet_node` runs a real node on it
 (kubelet, containerd, kube-proxy, CoreDNS).
 """

@@ -8,7 +8,7 @@ module.
     ... KUBECONFIG=cluster.kubeconfig ...
     cluster.stop()
 
-Needs root (the pod bridge, network namespaces) and the binaries of hack/build-control-plane.sh.
+Needs root (the pod bridge, network namespaces) and the binaries of hack/build/build-control-plane.sh.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from mwms_dev.node_context import kubeconfig as kubeconfig
 from mwms_dev.procs import Supervisor
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO_ROOT / "hack" / "build-control-plane.sh"
+BUILD_SCRIPT = REPO_ROOT / "hack" / "build" / "build-control-plane.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 LOCK_DIR = Path("/run/mwms")
 STATE_MARKER = ".mwms-cluster"  # only a directory holding this file is ever wiped by start()
@@ -56,7 +56,7 @@ KUBECONFIGS = ("admin", "controller-manager", "scheduler")
 
 
 def find_bin_dir() -> Path:
-    """$MWMS_BIN_DIR, else whatever hack/build-control-plane.sh prints (it builds what is missing)."""
+    """$MWMS_BIN_DIR, else whatever hack/build/build-control-plane.sh prints (it builds what is missing)."""
     if env_dir := os.environ.get("MWMS_BIN_DIR"):
         return Path(env_dir)
     if not BUILD_SCRIPT.is_file():
@@ -143,7 +143,8 @@ class LocalCluster:
         bin_dir = self._bin_dir or find_bin_dir()
         missing = [b for b in BINARIES if not os.access(bin_dir / b, os.X_OK)]
         if missing:
-            raise ClusterError(f"missing in {bin_dir}: {', '.join(missing)}; run hack/build-control-plane.sh")
+            script = "hack/build/build-control-plane.sh"
+            raise ClusterError(f"missing in {bin_dir}: {', '.join(missing)}; run {script}")
         self._take_lock()
         atexit.register(self.stop)
         try:

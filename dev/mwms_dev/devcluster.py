@@ -1,10 +1,10 @@
 """`mwms dev-cluster up|down`: the local control plane and one real node (one per machine) to try things on.
 
 `up` runs in the foreground until Ctrl-C or SIGTERM, then stops everything it started. Its node is a real one:
-kubelet, containerd, kube-proxy, CoreDNS and a default StorageClass (hack/build-node.sh), with the project's
-images from build/images/ (`make images`) loaded into it; one node only (one real node runs per machine).
-`up --dev` also installs the Helm chart with its
-operator running this checkout's code (mwms_dev.devmode). `down` removes what a run that crashed
+kubelet, containerd, kube-proxy, CoreDNS and a default StorageClass (hack/build/build-node.sh), with the
+project's images from build/images/ (`make images`) loaded into it; one node only (one real node runs per
+machine). `up --dev` also installs the Helm chart with its operator running this checkout's code
+(mwms_dev.devmode). `down` removes what a run that crashed
 left behind on a subnet index (processes, containers, mounts, cgroups, nftables tables, bridge); it refuses
 while a cluster is live.
 """

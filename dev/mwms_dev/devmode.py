@@ -79,9 +79,9 @@ def privileged_namespaces(chain: Chain) -> None:
 
 
 def tools_bin() -> Path:
-    """The pinned helm and kubectl (hack/tools.sh)."""
+    """The pinned helm and kubectl (hack/build/tools.sh)."""
     done = subprocess.run(
-        ["bash", str(REPO / "hack" / "tools.sh")], capture_output=True, text=True, check=True
+        ["bash", str(REPO / "hack" / "build" / "tools.sh")], capture_output=True, text=True, check=True
     )
     return Path(done.stdout.strip().splitlines()[-1])
 

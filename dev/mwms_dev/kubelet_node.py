@@ -1,33 +1,18 @@
-"""A real node for the local control plane: kubelet + containerd + runc, the reference CNI plugins,
-kube-proxy (nftables), CoreDNS and a default StorageClass `standard` (rancher's local-path-provisioner,
-mwms_dev.local_path), all built by hack/build-node.sh (containerd and runc: Debian packages).
+"""A real node for the local control plane: kubelet, containerd and runc, the reference CNI plugins,
+kube-proxy (nftables), CoreDNS and the default StorageClass `standard` (mwms_dev.local_path), built by
+hack/build/build-node.sh.
 
     cluster = LocalCluster(...).start()
     node = cluster.start_kubelet_node(images=[Path("build/images/mwms-trainer.oci.tar")])
 
-A node knows its cluster only through the NodeContext it is given (mwms_dev.node_context). This module is
-the node's lifecycle (start, stop, kill; its containerd, images, kubelet and kube-proxy); the rest of it, one
-job a module:
+This module is the node's lifecycle (start, stop, kill); node_parts says what was built and what the host has,
+node_configs and node_addons (pure) write its configurations and add-ons, node_host changes the host and puts
+it back. A node knows its cluster only through its NodeContext (mwms_dev.node_context).
 
-    node_parts     what hack/build-node.sh built, the host's tools, the images an archive holds; NodeError
-    node_configs   pure: the CNI, containerd, kubelet and kube-proxy configurations, pod and DNS addresses
-    node_addons    pure: CoreDNS's objects and Corefile, the chart values for a node with loaded images
-    node_host      what a node changes on the host and puts back: cgroups, kernel tunables, shims, mounts,
-                   nftables, the kube-proxy lock; clean_dead_node
-
-Everything lives under `<state_dir>/nodes/<name>/` (containerd's state, socket and the pods' network
-namespaces, kubelet's root dir, CNI config and IP reservations), so nothing clashes with a system containerd
-or kubelet; containerd's root (its image store: content and unpacked snapshots) is kept between runs beside
-the node's parts (`image_store`): unpacking the ~1 GB trainer image takes minutes, and an image loaded before,
-or one that shares its layers, is not unpacked again. One cluster with real nodes runs per machine
-(kube-proxy's lock), so each node name's store serves them in turn; its containers are removed at stop,
-images a rebuild replaced are removed, and a store that fails is emptied and filled again. A cluster may have
-several nodes (`start_kubelet_node("node-2")`): each has its own kubelet, containerd, ports and cgroup root;
-the first runs kube-proxy and installs the add-ons for all. Pods join the cluster's bridge `mwbr<N>`
-(CNI bridge + host-local in the upper half of its /16, one reservation directory for all nodes; the lower
-half held the retired node agent's pods) and their cgroups live under one cgroup root per node. Pods
-resolve names only through the CoreDNS add-on, which serves cluster.local and forwards nothing, and an
-nftables table of ours drops anything a pod sends off the bridge: no pod packet leaves the machine.
+Everything lives under `<state_dir>/nodes/<name>/`, so nothing clashes with a system containerd or kubelet;
+containerd's image store is kept between runs (`image_store`), so an image loaded before is not unpacked
+again. Pods join the cluster's bridge `mwbr<N>`, resolve names through CoreDNS only, and an nftables table
+drops what they send off the bridge: no pod packet leaves the machine.
 """
 
 from __future__ import annotations

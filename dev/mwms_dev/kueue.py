@@ -1,4 +1,4 @@
-"""Real Kueue (built from its Go module by hack/build-kueue.sh) beside a LocalCluster, for tests.
+"""Real Kueue (built from its Go module by hack/build/build-kueue.sh) beside a LocalCluster, for tests.
 
 Kueue runs as a local process with the admin kubeconfig; its CRDs come from the same module, and its webhooks
 are registered by URL (https://127.0.0.1:<port>) with a CA bundle we make, since there is no Service to point
@@ -44,14 +44,14 @@ class KueueError(RuntimeError):
 def build(version: str = VERSION) -> Path:
     """The cache directory holding bin/kueue and config/ (built on first use)."""
     result = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-kueue.sh")],
+        ["bash", str(REPO / "hack" / "build" / "build-kueue.sh")],
         env={**os.environ, "KUEUE_VERSION": version},
         capture_output=True,
         text=True,
         timeout=3600,
     )
     if result.returncode != 0:
-        raise KueueError(f"hack/build-kueue.sh failed:\n{result.stderr[-3000:]}")
+        raise KueueError(f"hack/build/build-kueue.sh failed:\n{result.stderr[-3000:]}")
     return Path(result.stdout.strip().splitlines()[-1])
 
 

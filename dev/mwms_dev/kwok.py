@@ -1,5 +1,6 @@
-"""KWOK ("Kubernetes WithOut Kubelet", built from its Go module by hack/build-kwok.sh) beside a LocalCluster:
-fake nodes, and fake pod lifecycles on them, against the real API server, scheduler and controller manager.
+"""KWOK ("Kubernetes WithOut Kubelet", built from its Go module by hack/build/build-kwok.sh) beside a
+LocalCluster: fake nodes, and fake pod lifecycles on them, against the real API server, scheduler and
+controller manager.
 
     cluster = LocalCluster(state_dir=..., subnet_index=21).start()  # no real node needed
     kwok = Kwok(cluster.kubeconfig, state_dir / "kwok").start()
@@ -34,7 +35,7 @@ from mwms_dev.procs import stop_process
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "v0.8.0"
 STAGES_DIR = REPO / "bench" / "kwok-stages"
-# KWOK's own node Stages, in the module's kustomize/stage/ copied to <cache>/stage by hack/build-kwok.sh
+# KWOK's own node Stages, in the module's kustomize/stage/ copied to <cache>/stage by hack/build/build-kwok.sh
 NODE_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml")
 FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -54,14 +55,14 @@ class KwokError(RuntimeError):
 def build(version: str = VERSION) -> Path:
     """The cache directory holding bin/kwok and stage/ (built on first use)."""
     result = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-kwok.sh")],
+        ["bash", str(REPO / "hack" / "build" / "build-kwok.sh")],
         env={**os.environ, "KWOK_VERSION": version},
         capture_output=True,
         text=True,
         timeout=3600,
     )
     if result.returncode != 0:
-        raise KwokError(f"hack/build-kwok.sh failed:\n{result.stderr[-3000:]}")
+        raise KwokError(f"hack/build/build-kwok.sh failed:\n{result.stderr[-3000:]}")
     return Path(result.stdout.strip().splitlines()[-1])
 
 

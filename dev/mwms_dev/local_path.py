@@ -1,5 +1,5 @@
 """The real node's default StorageClass `standard`, as kind ships it: rancher's local-path-provisioner
-(hack/build-node.sh builds its image) makes each PersistentVolume a directory under the node's own
+(hack/build/build-node.sh builds its image) makes each PersistentVolume a directory under the node's own
 directory, created and removed by a helper pod that runs the ConfigMap's setup/teardown scripts.
 
 Pure: the objects, as (collection path, object) pairs in the order they are created.

@@ -1,4 +1,4 @@
-"""A real node's parts and whether this host can run them: what hack/build-node.sh built (binaries, CNI
+"""A real node's parts and whether this host can run them: what hack/build/build-node.sh built (binaries, CNI
 plugins, the add-ons' image archives, one cache directory per version set), the Debian tools the node needs
 from the host, and which images an OCI archive holds. NodeError, the error of every node module, is here."""
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO_ROOT / "hack" / "build-node.sh"
+BUILD_SCRIPT = REPO_ROOT / "hack" / "build" / "build-node.sh"
 IMAGE_STORE_LAYOUT = 1  # bump when the store's configuration changes, so an old store is not reused
 
 
@@ -22,7 +22,7 @@ class NodeError(RuntimeError):
 
 @dataclass(frozen=True)
 class NodeParts:
-    """What hack/build-node.sh built (one cache directory per version set)."""
+    """What hack/build/build-node.sh built (one cache directory per version set)."""
 
     root: Path
 
@@ -63,7 +63,7 @@ class NodeParts:
 
 
 def find_node_parts() -> NodeParts:
-    """$MWMS_NODE_DIR, else whatever hack/build-node.sh prints (it builds what is missing)."""
+    """$MWMS_NODE_DIR, else whatever hack/build/build-node.sh prints (it builds what is missing)."""
     if env_dir := os.environ.get("MWMS_NODE_DIR"):
         return NodeParts(Path(env_dir))
     result = subprocess.run(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True)

@@ -13,19 +13,21 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from mwms_operator import logs
-from mwms_operator.config import LOG_FORMATS, ConfigError, OperatorConfig
+from mwms_operator.settings import LOG_FORMATS, ConfigError, OperatorConfig
+from mwms_operator.telemetry import log_format
 
 if TYPE_CHECKING:
-    from mwms_operator.leader import Elector
+    from mwms_operator.kube.leader import Elector
 
 log = logging.getLogger("mwms_operator")
 # The leader could not renew its Lease in time, saw another holder, or its renewing failed: it exits at once
 # (client-go's OnStoppedLeading), so that no two replicas reconcile, and its pod restarts as a standby.
 EXIT_LOST_LEADERSHIP = 1
+# At most this long for the last message before that exit (and never half the Lease's margin).
+EXIT_LOG_GRACE_SECONDS = 1.0
 
 # Never used by the operator, but kopf imports the `kubernetes` client whenever it is installed (for
-# isinstance checks on its models and a login the operator replaces with its own): ~30 MiB with pydantic.
+# isinstance checks and a login the operator replaces): kept out (docs/design/own-api-client.md).
 UNUSED_CLIENTS = ("kubernetes", "kubernetes_asyncio", "pykube")
 
 
@@ -41,7 +43,7 @@ class _QuietTimers(logging.Filter):
 def run_options(config: OperatorConfig) -> dict[str, Any]:
     """kopf.run's arguments: all namespaces, or only MWMS_WATCH_NAMESPACES (names or globs)."""
     return {
-        # No kopf peering: our Lease (leader.py) makes this the only replica that runs the handlers.
+        # No kopf peering: our Lease (kube/leader.py) makes this the only replica that runs the handlers.
         "standalone": True,
         "clusterwide": not config.watch_namespaces,
         "namespaces": list(config.watch_namespaces),
@@ -80,11 +82,13 @@ def wait_to_lead(config: OperatorConfig) -> Elector:
     SIGTERM or SIGINT meanwhile."""
     import kopf
 
-    from mwms_operator import k8s, leader, metrics
+    from mwms_operator.kube import leader
+    from mwms_operator.kube.client import Kube
+    from mwms_operator.telemetry import metrics
 
     identity = f"{socket.gethostname()}_{os.getpid()}"  # the pod's name, and the process in it
     elector = leader.Elector(
-        k8s.Kube.connect(kopf.OperatorSettings()),
+        Kube.connect(kopf.OperatorSettings()),
         config.leader_election_namespace,
         identity,
         config.leader_election_timing,
@@ -114,10 +118,22 @@ def wait_to_lead(config: OperatorConfig) -> Elector:
     return elector
 
 
+def say_lost(elector: Elector, why: str, trace: bool) -> None:
+    log.error(
+        "leader election: the Lease %s/%s %s; exiting so that a standby takes over and this pod "
+        "restarts as one",
+        elector.namespace,
+        elector.name,
+        why,
+        exc_info=trace,
+    )
+    logging.shutdown()
+
+
 def renew_in_background(elector: Elector, stop: threading.Event) -> threading.Thread:
     """Renew the Lease until `stop`; whatever else ends the renewing (the deadline, another holder, any
     error at all) exits the process at once."""
-    from mwms_operator.leader import LeaseLost
+    from mwms_operator.kube.leader import LeaseLost
 
     def renew() -> None:
         try:
@@ -127,19 +143,16 @@ def renew_in_background(elector: Elector, stop: threading.Event) -> threading.Th
             why, trace = str(lost), False
         except BaseException as error:  # noqa: BLE001 (a thread that ended silently would leave two leaders)
             why, trace = f"could not be renewed: {error!r}", True
-        try:
-            log.error(
-                "leader election: the Lease %s/%s %s; exiting so that a standby takes over and this pod "
-                "restarts as one",
-                elector.namespace,
-                elector.name,
-                why,
-                exc_info=trace,
-            )
-            logging.shutdown()
-        finally:
-            # The handlers run in the main thread: only this stops them at once.
-            os._exit(EXIT_LOST_LEADERSHIP)
+        # Exit first: the message gets a short grace in a thread of its own, so a log write that blocks (a
+        # full stderr pipe) cannot keep this replica reconciling past the Lease's expiry.
+        timing = elector.timing
+        said = threading.Thread(
+            target=say_lost, args=(elector, why, trace), name="leader-lost-log", daemon=True
+        )
+        said.start()
+        said.join(min(EXIT_LOG_GRACE_SECONDS, (timing.lease_duration - timing.renew_deadline) / 2))
+        # The handlers run in the main thread: only this stops them at once.
+        os._exit(EXIT_LOST_LEADERSHIP)
 
     thread = threading.Thread(target=renew, name="leader-renew", daemon=True)
     thread.start()
@@ -150,7 +163,8 @@ def main() -> None:
     keep_out_unused_clients()
     import kopf
 
-    from mwms_operator import handlers, memory, metrics
+    from mwms_operator import handlers
+    from mwms_operator.telemetry import memory, metrics
 
     parser = argparse.ArgumentParser(
         prog="python -m mwms_operator", description="Settings: MWMS_* variables."
@@ -163,7 +177,7 @@ def main() -> None:
     except ConfigError as error:
         print(f"mwms-operator: invalid setting: {error}", file=sys.stderr)
         sys.exit(2)
-    logs.configure(config.log_level, config.log_format)
+    log_format.configure(config.log_level, config.log_format)
     for handler in logging.getLogger().handlers:
         handler.addFilter(_QuietTimers())
     if config.log_level != "DEBUG":  # one access line per liveness probe (every 10 s) buries what matters

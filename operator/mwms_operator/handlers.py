@@ -1,9 +1,7 @@
-"""kopf handlers only: watch TrainJobs and the pods and Services we own and hand each event to the Reconciler
-(reconciler.py), which keeps what they say in memory and reconciles the job they concern.
+"""kopf handlers only: watch TrainJobs and the pods and Services we own and hand each event to the Reconciler.
 
 No timers, daemons or on-create/on-delete handlers: those make kopf put a finalizer on every TrainJob, and a
-finalizer makes every delete wait for the operator (and hang while it is down). Pods and the Service go with
-their job through owner references, so nothing needs to run before a TrainJob is gone.
+finalizer makes every delete wait for the operator (see docs/design/no-finalizer.md).
 """
 
 from __future__ import annotations
@@ -13,24 +11,24 @@ from typing import Any
 import kopf
 
 from mwms_contract import names
-from mwms_operator import k8s, metrics
-from mwms_operator.config import OperatorConfig
-from mwms_operator.pods import worker_pod
+from mwms_operator.kube.client import Kube, login, use_api_threads
+from mwms_operator.observe.pod_states import worker_pod
+from mwms_operator.observe.state import owner_key
 from mwms_operator.reconciler import Reconciler
-from mwms_operator.state import owner_key
+from mwms_operator.settings import OperatorConfig
+from mwms_operator.telemetry import metrics
 
 TRAINJOBS = (names.GROUP, names.VERSION, names.PLURAL)
 KOPF_PREFIX = "kopf.mwms.dev"
-# Versions up to 0.1 ran timers, so kopf put this finalizer on every TrainJob. Naming it as kopf's finalizer
-# makes kopf take it off at the first event of each object (every object is listed at startup), because no
-# handler here needs one.
+# The finalizer older versions left on every TrainJob: named as kopf's own, kopf takes it off at each object's
+# first event, as no handler here needs one.
 LEGACY_FINALIZER = "mwms.dev/kopf-finalizer"
 
 
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     """Registered here, not at import, so the handlers see the config read at startup."""
 
-    kopf.on.login(id="login", registry=registry)(k8s.login)
+    kopf.on.login(id="login", registry=registry)(login)
 
     @kopf.on.startup(id="startup", registry=registry)
     async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
@@ -41,8 +39,8 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         # still receive, parse and drop every pod of the cluster).
         for resource in ("pods", "services"):
             settings.watching.label_selectors[resource] = names.LABEL_JOB_NAME
-        k8s.use_api_threads(config.api_threads)
-        memo.reconciler = Reconciler(k8s.Kube.connect(settings), config)
+        use_api_threads(config.api_threads)
+        memo.reconciler = Reconciler(Kube.connect(settings), config)
         memo.reconciler.start()
         metrics.serve(config.metrics_port)
 
@@ -52,7 +50,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
 
     # Every handler is async: kopf runs a sync one in a thread pool (two thread hops per watch event, and
     # the reconciler's queue and state are the event loop's, not thread-safe). None of them waits on I/O.
-    # Indexes, not on.event stores: kopf fills every index before any other handler runs (see state.py).
+    # Indexes, not on.event stores: kopf fills every index before any other handler runs (observe/state.py).
     @kopf.index("pods", id="job_pods", registry=registry)
     async def job_pods(body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
         key, pod = owner_key(body), worker_pod(body)
@@ -91,7 +89,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
 class NoDiffBase(kopf.DiffBaseStorage):
     """kopf deep-copies every object it watches, on every event (each pod's), to diff it against the last
     state it handled: that is for on.create/on.update handlers, and this operator has none. Nothing is built,
-    fetched or stored; it was the largest part of kopf's work per event."""
+    fetched or stored."""
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
         return kopf.BodyEssence()

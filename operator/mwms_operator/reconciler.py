@@ -1,4 +1,4 @@
-"""The Reconciler: watch events -> what the watches told us (state.py) -> a queue of job keys; one worker at
+"""The Reconciler: watch events -> what the watches told us (observe/) -> a queue of job keys; one worker at
 a time reconciles a key (parse -> decide -> write status -> act), on an event, when one of the job's
 deadlines falls due, and on a slow resync; a second queue polls MLflow for progress while a job runs."""
 
@@ -12,18 +12,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mwms_contract.conditions import PENDING, PODS_CREATED, SUSPENDED, TERMINAL
-from mwms_contract.status import TrainJobStatus, typed
+from mwms_contract.status import TrainJobStatus, parse_time, typed
 from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError, TrainJobSpec
-from mwms_operator import builders, k8s, memory, metrics, refusals
-from mwms_operator.config import OperatorConfig
-from mwms_operator.lookups import PodEventLookups
-from mwms_operator.pods import deletion_selector, worker_pod
-from mwms_operator.policy import decide
-from mwms_operator.runwatch import RunWatch
-from mwms_operator.spec import parse_for_group
-from mwms_operator.state import JobKey, State, owner_key
-from mwms_operator.status import (
+from mwms_operator.decide.job_status import (
     CreatePods,
     CreateService,
     Decision,
@@ -32,9 +24,22 @@ from mwms_operator.status import (
     JobMeta,
     deferrable,
     next_due,
-    parse_time,
 )
-from mwms_operator.workqueue import WorkQueue
+from mwms_operator.decide.policy import decide
+from mwms_operator.decide.start import events_wanted
+from mwms_operator.kube import refusals
+from mwms_operator.kube.client import Kube
+from mwms_operator.kube.event_lookups import PodEventLookups
+from mwms_operator.kube.workqueue import WorkQueue
+from mwms_operator.mlflow.runwatch import RunWatch
+from mwms_operator.observe.pod_states import worker_pod
+from mwms_operator.observe.state import JobKey, State, owner_key
+from mwms_operator.render.labels import deletion_selector
+from mwms_operator.render.pod import build_worker_pod
+from mwms_operator.render.service import build_service
+from mwms_operator.render.spec import parse_for_group
+from mwms_operator.settings import OperatorConfig
+from mwms_operator.telemetry import memory, metrics
 
 log = logging.getLogger(__name__)
 WORKERS = 8  # jobs reconciled at once; each mostly waits on the API server
@@ -47,14 +52,22 @@ DUE_MARGIN_SECONDS = 0.2  # status times have whole seconds; look a little after
 class Reconciler:
     """Watch events -> the state -> a queue of job keys; each key is reconciled by one worker at a time."""
 
-    def __init__(self, kube: k8s.Kube, config: OperatorConfig) -> None:
+    def __init__(self, kube: Kube, config: OperatorConfig) -> None:
         self.kube, self.config = kube, config
         self.state = State()
         self.phases = metrics.PhaseBook()
         self.queue: WorkQueue[JobKey] = WorkQueue(
-            self.reconcile, workers=WORKERS, name="reconcile", expected=k8s.TRANSIENT_ERRORS
+            self.reconcile, workers=WORKERS, name="reconcile", expected=refusals.TRANSIENT_ERRORS
         )
-        self.runs = RunWatch(kube, config, self.state, self.queue.add, self._namespace_ending)
+        self.runs = RunWatch(
+            kube,
+            self.state,
+            self.queue.add,
+            self._namespace_ending,
+            access=config.tracking_access(),
+            defaults=config.spec_defaults(),
+            interval=config.progress_interval_seconds,
+        )
         self._resync: asyncio.Task[None] | None = None
         self.lookups = PodEventLookups(kube, self.state, self.queue.add_after)
         self._collections_forbidden = False  # said once: RBAC without `deletecollection` on pods
@@ -143,13 +156,14 @@ class Reconciler:
     async def _reconcile(self, key: JobKey, body: Mapping[str, Any]) -> None:
         started = time.monotonic()
         meta = JobMeta(key.name, key.namespace, key.uid, int(body["metadata"].get("generation") or 1))
-        spec, template_error = parse_for_group(body, self.config)
+        spec, template_error = parse_for_group(body, self.config.spec_defaults())
         previous = self.state.status(key)
         creation_refused = self.state.creation_refused(key)
         now = datetime.now(UTC)
         if await self._confirm_leaving(key):
             self.queue.add_after(key, LEAVING_GRACE_SECONDS)
-        pods = await self.lookups.with_events(key, spec, self.state.pods_of(key), previous, now)
+        known = self.state.pods_of(key)
+        pods = await self.lookups.with_events(key, known, events_wanted(spec, known, previous, now))
         decision = decide(
             meta,
             spec,
@@ -178,7 +192,7 @@ class Reconciler:
             # operator: no traceback.
             tries, delay = self.state.refuse_creation(key, error.reason, str(error))
             log.info("%s/%s: creation refused (try %d, again in %.0f s): %s", *key[:2], tries, delay, error)
-            # The same message on every try: the event recorder (k8s.py) counts repeats on one Event.
+            # The same message on every try: the event recorder (kube/events.py) counts repeats on one Event.
             await asyncio.to_thread(self.kube.post_event, body, "Warning", error.reason, str(error))
             self.queue.add(key)
         for event in decision.events:
@@ -217,7 +231,7 @@ class Reconciler:
         self, meta: JobMeta, key: JobKey, decision: Decision, previous: Mapping[str, Any]
     ) -> bool:
         """Write the decided status if it changed; False if the TrainJob is gone. A change that may wait
-        (status.deferrable: counts, the start's clocks) is written once its window is over, by the work
+        (job_status.deferrable: counts, the start's clocks) is written once its window is over, by the work
         queue's delayed requeue, with whatever came meanwhile: the last state is always written."""
         patch, written = decision.status, self.state.server_status(key)
         if all(written.get(k) == v for k, v in patch.items()):
@@ -252,16 +266,14 @@ class Reconciler:
             elif isinstance(action, DeleteJob):
                 await asyncio.to_thread(kube.delete_trainjob, meta.namespace, meta.name, meta.uid)
             elif isinstance(spec, TrainJobSpec) and isinstance(action, CreateService):
-                service = builders.build_service(
-                    spec, job_name=meta.name, namespace=meta.namespace, uid=meta.uid
-                )
+                service = build_service(spec, job_name=meta.name, namespace=meta.namespace, uid=meta.uid)
                 await asyncio.to_thread(kube.create_service, meta.namespace, service)
             elif isinstance(spec, TrainJobSpec) and isinstance(action, CreatePods):
                 await self._create_pods(body, meta, spec, action, dry_run_first=dry_run_first)
 
     async def _delete_doomed(self, key: JobKey, doomed: tuple[str, ...]) -> None:
         """The pods a decision deletes (cleanPodPolicy, a restart, a suspend), in one request whatever their
-        number, by a selector that holds the job's uid (pods.deletion_selector); one by one, each by its
+        number, by a selector that holds the job's uid (labels.deletion_selector); one by one, each by its
         uid, where an older operator made them or the operator may not delete collections (RBAC). Only pods
         the index holds as this job's, never another's that took a name."""
         pods = self.state.pods_of(key)
@@ -296,7 +308,7 @@ class Reconciler:
         created in part only to be deleted."""
         hosts = worker_hosts(meta.name, meta.namespace, spec.replicas, spec.port, self.config.cluster_domain)
         pods = [
-            builders.build_worker_pod(
+            build_worker_pod(
                 spec,
                 job_name=meta.name,
                 namespace=meta.namespace,

@@ -30,13 +30,7 @@ from mwms_dev.devcluster import project_images
 from mwms_dev.devmode import tools_bin
 
 # Loading the trainer image (~1 GB) into containerd comes first, on 2 shared cores: more than the default.
-pytestmark = [
-    pytest.mark.node,
-    pytest.mark.e2e,
-    pytest.mark.integration,
-    pytest.mark.tf,
-    pytest.mark.timeout(1800),
-]
+pytestmark = pytest.mark.timeout(1800)
 
 REPO = Path(__file__).resolve().parents[2]
 SECTION = re.compile(r"^## On a real cluster\n(.*?)(?=^## |\Z)", re.S | re.M)

@@ -1,4 +1,4 @@
-"""The images `make images` built (build/images/*.oci.tar, hack/build-images.sh): OCI image layouts
+"""The images `make images` built (build/images/*.oci.tar, hack/build/build-images.sh): OCI image layouts
 whose index, manifest and config say what a pod needs (name and tag, non-root numeric user, entrypoint,
 env, labels), and whose root filesystems, run by runc as the kubelet's runtime would (uid 65532, read-only
 root, /tmp an empty scratch volume, no capabilities, no network), start what they ship."""
@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-pytestmark = pytest.mark.images
 
 REPO = Path(__file__).resolve().parents[2]
 ARCHIVES = REPO / "build" / "images"

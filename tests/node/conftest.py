@@ -8,7 +8,7 @@ build/images/ (`make images`) are loaded when they exist. One node serves the wh
 trainer image into containerd is most of its start. Its containerd root (several GB) is removed at the end
 unless MWMS_TEST_NODE_STATE_DIR keeps it.
 `node_kubectl`, `node_namespace`: as the integration tier's `kubectl` and `namespace`, for this cluster.
-`busybox`: the name of the small test image hack/build-node.sh builds (sh, nslookup, wget, httpd).
+`busybox`: the name of the small test image hack/build/build-node.sh builds (sh, nslookup, wget, httpd).
 `node_chain` (package): what users deploy, installed once for the tier: the Helm chart with the operator image
 and bundled MLflow in a `restricted` namespace (mwms_dev.chain.Chain); skips without `make images`.
 `operator_log`: a callable giving the chart's operator log, for printing when a test fails.

@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.node
-
 
 @pytest.fixture
 def lone_containerd(cluster_platform: None, spare_subnet_index: int) -> Iterator:

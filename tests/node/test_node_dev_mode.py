@@ -20,7 +20,7 @@ import pytest
 from mwms_dev.devmode import DEV_MOUNT, PRIVILEGED, dev_mode_template, dev_mode_values
 from mwms_kit.trainjobs import trainjob
 
-pytestmark = [pytest.mark.node, pytest.mark.integration, pytest.mark.tf, pytest.mark.timeout(1500)]
+pytestmark = pytest.mark.timeout(1500)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -37,7 +37,7 @@ from mwms_dev.chain import mlflow_get, mlflow_post
 from mwms_kit.standin import standin_container
 from mwms_kit.trainjobs import trainjob
 
-pytestmark = [pytest.mark.node, pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(1500)]
+pytestmark = pytest.mark.timeout(1500)
 
 JOB_LABEL = "mwms.dev/job-name"
 REPLICAS = 2

@@ -24,11 +24,7 @@ from mwms_dev.chain import SEED_SAMPLE, check_mlflow, runs_of_job, score_model
 from mwms_kit.s3_server import BUCKET, S3Server, env_from_secret, make_secret
 
 pytestmark = [
-    pytest.mark.node,
-    pytest.mark.e2e,
-    pytest.mark.integration,
-    pytest.mark.tf,
-    # The S3 server may still be building in `make test`'s background (hack/run-tests.py): fixtures wait
+    # The S3 server may still be building in `make test`'s background (hack/ci/run-tests.py): fixtures wait
     # on its build lock.
     pytest.mark.timeout(1500, func_only=True),
 ]

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
+from mwms_contract.status import Condition
 from mwms_kit.trainjobs import trainjob
-
-pytestmark = [pytest.mark.node, pytest.mark.integration]
+from mwms_kit.waits import condition
 
 RUN = {"runId": "sidecar-run", "experimentId": "1", "modelUri": "runs:/sidecar-run/model"}
 NON_ROOT = {
@@ -91,14 +89,14 @@ def test_a_native_sidecar_is_allowed(node_operator, node_kubectl, node_namespace
     assert done["status"]["mlflow"]["runId"] == "sidecar-run"
 
 
-def failed_reason(kubectl, namespace: str, name: str) -> dict:
+def failed_condition(kubectl, namespace: str, name: str) -> Condition:
     done = kubectl(
         "wait", "--for=condition=Failed", f"trainjob/{name}", "-n", namespace, "--timeout=300s",
         timeout=320, check=False,
     )  # fmt: skip
     job = kubectl.json("get", "trainjob", name, "-n", namespace)
     assert done.returncode == 0, json.dumps(job.get("status"), indent=1)
-    return next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    return condition(job, "Failed")
 
 
 def test_the_kubelets_image_errors_fail_the_job_with_its_message(
@@ -113,10 +111,10 @@ def test_the_kubelets_image_errors_fail_the_job_with_its_message(
         job["spec"]["template"]["spec"]["containers"][0]["image"] = image
         job["spec"]["runPolicy"] = {"startupTimeoutSeconds": 3600, "containerErrorGraceSeconds": 10}
         node_kubectl.apply(job, "-n", node_namespace)
-    unparsable = failed_reason(node_kubectl, node_namespace, "unparsable")
-    assert unparsable["reason"] == "ContainerError"
-    assert "container trainer: InvalidImageName" in unparsable["message"], unparsable
-    unpullable = failed_reason(node_kubectl, node_namespace, "unpullable")
-    assert unpullable["reason"] == "ContainerError"
-    assert "registry.invalid/mwms/x:1" in unpullable["message"], unpullable
-    assert "ErrImagePull" in unpullable["message"] or "ImagePullBackOff" in unpullable["message"], unpullable
+    unparsable = failed_condition(node_kubectl, node_namespace, "unparsable")
+    assert unparsable.reason == "ContainerError"
+    assert "container trainer: InvalidImageName" in unparsable.message, unparsable
+    unpullable = failed_condition(node_kubectl, node_namespace, "unpullable")
+    assert unpullable.reason == "ContainerError"
+    assert "registry.invalid/mwms/x:1" in unpullable.message, unpullable
+    assert "ErrImagePull" in unpullable.message or "ImagePullBackOff" in unpullable.message, unpullable

@@ -12,8 +12,8 @@ import pytest
 
 from mwms_kit.mlflow_server import MlflowServer
 from mwms_kit.trainjobs import trainjob
+from mwms_kit.waits import condition
 
-pytestmark = [pytest.mark.node, pytest.mark.integration]
 STARTUP_TIMEOUT = 60  # the chief imports TensorFlow and opens its MLflow run before it waits for its peer
 
 
@@ -21,11 +21,8 @@ STARTUP_TIMEOUT = 60  # the chief imports TensorFlow and opens its MLflow run be
 def pod_mlflow(real_cluster, tmp_path_factory):
     """The chief opens its MLflow run before the rendezvous: a server the pods reach by IP (no DNS there)."""
     host = real_cluster.pod_api_host
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow"), host=host, allowed_hosts=[host]).start()
-    try:
+    with MlflowServer(tmp_path_factory.mktemp("mlflow"), host=host, allowed_hosts=[host]) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_workers_that_run_but_cannot_resolve_each_other_fail_with_startup_timeout_naming_them_and_why(
@@ -57,9 +54,9 @@ def test_workers_that_run_but_cannot_resolve_each_other_fail_with_startup_timeou
     job = node_kubectl.json("get", "trainjob", "nodns", "-n", node_namespace)
     operator_log = node_operator.log.read_text()[-3000:]
     assert done.returncode == 0, json.dumps(job.get("status"), indent=1) + operator_log
-    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
-    assert failed["reason"] == "StartupTimeout", failed
-    message = failed["message"]
+    failed = condition(job, "Failed")
+    assert failed.reason == "StartupTimeout", failed
+    message = failed.message
     assert f"not every worker joined the group within {STARTUP_TIMEOUT}s" in message, message
     for me, peer in ((0, 1), (1, 0)):
         said = (

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
-
 from mwms_dev.chain import mlflow_get, mlflow_post
 from mwms_dev.local_path import STORAGE_CLASS
-
-pytestmark = [pytest.mark.node, pytest.mark.integration]
+from node.node_support import NO_PRIVILEGES, RESTRICTED
 
 
 def claim(name: str) -> dict:
@@ -32,11 +29,7 @@ def shell_pod(name: str, image: str, script: str, claim_name: str) -> dict:
         "spec": {
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 1,
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": 65532,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
+            "securityContext": RESTRICTED,
             "containers": [
                 {
                     "name": "main",
@@ -44,7 +37,7 @@ def shell_pod(name: str, image: str, script: str, claim_name: str) -> dict:
                     "imagePullPolicy": "IfNotPresent",
                     "command": ["sh", "-c", script],
                     "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                    "securityContext": NO_PRIVILEGES,
                 }
             ],
             "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}],

@@ -15,21 +15,15 @@ from mwms_kit.submit import (
     FAILING_LINE,
     FAILING_SCRIPT,
     SEED_SCRIPT,
-    condition,
     jobs_in,
     printed_result,
     run_mwms,
     run_seed_function,
 )
+from mwms_kit.waits import condition
 
 # The tier's first test also loads the trainer image and installs the chart, on 2 shared cores.
-pytestmark = [
-    pytest.mark.node,
-    pytest.mark.e2e,
-    pytest.mark.integration,
-    pytest.mark.tf,
-    pytest.mark.timeout(1500),
-]
+pytestmark = pytest.mark.timeout(1500)
 
 
 @pytest.fixture
@@ -101,6 +95,6 @@ def test_a_failing_script_fails_with_its_traceback_line_and_exit_code_1(
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     (job,) = jobs_in(node_kubectl, user_namespace)
     failed = condition(job, "Failed")
-    assert failed["reason"] == "WorkerFailed" and FAILING_LINE in failed["message"], failed
+    assert failed.reason == "WorkerFailed" and FAILING_LINE in failed.message, failed
     assert job["status"]["restarts"] == 0  # a user error is not retried
-    assert f"Failed: {failed['message']}" in done.stdout
+    assert f"Failed: {failed.message}" in done.stdout

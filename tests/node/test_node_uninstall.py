@@ -29,7 +29,7 @@ from mwms_dev.devmode import tools_bin
 from mwms_kit.install_doc import kustomize_uninstall_script
 from mwms_kit.trainjobs import trainjob
 
-pytestmark = [pytest.mark.node, pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(1500)]
+pytestmark = pytest.mark.timeout(1500)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,74 +8,8 @@ from __future__ import annotations
 import ipaddress
 import uuid
 
-import pytest
-
 from mwms_dev.node_configs import pod_range
-
-pytestmark = [pytest.mark.node, pytest.mark.integration]
-
-
-def web_pod(
-    name: str,
-    image: str,
-    *,
-    labels: dict | None = None,
-    hostname: str = "",
-    subdomain: str = "",
-    page: str = "",
-) -> dict:
-    """busybox: print a line, serve `page` on :8080 as user 65532; Ready once the port answers."""
-    spec: dict = {
-        "terminationGracePeriodSeconds": 1,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": 65532,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "containers": [
-            {
-                "name": "web",
-                "image": image,
-                "imagePullPolicy": "IfNotPresent",
-                "command": [
-                    "sh",
-                    "-c",
-                    f"echo hello-from-{name}; mkdir -p /tmp/www; echo '{page}' > /tmp/www/index.html; "
-                    "exec httpd -f -p 8080 -h /tmp/www",
-                ],
-                "ports": [{"containerPort": 8080}],
-                "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
-                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-            }
-        ],
-    }
-    if hostname:
-        spec.update(hostname=hostname, subdomain=subdomain)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": labels or {"app": name}},
-        "spec": spec,
-    }
-
-
-def web_service(name: str, app: str) -> dict:
-    """A ClusterIP Service: port 80 to the web_pod's 8080 of the pods labelled app=`app`."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name},
-        "spec": {"selector": {"app": app}, "ports": [{"port": 80, "targetPort": 8080}]},
-    }
-
-
-def wait_ready(kubectl, namespace: str, *names: str) -> None:
-    for name in names:
-        kubectl("wait", "--for=condition=Ready", f"pod/{name}", "-n", namespace, "--timeout=60s", timeout=90)
-
-
-def exec_sh(kubectl, namespace: str, pod: str, script: str, check: bool = True):
-    return kubectl("exec", "-n", namespace, pod, "--", "sh", "-c", script, check=check, timeout=60)
+from node.node_support import exec_sh, http_get, wait_ready, web_pod, web_service
 
 
 def test_pod_runs_in_containerd_and_logs_and_exec_work(
@@ -136,13 +70,6 @@ def test_pods_resolve_each_other_through_cluster_dns(node_kubectl, node_namespac
     # No upstream: a name outside the cluster does not resolve (nothing is forwarded off the machine).
     outside = exec_sh(node_kubectl, node_namespace, "peer-1", "nslookup example.com", check=False)
     assert outside.returncode != 0, outside.stdout
-
-
-def http_get(kubectl, namespace: str, pod: str, host: str, port: int) -> str:
-    """The body of GET / (busybox nc: Debian's static busybox wget crashes in its glibc lookups)."""
-    script = f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 {host} {port}"
-    response = exec_sh(kubectl, namespace, pod, script).stdout.replace("\r\n", "\n")
-    return response.split("\n\n", 1)[-1]
 
 
 def test_cluster_ip_service_reaches_a_pod_through_kube_proxy(node_kubectl, node_namespace, busybox):

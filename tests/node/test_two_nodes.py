@@ -9,9 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from node.test_real_node import exec_sh, http_get, wait_ready, web_pod, web_service
-
-pytestmark = [pytest.mark.node, pytest.mark.integration]
+from node.node_support import exec_sh, http_get, wait_ready, web_pod, web_service
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 job must end as its workers' script dictates (success, a permanent failure, retries up to backoffLimit,
 removal by TTL, a lost worker's group restart) with every worker index of each group, never two pods of one
 worker at once, nor more pods of a job than replicas. Outcomes only; timings belong to the bench. The pod
-watch's counting is checked on its own in bench/tests/test_watch.py."""
+watch's counting is checked on its own in tests/unit/bench/test_bench_pods.py."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from mwms_bench.lab import Lab
 from mwms_bench.measure import wait
 from mwms_dev.kwok import WorkerScript, build
 
-# func_only: the fixture may wait on a cold KWOK build in `make test`'s background (hack/build-kwok.sh's
+# func_only: the fixture may wait on a cold KWOK build in `make test`'s background (hack/build/build-kwok.sh's
 # lock), bounded by mwms_dev.kwok.build's own timeout; the test itself takes ~1 minute, 2 at load ~14.
-pytestmark = [pytest.mark.scale, pytest.mark.waits_for_build, pytest.mark.timeout(600, func_only=True)]
+pytestmark = [pytest.mark.waits_for_build, pytest.mark.timeout(600, func_only=True)]
 
 REPLICAS = 4
 NODES = 100

@@ -11,15 +11,19 @@ from static_support import REPO, missing_tool, venv_tool
 
 @pytest.fixture(scope="session")
 def tools_bin() -> Path:
-    """The bin dir of hack/tools.sh (installs Helm and kubectl on first use, a no-op afterwards)."""
+    """The bin dir of hack/build/tools.sh (installs Helm and kubectl on first use, a no-op afterwards)."""
     try:
         result = subprocess.run(
-            ["bash", str(REPO / "hack" / "tools.sh")], capture_output=True, text=True, timeout=600, cwd=REPO
+            ["bash", str(REPO / "hack" / "build" / "tools.sh")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=REPO,
         )
     except subprocess.TimeoutExpired:
-        missing_tool("hack/tools.sh did not finish in 600 s")
+        missing_tool("hack/build/tools.sh did not finish in 600 s")
     if result.returncode != 0:
-        missing_tool(f"hack/tools.sh could not install Helm/kubectl: {result.stderr.strip()[-500:]}")
+        missing_tool(f"hack/build/tools.sh could not install Helm/kubectl: {result.stderr.strip()[-500:]}")
     return Path(result.stdout.strip().splitlines()[-1])
 
 

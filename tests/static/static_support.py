@@ -1,12 +1,13 @@
 """Shared pieces of the static checks: where the tools are, and running them (fixtures: conftest.py).
 
-Helm and kubectl come from hack/tools.sh (pinned, cached by version); the linters are pip packages of the
-`test` dependency group, next to this Python. A missing tool skips with the reason — except under CI
+Helm and kubectl come from hack/build/tools.sh (pinned, cached by version); the linters are pip packages of
+the `test` dependency group, next to this Python. A missing tool skips with the reason — except under CI
 (CI=true), where a skip would hide a broken install, so it fails.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -84,3 +85,31 @@ def find(docs: list[dict], kind: str, name: str) -> dict:
 def container_env(deployment: dict) -> dict[str, str | None]:
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def strict_json_schema(crd: dict) -> dict:
+    """A CRD's openAPIV3Schema (its storage version) as a JSON Schema that rejects unknown fields, as `kubectl
+    apply` does (server-side strict field validation). OpenAPI v3.0 schemas are draft-04 (boolean
+    exclusiveMinimum)."""
+    (version,) = [v for v in crd["spec"]["versions"] if v["storage"]]
+    schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
+
+    def strict(node):
+        if isinstance(node, dict):
+            if (
+                "properties" in node
+                and "additionalProperties" not in node
+                and not node.get("x-kubernetes-preserve-unknown-fields")
+            ):
+                node["additionalProperties"] = False
+            for child in node.values():
+                strict(child)
+        elif isinstance(node, list):
+            for child in node:
+                strict(child)
+
+    strict(schema)
+    # metadata is the API server's ObjectMeta (labels, namespace, ...): a CRD may only restrict it.
+    schema["properties"].get("metadata", {}).pop("additionalProperties", None)
+    schema["$schema"] = "http://json-schema.org/draft-04/schema#"
+    return schema

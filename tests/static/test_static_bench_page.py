@@ -3,12 +3,9 @@ committed bench/results/ records, and it stays short."""
 
 from __future__ import annotations
 
-import pytest
 from static_support import REPO
 
 from mwms_bench import results
-
-pytestmark = pytest.mark.static
 
 PAGE = REPO / "docs" / "benchmarks.md"
 

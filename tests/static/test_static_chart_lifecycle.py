@@ -17,8 +17,6 @@ from static_support import CHART, KUBE_VERSIONS, MANIFESTS, REPO, find, helm_tem
 
 from mwms_kit.install_doc import kustomize_uninstall_script
 
-pytestmark = pytest.mark.static
-
 OPERATOR = "mwms-operator"
 HOOK = "mwms-operator-lease-cleanup"
 

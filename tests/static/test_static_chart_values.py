@@ -8,8 +8,6 @@ import json
 import pytest
 from static_support import CHART, find, helm_template, load_all, run
 
-pytestmark = pytest.mark.static
-
 OPERATOR = "mwms-operator"
 VERSION = (CHART.parent.parent / "VERSION").read_text().strip()
 

@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 from static_support import CHART, REPO
 
-pytestmark = pytest.mark.static
-
 README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))
 PAGES = [README, *DOCS]

@@ -7,8 +7,6 @@ import re
 import pytest
 from static_support import REPO, run, venv_tool
 
-pytestmark = pytest.mark.static
-
 DOCKERFILES = {
     "operator": REPO / "operator" / "Dockerfile",
     "trainer": REPO / "trainer" / "Dockerfile",
@@ -16,7 +14,7 @@ DOCKERFILES = {
     "custom-trainer-example": REPO / "docs" / "examples" / "custom-trainer.Dockerfile",
 }
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
-SHELL_SCRIPTS = sorted((REPO / "hack").glob("*.sh")) + [REPO / ".ci" / "run"]
+SHELL_SCRIPTS = sorted((REPO / "hack").rglob("*.sh")) + [REPO / ".ci" / "run"]
 
 
 def test_yamllint():

@@ -1,5 +1,5 @@
-"""The images' lock files (requirements/*.lock.txt, written by hack/lock.sh): every package pinned with its
-hashes, pyproject's pins and ranges honoured, and the Dockerfiles installing from them alone."""
+"""The images' lock files (requirements/*.lock.txt, written by hack/build/lock.sh): every package pinned with
+its hashes, pyproject's pins and ranges honoured, and the Dockerfiles installing from them alone."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from static_support import REPO
-
-pytestmark = pytest.mark.static
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 EXTRAS = PYPROJECT["project"]["optional-dependencies"]

@@ -3,7 +3,6 @@ pod is hardened, the operator settings are ones the operator reads, and the samp
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -17,11 +16,10 @@ from static_support import (
     helm_template,
     load_all,
     run,
+    strict_json_schema,
     validate_strict,
     venv_tool,
 )
-
-pytestmark = pytest.mark.static
 
 SAMPLES = sorted((MANIFESTS / "samples").glob("*.yaml"))
 OPERATOR = "mwms-operator"
@@ -172,7 +170,7 @@ class _RecordingEnv(dict):
 @pytest.mark.parametrize("source", ["manifests", "chart (ci values)"])
 def test_operator_reads_every_setting_we_ship(source, every_shipped_object):
     """Each MWMS_* variable of the Deployment is one the operator reads, and its value is accepted."""
-    from mwms_operator import config
+    from mwms_operator.settings import DEFAULT_TRAINER_IMAGE, OperatorConfig
 
     if source == "manifests":
         docs = load_all((MANIFESTS / "deployment.yaml").read_text())
@@ -182,10 +180,10 @@ def test_operator_reads_every_setting_we_ship(source, every_shipped_object):
     # None: set from the pod (the downward API), MWMS_LEADER_ELECTION_NAMESPACE to the pod's namespace.
     env = {k: "mwms-system" if v is None else v for k, v in shipped.items() if k.startswith("MWMS_")}
     recording = _RecordingEnv(env)
-    settings = config.OperatorConfig.from_env(recording)
+    settings = OperatorConfig.from_env(recording)
     assert set(env) <= recording.asked, f"set but never read: {sorted(set(env) - recording.asked)}"
     # Unset: the trainer image of the operator's own version (test_static_version.py).
-    assert settings.trainer_image == env.get("MWMS_TRAINER_IMAGE", config.DEFAULT_TRAINER_IMAGE)
+    assert settings.trainer_image == env.get("MWMS_TRAINER_IMAGE", DEFAULT_TRAINER_IMAGE)
     assert settings.tracking_uri == env["MWMS_TRACKING_URI"]
     assert settings.health_port == 8080 and settings.metrics_port == 8000
 
@@ -207,29 +205,8 @@ def test_mlflow_allows_its_in_cluster_names():
 
 
 def crd_json_schema() -> dict:
-    """The CRD's openAPIV3Schema as a JSON Schema that rejects unknown fields, as `kubectl apply` does
-    (server-side strict field validation). OpenAPI v3.0 schemas are draft-04 (boolean exclusiveMinimum)."""
-    crd = next(d for d in load_all((MANIFESTS / "crd.yaml").read_text()))
-    (version,) = [v for v in crd["spec"]["versions"] if v["storage"]]
-    schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
-
-    def strict(node):
-        if isinstance(node, dict):
-            if (
-                "properties" in node
-                and "additionalProperties" not in node
-                and not node.get("x-kubernetes-preserve-unknown-fields")
-            ):
-                node["additionalProperties"] = False
-            for child in node.values():
-                strict(child)
-        elif isinstance(node, list):
-            for child in node:
-                strict(child)
-
-    strict(schema)
-    schema["$schema"] = "http://json-schema.org/draft-04/schema#"
-    return schema
+    """Our CRD's schema, strict as `kubectl apply` is."""
+    return strict_json_schema(next(d for d in load_all((MANIFESTS / "crd.yaml").read_text())))
 
 
 def check_trainjob(doc: dict, tmp_path: Path) -> tuple[int, str]:

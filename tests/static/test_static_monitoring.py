@@ -17,7 +17,7 @@ from static_support import CHART, MONITORING_VALUES, REPO, find, helm_template, 
 
 from mwms_kit.promnames import LIBRARY_PREFIXES, PREFIX, names_read, naming_problems, series_names
 
-pytestmark = [pytest.mark.static, pytest.mark.waits_for_build]
+pytestmark = pytest.mark.waits_for_build
 
 RUNBOOKS = REPO / "docs" / "runbooks.md"
 ALERTS_TEST = Path(__file__).parent / "data" / "alerts-test.yaml"
@@ -27,7 +27,7 @@ def _families() -> list[tuple[str, str]]:
     """(name, type) of every family the operator's registry exports, the client library's own included."""
     from prometheus_client import REGISTRY
 
-    import mwms_operator.metrics  # noqa: F401  (registers the operator's metrics)
+    import mwms_operator.telemetry.metrics  # noqa: F401  (registers the operator's metrics)
 
     return [(f.name, f.type) for f in REGISTRY.collect() if f.name.startswith((PREFIX, *LIBRARY_PREFIXES))]
 
@@ -135,7 +135,7 @@ def test_every_alert_has_a_for_a_severity_and_a_runbook_that_says_what_to_do(hel
 
 
 def test_failures_are_split_by_the_contracts_reasons_into_the_platforms_and_the_users(helm):
-    from mwms_operator.metrics import PLATFORM_FAILURE_REASONS, USER_FAILURE_REASONS
+    from mwms_operator.telemetry.metrics import PLATFORM_FAILURE_REASONS, USER_FAILURE_REASONS
 
     alerts = _rules(helm)
 
@@ -159,16 +159,21 @@ def test_operator_down_alert_needs_the_service_monitor(helm):
 
 
 def promtool() -> Path:
-    """The cached build (hack/build-promtool.sh: a no-op once built; it may still be building in `make test`'s
-    background, so this waits on its lock), else one on PATH."""
+    """The cached build (hack/build/build-promtool.sh: a no-op once built; it may still be building in `make
+    test`'s background, so this waits on its lock), else one on PATH."""
     built = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-promtool.sh")], capture_output=True, text=True, timeout=3600
+        ["bash", str(REPO / "hack" / "build" / "build-promtool.sh")],
+        capture_output=True,
+        text=True,
+        timeout=3600,
     )
     if built.returncode == 0:
         return Path(built.stdout.strip()) / "promtool"
     on_path = shutil.which("promtool")
     if on_path is None:
-        missing_tool(f"hack/build-promtool.sh failed and no promtool is on PATH: {built.stderr[-2000:]}")
+        missing_tool(
+            f"hack/build/build-promtool.sh failed and no promtool is on PATH: {built.stderr[-2000:]}"
+        )
     return Path(str(on_path))
 
 
@@ -216,7 +221,7 @@ def test_every_panel_honours_job_and_the_namespace_of_trainjob_metrics(helm):
     own panels, its CPU, memory, queues and API requests, are the whole operator's)."""
     from prometheus_client.metrics import MetricWrapperBase
 
-    from mwms_operator import metrics
+    from mwms_operator.telemetry import metrics
 
     by_namespace = {
         m._name

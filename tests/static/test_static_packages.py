@@ -16,8 +16,6 @@ from pathlib import Path
 import pytest
 from static_support import REPO
 
-pytestmark = pytest.mark.static
-
 PACKAGES = {
     "mwms_contract": REPO / "contract" / "mwms_contract",
     "mwms": REPO / "client" / "mwms",

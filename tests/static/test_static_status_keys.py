@@ -12,12 +12,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 from static_support import REPO
 
 from mwms_contract import status
-
-pytestmark = pytest.mark.static
 
 SOURCES = (REPO / "operator" / "mwms_operator", REPO / "client" / "mwms")
 KEYS = frozenset().union(
@@ -36,22 +33,23 @@ KEYS = frozenset().union(
 POD = frozenset({"phase", "conditions", "type", "status", "reason", "message", "ready"})
 EVENT = frozenset({"type", "reason", "message"})  # a core/v1 Event
 OTHER_OBJECTS: dict[str, frozenset[str]] = {
-    "operator/mwms_operator/builders.py": frozenset({"type"}),  # the pod's seccompProfile
-    "operator/mwms_operator/pods.py": POD,
-    "operator/mwms_operator/events.py": EVENT,
-    "operator/mwms_operator/logs.py": frozenset({"message"}),  # a JSON log record
-    "operator/mwms_operator/k8s.py": frozenset({"status", "message"}),  # the patch's body; an Event's
-    "operator/mwms_operator/refusals.py": frozenset({"message"}),  # a Status reply (ApiError.of)
-    "operator/mwms_operator/mlflow_api.py": frozenset({"status"}),  # MLflow's run info and update
-    "operator/mwms_operator/progress.py": frozenset({"metrics"}),  # MLflow's run data
-    "operator/mwms_operator/runwatch.py": frozenset({"epochs"}),  # spec.trainer.epochs
+    "operator/mwms_operator/render/pod.py": frozenset({"type"}),  # the pod's seccompProfile
+    "operator/mwms_operator/observe/pod_states.py": POD,
+    "operator/mwms_operator/kube/events.py": EVENT,
+    "operator/mwms_operator/telemetry/log_format.py": frozenset({"message"}),  # a JSON log record
+    "operator/mwms_operator/kube/client.py": frozenset({"status", "message"}),  # the patch's body; an Event's
+    "operator/mwms_operator/kube/refusals.py": frozenset({"message"}),  # a Status reply (ApiError.of)
+    "operator/mwms_operator/mlflow/rest.py": frozenset({"status"}),  # MLflow's run info and update
+    "operator/mwms_operator/mlflow/progress.py": frozenset({"metrics"}),  # MLflow's run data
+    "operator/mwms_operator/mlflow/runwatch.py": frozenset({"epochs"}),  # spec.trainer.epochs
     # The TrainJob's .status, kept as the API server gave it: a decision's patch is compared with it.
-    "operator/mwms_operator/state.py": frozenset({"status"}),
+    "operator/mwms_operator/observe/state.py": frozenset({"status"}),
     "client/mwms/describe.py": POD | EVENT,
     "client/mwms/follow.py": POD,
     "client/mwms/kube.py": frozenset({"type", "message"}),  # a watch event; a Status reply
     "client/mwms/submit.py": frozenset({"mlflow"}),  # spec.mlflow
     "client/mwms/logs.py": frozenset({"mlflow"}),  # spec.mlflow
+    "client/mwms/tfjob.py": frozenset({"mlflow"}),  # the converted TrainJob's spec.mlflow
     "client/mwms/jobs.py": frozenset({"status", "message"}),  # the chief pod's termination message
     "client/mwms/output.py": frozenset({"phase"}),  # `mwms runs -o json`'s own fields
 }

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from static_support import REPO
 
 from mwms import submit
-
-pytestmark = pytest.mark.static
 
 
 def python_minor(dockerfile: str, arg: str) -> tuple[int, int]:

@@ -1,14 +1,11 @@
-"""hack/tools.sh: the pinned versions, and a second run that changes nothing."""
+"""hack/build/tools.sh: the pinned versions, and a second run that changes nothing."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 
-import pytest
 from static_support import REPO, run
-
-pytestmark = pytest.mark.static
 
 
 def test_pinned_versions(helm, kubectl):
@@ -21,7 +18,11 @@ def test_second_run_is_a_no_op(tools_bin):
     """Installed already (by the fixture): nothing is downloaded or relinked, the same dir is printed."""
     links_before = {p.name: p.readlink() for p in tools_bin.iterdir()}
     result = subprocess.run(
-        ["bash", "-x", str(REPO / "hack" / "tools.sh")], capture_output=True, text=True, timeout=60, cwd=REPO
+        ["bash", "-x", str(REPO / "hack" / "build" / "tools.sh")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(tools_bin)

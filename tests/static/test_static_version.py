@@ -10,8 +10,6 @@ import pytest
 import yaml
 from static_support import CHART, MANIFESTS, REPO, container_env, find, helm_template, load_all, run
 
-pytestmark = pytest.mark.static
-
 VERSION = (REPO / "VERSION").read_text().strip()
 # Files whose tools need the version written out (Helm, kustomize, Argo CD, Flux); each is checked below.
 COPIES = {
@@ -61,10 +59,10 @@ def test_the_client_needs_the_contract_of_its_own_release():
 
 def test_installed_operator_has_this_version():
     """The operator's default trainer image comes from its package metadata (stale venv: `make venv`)."""
-    from mwms_operator import __version__, config
+    from mwms_operator import __version__, settings
 
     assert __version__ == VERSION
-    assert f"ghcr.io/mwms-dev/mwms-trainer:{VERSION}" == config.DEFAULT_TRAINER_IMAGE
+    assert f"ghcr.io/mwms-dev/mwms-trainer:{VERSION}" == settings.DEFAULT_TRAINER_IMAGE
 
 
 def test_chart_versions():

@@ -12,11 +12,8 @@ from mwms_kit.mlflow_server import MlflowServer
 
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
-    try:
+    with MlflowServer(tmp_path_factory.mktemp("mlflow")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

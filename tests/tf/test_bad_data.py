@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
 from tf_support import group, models_of, runs_of, trainjob_spec
 
 from mwms_contract import names
-
-pytestmark = pytest.mark.tf
 
 
 def test_nan_in_a_csv_exits_2_naming_the_column_and_rows(mlflow_server, mlflow_client, tmp_path):

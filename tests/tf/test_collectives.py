@@ -13,11 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from mwms_trainer.local import free_ports
 
-pytestmark = pytest.mark.tf
 PROBE = Path(__file__).with_name("collectives_probe.py")
 
 

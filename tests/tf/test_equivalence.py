@@ -5,10 +5,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import pytest
 from tf_support import group, models_of, trainjob_spec
-
-pytestmark = pytest.mark.tf
 
 # breast_cancer: 398 training rows, global batch 32 -> 12 full batches per epoch and 14 rows left over, the
 # remainder that split 4/4/4/2 and broke the 4-worker result before (each replica's mean

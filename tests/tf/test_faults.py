@@ -16,7 +16,6 @@ from mwms_kit.pid_namespace import AVAILABLE as PID_NAMESPACES
 from mwms_kit.pid_namespace import WHY_NOT
 from mwms_trainer.local import free_ports
 
-pytestmark = pytest.mark.tf
 RETRYABLE = names.EXIT_RETRYABLE
 PEER_LOSS_SECONDS = 180  # TensorFlow's health check finds a lost peer within ~60 s; the rest is for load
 

@@ -23,13 +23,10 @@ from tf_support import POISON, group, models_of, runs_of, trainjob_spec, write_p
 
 from mwms_contract import names
 
-pytestmark = [
-    pytest.mark.tf,
-    pytest.mark.skipif(
-        os.geteuid() != 0 or shutil.which("unshare") is None,
-        reason="hiding files per worker needs a mount namespace (root and util-linux's unshare)",
-    ),
-]
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="hiding files per worker needs a mount namespace (root and util-linux's unshare)",
+)
 
 FILES = 5
 TRAINER = {"dataset": "parquet", "sharding": "files", "testSize": 0.2, "epochs": 3, "globalBatchSize": 32}

@@ -9,8 +9,6 @@ from tf_support import group, runs_of, trainjob_spec
 
 from mwms_contract import names
 
-pytestmark = pytest.mark.tf
-
 
 @pytest.mark.parametrize(
     ("trainer", "env", "setting"),

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
 from tf_support import models_of, runs_of
 
 from mwms_trainer import MirroredStrategyRunner
-
-pytestmark = pytest.mark.tf
 
 
 def test_ported_seed_gives_one_run_and_one_model(mlflow_server, mlflow_client, monkeypatch):

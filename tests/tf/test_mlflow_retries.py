@@ -15,7 +15,6 @@ from mwms_trainer.errors import MlflowRefusedError, RetryableError
 from mwms_trainer.local import free_ports
 from mwms_trainer.retries import with_retries
 
-pytestmark = pytest.mark.tf
 DELAYS = (0.01, 0.01, 0.01)
 
 

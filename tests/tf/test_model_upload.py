@@ -18,8 +18,6 @@ from tf_support import StallingProxy, group, models_of, runs_of, trainjob_spec
 
 from mwms_contract import names
 
-pytestmark = pytest.mark.tf
-
 
 def _artifact_upload(method: str, path: str) -> bool:
     return method == "PUT" and "/mlflow-artifacts/artifacts/" in path

@@ -28,21 +28,17 @@ from mwms_contract import names
 from mwms_kit.mlflow_server import MlflowServer
 from mwms_kit.s3_server import BUCKET, S3Server, mlflow_s3_python
 
-# The S3 server and the MLflow-S3 environment may still be building in `make test`'s background
-# (hack/run-tests.py): the module's fixtures wait on their build locks, so the timeout counts the tests
-# themselves only.
-pytestmark = [pytest.mark.tf, pytest.mark.waits_for_build, pytest.mark.timeout(func_only=True)]
+# The S3 server and the MLflow-S3 environment may still be building in `make test`'s background: the
+# module's fixtures wait on their build locks, so the timeout counts the tests themselves only.
+pytestmark = [pytest.mark.waits_for_build, pytest.mark.timeout(func_only=True)]
 
 TRAINER = {"epochs": 3, "globalBatchSize": 32, "learningRate": 0.05}
 
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    server = S3Server(tmp_path_factory.mktemp("s3")).start()
-    try:
+    with S3Server(tmp_path_factory.mktemp("s3")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def upload_table(s3: S3Server, local: Path) -> str:
@@ -158,7 +154,8 @@ def test_a_wrong_key_a_missing_bucket_or_an_empty_prefix_exits_2_at_once_naming_
 
 def test_throttling_and_5xx_answers_are_retried_with_backoff(s3, tmp_path, monkeypatch):
     """The first answers are 503 (AWS's SlowDown status): the listing still succeeds."""
-    from mwms_trainer import data, objectstore
+    from mwms_trainer import objectstore
+    from mwms_trainer.input import readers
 
     write_parts(tmp_path / "table.parquet", files=2)
     uri = upload_table(s3, tmp_path / "table.parquet")
@@ -173,7 +170,7 @@ def test_throttling_and_5xx_answers_are_retried_with_backoff(s3, tmp_path, monke
         for key, value in {**s3.env, "AWS_ENDPOINT_URL": proxy.url}.items():
             monkeypatch.setenv(key, value)
         objectstore.filesystem.cache_clear()
-        files = data.table_files(uri, "parquet")
+        files = readers.table_files(uri, "parquet")
     finally:
         objectstore.filesystem.cache_clear()
         proxy.close()

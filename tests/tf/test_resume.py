@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from tf_support import group, trainjob_spec, write_parts
 
-pytestmark = pytest.mark.tf
 EPOCHS = 10
 MODEL = {"epochs": EPOCHS, "hiddenUnits": [16]}
 

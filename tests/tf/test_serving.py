@@ -9,8 +9,6 @@ import pandas as pd
 import pytest
 from tf_support import group, trainjob_spec
 
-pytestmark = pytest.mark.tf
-
 
 def _train(name, trainer, server, tmp_path):
     g = group(trainjob_spec(name, 1, trainer), server.url, tmp_path / name).start()

@@ -23,7 +23,7 @@ from tf_support import Group, StallingProxy, group, trainjob_spec
 from mwms_contract import names
 from mwms_kit.pid_namespace import AVAILABLE, WHY_NOT, pid1_of
 
-pytestmark = [pytest.mark.tf, pytest.mark.skipif(not AVAILABLE, reason=WHY_NOT)]
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY_NOT)
 GRACE_PERIOD_SECONDS = 30  # a pod's default terminationGracePeriodSeconds
 SIGTERM_EXIT = 128 + signal.SIGTERM
 

@@ -20,7 +20,6 @@ from mwms.jobs import chiefs_value
 from mwms_contract import names
 from mwms_trainer import result as job_result
 
-pytestmark = pytest.mark.tf
 CODE = REPO / "tests" / "data" / "usercode"
 MODEL_FILE = re.compile(r"/models/(m-[0-9a-f]+)/artifacts/MLmodel$")
 

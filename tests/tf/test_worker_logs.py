@@ -18,7 +18,6 @@ from tf_support import POISON, REPO, group, runs_of, trainjob_spec
 from mwms_contract import names
 from mwms_kit.pid_namespace import AVAILABLE, WHY_NOT, pid1_of, start_as_pid1
 
-pytestmark = pytest.mark.tf
 CODE = REPO / "tests" / "data" / "usercode"
 SCRIPT = """
 import os, sys, time

@@ -20,8 +20,8 @@ from mwms_contract.trainjob import TrainJobSpec
 from mwms_kit.pid_namespace import start_as_pid1
 from mwms_kit.tables import write_parts  # noqa: F401  (the tf tests' tables; tests/support for other tiers too)
 from mwms_kit.trainjobs import trainjob
-from mwms_operator.config import OperatorConfig
-from mwms_operator.spec import parse_trainjob
+from mwms_operator.render.spec import parse_trainjob
+from mwms_operator.settings import OperatorConfig
 from mwms_trainer import local
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def trainjob_spec(
         runPolicy={"startupTimeoutSeconds": startup_timeout},
         **spec,
     )
-    return parse_trainjob(body, OperatorConfig())
+    return parse_trainjob(body, OperatorConfig().spec_defaults())
 
 
 @dataclass

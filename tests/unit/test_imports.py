@@ -91,8 +91,8 @@ def test_operator_imports_with_tensorflow_blocked():
         "for name in ('tensorflow', 'tf_keras', 'keras', 'mlflow'):\n"
         "    sys.modules[name] = None  # any import of these now raises ImportError\n"
         "import kopf\n"
-        "import mwms_operator.handlers, mwms_operator.__main__, mwms_operator.leader\n"
-        "from mwms_operator.config import OperatorConfig\n"
+        "import mwms_operator.handlers, mwms_operator.__main__, mwms_operator.kube.leader\n"
+        "from mwms_operator.settings import OperatorConfig\n"
         "mwms_operator.handlers.register(kopf.OperatorRegistry(), OperatorConfig())\n"
         "assert 'tensorflow' not in [m for m, v in sys.modules.items() if v is not None]\n"
         "print('ok')\n"
@@ -107,8 +107,8 @@ def test_the_running_operator_loads_no_kubernetes_client():
         "import sys\n"
         "from mwms_operator.__main__ import keep_out_unused_clients\n"
         "keep_out_unused_clients()  # as `python -m mwms_operator` does first\n"
-        "import kopf, mwms_operator.handlers, mwms_operator.leader\n"
-        "from mwms_operator.config import OperatorConfig\n"
+        "import kopf, mwms_operator.handlers, mwms_operator.kube.leader\n"
+        "from mwms_operator.settings import OperatorConfig\n"
         "mwms_operator.handlers.register(kopf.OperatorRegistry(), OperatorConfig())\n"
         "loaded = {m.split('.')[0] for m, v in sys.modules.items() if v is not None}\n"
         "print(sorted(loaded & {'kubernetes', 'pydantic', 'urllib3', 'google'}))\n"
@@ -130,7 +130,7 @@ def test_a_bad_setting_stops_the_operator_with_the_variable_named():
 
 def test_kopf_watches_all_namespaces_or_only_the_configured_ones():
     from mwms_operator.__main__ import run_options
-    from mwms_operator.config import OperatorConfig
+    from mwms_operator.settings import OperatorConfig
 
     everywhere = run_options(OperatorConfig.from_env({"MWMS_HEALTH_PORT": "9000"}))
     assert everywhere.pop("identity").startswith("mwms-operator@")

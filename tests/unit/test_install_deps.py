@@ -1,4 +1,4 @@
-"""hack/install-deps.sh, as a new user meets it: not root, on a PATH without the tools. It must name
+"""hack/build/install-deps.sh, as a new user meets it: not root, on a PATH without the tools. It must name
 everything missing in one message, print the one apt-get line, and stop before anything is built;
 `make demo` and `make test` run it before any other step."""
 
@@ -39,7 +39,7 @@ def bare_machine() -> Iterator[Path]:
             found = shutil.which(tool)
             assert found, tool
             (machine / "bin" / tool).symlink_to(found)
-        for path in (machine, machine / "hack", machine / "bin"):
+        for path in (machine, machine / "hack", machine / "hack" / "build", machine / "bin"):
             path.chmod(0o755)
         yield machine
     finally:
@@ -50,7 +50,7 @@ def run_as_nobody(machine: Path, *args: str) -> subprocess.CompletedProcess[str]
     env = {"PATH": str(machine / "bin"), "HOME": str(machine / "home"), "MWMS_CACHE": str(machine / "cache")}
     return subprocess.run(
         [SETPRIV, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--",
-         str(machine / "bin" / "bash"), str(machine / "hack" / "install-deps.sh"), *args],
+         str(machine / "bin" / "bash"), str(machine / "hack" / "build" / "install-deps.sh"), *args],
         env=env, capture_output=True, text=True, timeout=60, cwd=machine,
     )  # fmt: skip
 
@@ -78,7 +78,10 @@ def test_this_machine_passes_and_says_what_it_found():
     if os.geteuid() != 0:
         pytest.skip("installs need root (CI runs as root)")
     done = subprocess.run(
-        ["bash", str(REPO / "hack" / "install-deps.sh"), "test"], capture_output=True, text=True, timeout=600
+        ["bash", str(REPO / "hack" / "build" / "install-deps.sh"), "test"],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr
     assert "install-deps: ok:" in done.stderr and "installing" not in done.stderr
@@ -89,4 +92,4 @@ def test_demo_and_test_check_the_host_before_anything_else():
     for target in ("demo", "test"):
         (prerequisites,) = re.findall(rf"^{target}:(.*)$", makefile, re.M)
         assert prerequisites.split()[0] == f"deps-{target}", f"make {target} must check the host first"
-        assert f"hack/install-deps.sh {target}" in makefile
+        assert f"hack/build/install-deps.sh {target}" in makefile

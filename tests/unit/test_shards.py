@@ -4,7 +4,6 @@ in every shard process, namespaces and operators kept apart by the shard's prefi
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mwms_kit import modules, shards
+from mwms_kit import shards
 
 REPO = Path(__file__).resolve().parents[2]
 INTEGRATION = REPO / "tests" / "integration"
@@ -86,7 +85,7 @@ def test_the_shards_together_collect_every_test_of_the_tier_once():
     assert sum(len(part) for part in parts) == len(whole)
 
 
-WAITING_MODULES = {  # marked waits_for_build: their builds run beside the tests (hack/run-tests.py)
+WAITING_MODULES = {  # marked waits_for_build: their builds run beside the tests (mwms_kit.runner)
     "tests/integration/operator/test_operator_kueue.py",
     "tests/integration/operator/test_operator_object_storage.py",
     "tests/scale/test_scale_smoke.py",
@@ -116,21 +115,3 @@ def test_each_shard_starts_its_spare_clusters_on_a_bridge_of_its_own(monkeypatch
         offsets.add(shards.spare_subnet_offset())
     # Not on the node tier's (+20), the README test's (+30) or the scale smoke test's (+5) bridge either.
     assert len(offsets) == len(shards.SHARDS) and not offsets & {0, 5, 20, 30}
-
-
-def run_tests_module():
-    return modules.load("run_tests", "hack/run-tests.py")
-
-
-def test_the_runner_adds_up_a_tier_that_several_sessions_ran(tmp_path, monkeypatch):
-    run_tests = run_tests_module()
-    monkeypatch.setattr(run_tests, "RESULTS", tmp_path)
-    count = {"passed": 3, "failed": 1, "errors": 0, "skipped": 0, "started": 100.0, "ended": 160.0}
-    (tmp_path / "integration-a.json").write_text(json.dumps({"integration": count}))
-    later = {**count, "passed": 2, "failed": 0, "started": 130.0, "ended": 400.0}
-    (tmp_path / "integration-b.json").write_text(json.dumps({"integration": later, "controlplane": count}))
-    tiers = run_tests.merged_tiers()
-    assert tiers["integration"] == {**count, "passed": 5, "failed": 1, "started": 100.0, "ended": 400.0}
-    assert tiers["controlplane"] == count
-    assert run_tests.first_failure([0, 1, 2]) == 1
-    assert run_tests.first_failure([0, 0]) == 0

@@ -1,5 +1,6 @@
 """What the lab and a real node cost. `controlplane`: the control plane's cold build (from the
-build-times.jsonl hack/build-control-plane.sh keeps), warm starts to /readyz (target <= 15 s) and /healthz.
+build-times.jsonl hack/build/build-control-plane.sh keeps), warm starts to /readyz (target <= 15 s) and
+/healthz.
 `images`: `make images` cold (empty image cache) and warm, and each image's compressed and unpacked layers.
 `budget`: the wall time of one command (`-- make demo`), every cache empty with --cold.
 `node`: a real kubelet node's start to Ready and CoreDNS ready; pod create -> Ready, image loaded (busybox,
@@ -65,7 +66,7 @@ def controlplane(a: argparse.Namespace, figures: Figures) -> None:
 def build_images(cache: Path) -> float:
     started = time.monotonic()
     env = {**os.environ, "MWMS_IMAGES_CACHE": str(cache)}
-    subprocess.run(["bash", "hack/build-images.sh"], cwd=REPO, check=True, env=env)
+    subprocess.run(["bash", "hack/build/build-images.sh"], cwd=REPO, check=True, env=env)
     return measure.since(started, 1)
 
 

@@ -29,8 +29,8 @@ import numpy as np
 from mwms_bench.measure import peak_rss_mib, since
 from mwms_bench.scenarios import Figures, Scenario
 from mwms_kit import pid_namespace
-from mwms_operator.config import OperatorConfig
-from mwms_operator.spec import parse_trainjob
+from mwms_operator.render.spec import parse_trainjob
+from mwms_operator.settings import OperatorConfig
 from mwms_trainer import local
 
 MODELS = {"bench": [64, 32], "1m": [1024, 1024]}  # hidden units; "1m": 1.07M weights with 20 features
@@ -41,7 +41,9 @@ def local_job(root: Path, name: str, replicas: int, trainer: dict, **spec: Any) 
     body = {"metadata": {"name": name}, "spec": {"replicas": replicas, "trainer": trainer, **spec}}
     job_dir, uri = root / f"{name}-{uuid.uuid4().hex[:6]}", local.prepare_sqlite_store(root, name)
     settings = {"job_name": name, "namespace": "bench", "uid": str(uuid.uuid4()), "job_dir": job_dir}
-    return local.worker_envs(parse_trainjob(body, OperatorConfig()), tracking_uri=uri, **settings), job_dir
+    return local.worker_envs(
+        parse_trainjob(body, OperatorConfig().spec_defaults()), tracking_uri=uri, **settings
+    ), job_dir
 
 
 def run_group(envs: list[dict], job_dir: Path) -> list[float]:

@@ -19,24 +19,15 @@ KUBEFLOW_CRD = "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml"
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    control_plane_cluster: Any, spare_subnet_index: int, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator:
-    state = tmp_path_factory.mktemp("client-cluster")
-    with control_plane_cluster("client", state, spare_subnet_index) as local:
-        yield local
-
-
-@pytest.fixture(scope="module")
-def kubectl(cluster: Any, make_kubectl: Any) -> Any:
-    return make_kubectl(cluster.kubeconfig)
+def cluster(spare_cluster: Any) -> Any:
+    return spare_cluster
 
 
 def kubeflow_crd() -> Path:
     """Kubeflow Trainer v2's TrainJob CRD, from its Go module (in the project's module cache)."""
     env = {
         **os.environ,
-        # hack/cache.sh's module cache: MWMS_CACHE moves it with every other cache
+        # hack/build/cache.sh's module cache: MWMS_CACHE moves it with every other cache
         "GOMODCACHE": str(Path(os.environ.get("MWMS_CACHE", Path.home() / ".cache" / "mwms")) / "go" / "mod"),
         "GOFLAGS": "-mod=mod",
     }

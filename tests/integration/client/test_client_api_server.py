@@ -16,8 +16,6 @@ import yaml
 
 from mwms_kit.submit import run_mwms
 
-pytestmark = pytest.mark.integration
-
 FLAGS = [
     *("--cpu", "250m", "--memory", "64Mi", "--gpu", "1", "--env", "A=1", "--env", "B=two"),
     *("--label", "team=a", "--queue", "gpus", "--node-selector", "pool=p", "--toleration", "k=v:NoSchedule"),

@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from mwms_contract.names import TRAINER_IMAGE
-
-pytestmark = pytest.mark.integration
 
 CRD_NAME = "widgets.controlplane-test.mwms.dev"
 WIDGET_CRD = {

@@ -14,27 +14,8 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    control_plane_cluster: Any, spare_subnet_index: int, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator:
-    state = tmp_path_factory.mktemp("monitoring-cluster")
-    with control_plane_cluster("monitoring", state, spare_subnet_index) as local:
-        yield local
-
-
-@pytest.fixture(scope="module")
-def kubectl(cluster: Any, make_kubectl: Any) -> Any:
-    return make_kubectl(cluster.kubeconfig)
-
-
-@pytest.fixture(scope="module")
-def crd(kubectl: Any, wait_for: Any) -> None:
-    kubectl("apply", "-f", str(REPO / "manifests" / "crd.yaml"))
-    wait_for(
-        lambda: kubectl("get", "trainjobs", "-A", check=False).returncode == 0,
-        timeout=60,
-        what="the TrainJob resource to be served",
-    )
+def cluster(spare_cluster: Any) -> Any:
+    return spare_cluster
 
 
 @pytest.fixture

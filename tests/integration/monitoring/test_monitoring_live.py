@@ -22,8 +22,6 @@ from mwms_kit import operator_harness as harness
 from mwms_kit.promnames import LIBRARY_PREFIXES, names_read, naming_problems, series_names
 from mwms_kit.trainjobs import trainjob
 
-pytestmark = pytest.mark.integration
-
 REPO = Path(__file__).resolve().parents[3]
 
 CHART = REPO / "charts" / "mwms-operator"
@@ -60,7 +58,7 @@ def chart_exprs() -> list[str]:
     """Every PromQL expression of the chart's PrometheusRule and dashboard, rendered with monitoring on."""
     helm = Path(sys.executable).parent / "helm"
     if not helm.exists():
-        pytest.fail("helm is missing next to the test Python: run `make tools` (hack/tools.sh)")
+        pytest.fail("helm is missing next to the test Python: run `make tools` (hack/build/tools.sh)")
     rendered = subprocess.run(
         [str(helm), "template", "mwms-operator", str(CHART), "--values", str(MONITORING_VALUES)],
         capture_output=True, text=True, check=True, timeout=120,
@@ -121,10 +119,10 @@ def test_fifty_refusals_leave_one_event_with_their_count(
     import kopf
 
     from mwms_contract.conditions import CREATE_PODS_REFUSED
-    from mwms_operator import k8s
-    from mwms_operator.config import OperatorConfig
+    from mwms_operator.kube import client as k8s
+    from mwms_operator.observe.state import job_key
     from mwms_operator.reconciler import Reconciler
-    from mwms_operator.state import job_key
+    from mwms_operator.settings import OperatorConfig
 
     namespace = quota_of_no_pods
     monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))

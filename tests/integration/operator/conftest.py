@@ -15,7 +15,7 @@ import pytest
 
 from mwms_dev.cluster import free_port
 from mwms_kit.mlflow_server import MlflowServer
-from mwms_kit.operator_harness import REPO, OperatorProcess, apply_operator_rbac, service_account_kubeconfig
+from mwms_kit.operator_harness import OperatorProcess, apply_operator_rbac, service_account_kubeconfig
 from mwms_kit.shards import watched_namespaces
 from mwms_kit.standin import standin_container
 from mwms_kit.trainjobs import trainjob
@@ -28,17 +28,6 @@ def operator_kubeconfig(
     """A kubeconfig of the operator's ServiceAccount, with the RBAC of manifests/ applied."""
     apply_operator_rbac(kubectl)
     return service_account_kubeconfig(kubectl, cluster, tmp_path_factory.mktemp("sa") / "operator.kubeconfig")
-
-
-@pytest.fixture(scope="module")
-def crd(kubectl: Any, wait_for: Any) -> None:
-    kubectl("apply", "-f", str(REPO / "manifests" / "crd.yaml"))
-    # Served once discovery knows it (kubectl wait races the CRD's first status).
-    wait_for(
-        lambda: kubectl("get", "trainjobs", "-A", check=False).returncode == 0,
-        timeout=60,
-        what="the TrainJob resource to be served",
-    )
 
 
 @pytest.fixture(scope="module")
@@ -175,8 +164,8 @@ def account_kubeconfig(cluster: Any, kubectl: Any, tmp_path: Path) -> Any:
 
 @pytest.fixture(scope="session")
 def helm_binary() -> str:
-    """The pinned helm that hack/tools.sh links next to the test Python."""
+    """The pinned helm that hack/build/tools.sh links next to the test Python."""
     pinned = Path(sys.executable).parent / "helm"
     if not pinned.exists():
-        pytest.fail("helm is missing next to the test Python: run `make tools` (hack/tools.sh)")
+        pytest.fail("helm is missing next to the test Python: run `make tools` (hack/build/tools.sh)")
     return str(pinned)

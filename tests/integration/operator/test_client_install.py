@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.integration
-
 REPO = Path(__file__).resolve().parents[3]
 
 

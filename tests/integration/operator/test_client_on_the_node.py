@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from mwms_kit.submit import run_mwms
-
-pytestmark = pytest.mark.integration
+from mwms_kit.waits import condition, get_job
 
 REPO = Path(__file__).resolve().parents[3]
 IN_POD = """
@@ -140,9 +139,8 @@ def test_a_gpu_the_node_has_not_got_is_named_in_the_status(
     assert done.returncode == 0, done.stderr
 
     def running_message() -> str:
-        status = kubectl.json("get", "trainjobs.mwms.dev", "gpu", "-n", namespace).get("status") or {}
-        running = [c for c in status.get("conditions") or [] if c["type"] == "Running"]
-        return running[0].get("message", "") if running else ""
+        running = condition(get_job(kubectl, namespace, "gpu"), "Running")
+        return running.message if running is not None else ""
 
     message = wait_for(
         lambda: "nvidia.com/gpu" in running_message() and running_message(),

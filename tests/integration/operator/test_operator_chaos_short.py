@@ -13,8 +13,6 @@ import pytest
 from mwms_bench import faults
 from mwms_kit.shards import namespace_prefix
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def chaos():

@@ -8,9 +8,7 @@ import json
 import pytest
 
 from mwms_kit.trainjobs import trainjob
-
-pytestmark = pytest.mark.integration
-
+from mwms_kit.waits import patch_spec
 
 # The trainer container may not set what the operator sets (TF_CONFIG, MWMS_*, MLFLOW_...).
 RESERVED_ENV_TEMPLATE = {
@@ -71,35 +69,15 @@ def test_training_settings_are_immutable_and_suspend_is_not(crd, kubectl, namesp
         namespace,
     )
     for change, message in IMMUTABLE:
-        result = kubectl(
-            "patch",
-            "trainjob",
-            "fixed",
-            "-n",
-            namespace,
-            "--type=merge",
-            "-p",
-            json.dumps({"spec": change}),
-            check=False,
-        )
+        result = patch_spec(kubectl, namespace, "fixed", change, check=False)
         assert result.returncode != 0 and message in result.stderr, (change, result.stderr)
-    kubectl(
-        "patch",
-        "trainjob",
-        "fixed",
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"runPolicy": {"suspend": False, "backoffLimit": 5}}}),
-    )
+    patch_spec(kubectl, namespace, "fixed", {"runPolicy": {"suspend": False, "backoffLimit": 5}})
     kubectl("delete", "trainjob", "fixed", "-n", namespace, "--wait=false")
 
 
 def test_a_template_edit_that_sets_reserved_env_is_refused_naming_the_field(crd, kubectl, namespace):
     kubectl.apply(trainjob("edited", 2, runPolicy={"suspend": True}), "-n", namespace)
-    patch = json.dumps({"spec": {"template": RESERVED_ENV_TEMPLATE}})
-    result = kubectl("patch", "trainjob", "edited", "-n", namespace, "--type=merge", "-p", patch, check=False)
+    result = patch_spec(kubectl, namespace, "edited", {"template": RESERVED_ENV_TEMPLATE}, check=False)
     assert result.returncode != 0, "accepted"
     assert "spec.template.spec.containers[0].env" in result.stderr and "TF_CONFIG" in result.stderr
     kubectl("delete", "trainjob", "edited", "-n", namespace, "--wait=false")

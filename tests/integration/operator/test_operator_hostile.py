@@ -25,8 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from mwms_contract.names import GROUP, PLURAL, RESERVED_ENV, VERSION
 from mwms_kit.shards import namespace_name
 from mwms_kit.trainjobs import trainjob
-
-pytestmark = pytest.mark.integration
+from mwms_kit.waits import condition, wait_condition
 
 PHASES = {"Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"}
 HANDLED_TIMEOUT = 45  # seconds for the operator to write a status for an accepted body
@@ -234,15 +233,7 @@ def hostile(cluster, kubectl, operator, make_standin, standin, wait_for) -> Iter
             lambda ns=ns: kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0, timeout=30
         )
     kubectl.apply(make_standin("bystander", 2, env={"STANDIN_SLEEP_SECONDS": "3600"}), "-n", bystander_ns)
-    kubectl(
-        "wait",
-        "--for=condition=Running",
-        "trainjob/bystander",
-        "-n",
-        bystander_ns,
-        "--timeout=90s",
-        timeout=100,
-    )
+    wait_condition(kubectl, bystander_ns, "bystander", "Running", timeout=90)
     core = kubernetes.client.CoreV1Api(client)
     pods = core.list_namespaced_pod(bystander_ns, label_selector="mwms.dev/job-name=bystander").items
     state = Hostile(
@@ -289,10 +280,10 @@ def settle(hostile: Hostile, name: str, seconds: float = 6) -> dict[str, Any]:
 def check_handled(job: dict[str, Any]) -> None:
     status = job["status"]
     if status["phase"] == "Failed":
-        failed = next(c for c in status["conditions"] if c["type"] == "Failed" and c["status"] == "True")
-        assert failed["reason"] and failed["message"], failed
-        if failed["reason"] == "InvalidSpec":
-            assert "spec." in failed["message"], f"no field named: {failed}"
+        failed = condition(job, "Failed")
+        assert failed is not None and failed.true and failed.reason and failed.message, failed
+        if failed.reason == "InvalidSpec":
+            assert "spec." in failed.message, f"no field named: {failed}"
 
 
 @contextlib.contextmanager
@@ -357,8 +348,7 @@ def test_a_malformed_pod_template_fails_the_job_not_the_reconcile(operator, host
         job = wait_handled(hostile, name)
         assert job["status"]["phase"] == "Failed", job["status"]
         check_handled(job)
-        failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
-        assert "spec.template" in failed["message"], failed
+        assert "spec.template" in condition(job, "Failed").message, job["status"]
     assert_operator_healthy(operator, log_from)
     hostile.bystander_unchanged()
 

@@ -7,24 +7,10 @@ import json
 import re
 import urllib.request
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mwms_contract.names import MLFLOW_TAG_JOB_UID
-
-pytestmark = pytest.mark.integration
-
-
-def get_job(kubectl, namespace, name):
-    return kubectl.json("get", "trainjob", name, "-n", namespace)
-
-
-def pods_of(kubectl, namespace, name):
-    return kubectl.json("get", "pods", "-n", namespace, "-l", f"mwms.dev/job-name={name}")["items"]
-
-
-def condition(job, type_):
-    return next((c for c in job.get("status", {}).get("conditions", []) if c["type"] == type_), None)
+from mwms_kit.waits import condition, events_of, get_job, patch_spec, pods_of, wait_condition
 
 
 def fail_once_trainjob(make_standin, name: str, replicas: int, marker_dir) -> dict:
@@ -49,31 +35,6 @@ def fail_once_trainjob(make_standin, name: str, replicas: int, marker_dir) -> di
     )
 
 
-def wait_condition(kubectl, namespace, name, type_, timeout=180):
-    kubectl(
-        "wait",
-        f"--for=condition={type_}",
-        f"trainjob/{name}",
-        "-n",
-        namespace,
-        f"--timeout={timeout}s",
-        timeout=timeout + 10,
-    )
-    return get_job(kubectl, namespace, name)
-
-
-def events_of(kubectl, namespace, name):
-    items = kubectl.json(
-        "get",
-        "events",
-        "-n",
-        namespace,
-        "--field-selector",
-        f"involvedObject.kind=TrainJob,involvedObject.name={name}",
-    )["items"]
-    return [(e["type"], e["reason"], e["message"]) for e in items]
-
-
 def container_log(kubectl, namespace, pod):
     """The trainer container's output, through the API server and the kubelet, as users read it."""
     return kubectl("logs", pod, "-n", namespace, "-c", "trainer").stdout
@@ -87,7 +48,7 @@ def test_three_workers_succeed_with_the_chiefs_run(operator, make_standin, kubec
         status["phase"] == "Succeeded" and status["restarts"] == 0 and status["chiefPod"] == "three-worker-0"
     )
     assert status["completionTime"] and status["startTime"] and status["observedGeneration"] == 1
-    assert condition(job, "Created")["status"] == "True"
+    assert condition(job, "Created").status == "True"
 
     # The chief's exit ends the job; the other workers may still run: read a log only once its pod ended.
     def all_ended() -> list[dict] | None:
@@ -130,7 +91,7 @@ def test_a_retryable_exit_restarts_the_whole_group_once(operator, make_standin, 
     done = wait_condition(kubectl, namespace, "retry", "Succeeded")
     assert (tmp_path / "failed").exists()
     assert done["status"]["restarts"] == 1
-    assert condition(done, "Restarting")["status"] == "False"
+    assert condition(done, "Restarting").status == "False"
     # The whole group was recreated, not only the worker that failed.
     pods = pods_of(kubectl, namespace, "retry")
     assert len(pods) == 3
@@ -161,8 +122,8 @@ def test_a_permanent_exit_fails_naming_the_worker(operator, make_standin, kubect
     )
     job = wait_condition(kubectl, namespace, "bad", "Failed")
     failed = condition(job, "Failed")
-    assert failed["reason"] == "WorkerFailed"
-    assert failed["message"] == "worker bad-worker-1 exited with code 2: standin worker 1 told to fail"
+    assert failed.reason == "WorkerFailed"
+    assert failed.message == "worker bad-worker-1 exited with code 2: standin worker 1 told to fail"
     assert job["status"]["restarts"] == 0
     # cleanPodPolicy Running: the workers still waiting for their peer are removed, the failed one kept.
     wait_for(
@@ -177,7 +138,7 @@ def test_a_permanent_exit_fails_naming_the_worker(operator, make_standin, kubect
         timeout=120,
         what="only the failed worker left",
     )
-    assert ("Warning", "WorkerFailed", failed["message"]) in events_of(kubectl, namespace, "bad")
+    assert ("Warning", "WorkerFailed", failed.message) in events_of(kubectl, namespace, "bad")
     # With one request by the job's uid label (the API server took the selectors and RBAC allows it).
     assert pods_deleted_together(operator) > together
 
@@ -189,8 +150,8 @@ def test_exhausted_backoff_fails(operator, make_standin, kubectl, namespace):
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "flaky", "Failed")
     failed = condition(done, "Failed")
-    assert failed["reason"] == "BackoffLimitExceeded"
-    assert "flaky-worker-1 exited with code 75" in failed["message"]
+    assert failed.reason == "BackoffLimitExceeded"
+    assert "flaky-worker-1 exited with code 75" in failed.message
     assert done["status"]["restarts"] == 1
 
 
@@ -199,31 +160,13 @@ def test_suspend_deletes_the_pods_and_resume_recreates_them(
 ):
     kubectl.apply(make_standin("nap", 2, env={"STANDIN_SLEEP_SECONDS": "600"}), "-n", namespace)
     wait_condition(kubectl, namespace, "nap", "Running")
-    kubectl(
-        "patch",
-        "trainjob",
-        "nap",
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"runPolicy": {"suspend": True}}}),
-    )
+    patch_spec(kubectl, namespace, "nap", {"runPolicy": {"suspend": True}})
     job = wait_condition(kubectl, namespace, "nap", "Suspended")
     assert job["status"]["phase"] == "Suspended"
     wait_for(lambda: not pods_of(kubectl, namespace, "nap"), timeout=120, what="pods deleted on suspend")
-    kubectl(
-        "patch",
-        "trainjob",
-        "nap",
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"runPolicy": {"suspend": False}}}),
-    )
+    patch_spec(kubectl, namespace, "nap", {"runPolicy": {"suspend": False}})
     job = wait_condition(kubectl, namespace, "nap", "Running")
-    assert condition(job, "Suspended")["status"] == "False" and job["status"]["restarts"] == 0
+    assert condition(job, "Suspended").status == "False" and job["status"]["restarts"] == 0
     assert len(pods_of(kubectl, namespace, "nap")) == 2
 
 
@@ -238,7 +181,7 @@ def test_the_deadline_fails_the_job_and_removes_its_pods(
     )
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "slow", "Failed")
-    assert condition(done, "Failed")["reason"] == "DeadlineExceeded"
+    assert condition(done, "Failed").reason == "DeadlineExceeded"
     wait_for(
         lambda: not pods_of(kubectl, namespace, "slow"), timeout=120, what="pods removed after the deadline"
     )
@@ -262,8 +205,8 @@ def test_a_template_of_the_wrong_shape_is_refused_with_a_status_message_and_a_wa
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "clash", "Failed")
     failed = condition(done, "Failed")
-    assert failed["reason"] == "InvalidSpec"
-    assert "spec.template.spec.volumes: must be a list" in failed["message"]
+    assert failed.reason == "InvalidSpec"
+    assert "spec.template.spec.volumes: must be a list" in failed.message
     assert pods_of(kubectl, namespace, "clash") == []
     assert any(t == "Warning" and r == "InvalidSpec" for t, r, _ in events_of(kubectl, namespace, "clash"))
 
@@ -288,8 +231,7 @@ def test_an_operator_killed_mid_job_creates_no_duplicates(
     assert done["status"]["restarts"] == 0
     assert done["status"]["startTime"] == running["status"]["startTime"]
     assert (
-        condition(done, "Running")["lastTransitionTime"]
-        >= condition(running, "Running")["lastTransitionTime"]
+        condition(done, "Running").last_transition_time >= condition(running, "Running").last_transition_time
     )
 
 
@@ -337,9 +279,8 @@ def test_a_template_the_api_server_refuses_fails_the_job_with_its_message(
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "odd", "Failed")
     failed = condition(done, "Failed")
-    assert failed["reason"] == "InvalidSpec"
+    assert failed.reason == "InvalidSpec"
     assert (
-        "the API server refused" in failed["message"]
-        and "spec.containers[0].imagePullPolicy" in failed["message"]
+        "the API server refused" in failed.message and "spec.containers[0].imagePullPolicy" in failed.message
     )
     assert pods_of(kubectl, namespace, "odd") == []

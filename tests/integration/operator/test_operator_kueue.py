@@ -21,10 +21,9 @@ from typing import Any
 
 import pytest
 
-# Kueue may still be building in `make test`'s background (hack/run-tests.py): the module's fixtures wait
+# Kueue may still be building in `make test`'s background (hack/ci/run-tests.py): the module's fixtures wait
 # on its build lock, so the timeout counts the tests themselves only.
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.kueue,
     pytest.mark.waits_for_build,
     pytest.mark.timeout(func_only=True),

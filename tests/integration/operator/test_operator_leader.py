@@ -15,11 +15,8 @@ import kopf
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mwms_operator import k8s
-from mwms_operator.config import Timing
-from mwms_operator.leader import Elector, LeaseLost
-
-pytestmark = pytest.mark.integration
+from mwms_operator.kube import client as k8s
+from mwms_operator.kube.leader import Elector, LeaseLost, Timing
 
 OPERATOR_NAMESPACE = "mwms-system"
 LEASE = "mwms-operator-leader"  # the one Lease the operator's Role lets it get and update

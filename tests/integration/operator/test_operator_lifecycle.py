@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mwms_kit.waits import condition, get_job
+
 REPO = Path(__file__).resolve().parents[3]
 
-pytestmark = pytest.mark.integration
 
 LEGACY_FINALIZER = "mwms.dev/kopf-finalizer"
 HOLD = "mwms.dev/test-hold"
@@ -70,12 +71,11 @@ def test_a_worker_stuck_terminating_is_named_while_the_new_group_waits(
     kubectl("delete", "pod", "stuck-worker-1", "-n", namespace, "--wait=false")
 
     def waiting_condition():
-        job = kubectl.json("get", "trainjob", "stuck", "-n", namespace)
-        running = next((c for c in job.get("status", {}).get("conditions", []) if c["type"] == "Running"), {})
-        return running if running.get("reason") == "WaitingForOldPods" else None
+        running = condition(get_job(kubectl, namespace, "stuck"), "Running")
+        return running if running is not None and running.reason == "WaitingForOldPods" else None
 
     running = wait_for(waiting_condition, timeout=60, what="reason WaitingForOldPods")
-    assert "stuck-worker-1" in running["message"]
+    assert "stuck-worker-1" in running.message
     assert kubectl.json("get", "trainjob", "stuck", "-n", namespace)["status"]["restarts"] == 1
     pods = kubectl.json("get", "pods", "-n", namespace, "-l", "mwms.dev/job-name=stuck")["items"]
     assert {p["metadata"]["labels"]["mwms.dev/restart"] for p in pods} == {"0"}, "a new group beside the old"
@@ -92,8 +92,8 @@ def test_a_worker_stuck_terminating_is_named_while_the_new_group_waits(
     wait_for(lambda: phase(kubectl, namespace, "stuck") == "Running", timeout=120, what="running again")
 
 
-# Deleting the CRD deletes every TrainJob in the cluster: under hack/run-tests.py this runs alone, after both
-# shards of the tier (mwms_kit/shards.py).
+# Deleting the CRD deletes every TrainJob in the cluster: under `make test` this runs alone, after the tier's
+# shards (mwms_kit/shards.py).
 @pytest.mark.exclusive
 def test_the_crd_deletes_with_jobs_present_while_the_operator_is_stopped(
     operator, make_standin, kubectl, namespace, wait_for

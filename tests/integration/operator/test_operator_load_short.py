@@ -4,11 +4,7 @@ unhandled error. Outcomes only; timings belong to the bench."""
 
 from __future__ import annotations
 
-import pytest
-
 from mwms_contract.names import LABEL_JOB_NAME
-
-pytestmark = pytest.mark.integration
 
 JOBS = 30
 

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-pytestmark = pytest.mark.integration
+from mwms_kit.waits import wait_condition
 
 SUFFIX = uuid.uuid4().hex[:6]
 SERVED, OTHER = f"served-{SUFFIX}", f"other-{SUFFIX}"
@@ -31,9 +31,7 @@ def operator_env(kubectl, wait_for):
 def test_only_the_watched_namespace_is_served(operator, make_standin, kubectl):
     for namespace in (OTHER, SERVED):
         kubectl.apply(make_standin("scoped", 2), "-n", namespace)
-    kubectl(
-        "wait", "--for=condition=Succeeded", "trainjob/scoped", "-n", SERVED, "--timeout=90s", timeout=100
-    )
+    wait_condition(kubectl, SERVED, "scoped", "Succeeded", timeout=90)
     # The watched job finished after the other was applied: the operator had every chance to touch it.
     other = kubectl.json("get", "trainjob", "scoped", "-n", OTHER)
     assert "status" not in other and "finalizers" not in other["metadata"]

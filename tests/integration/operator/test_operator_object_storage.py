@@ -15,10 +15,11 @@ import pytest
 from mwms_kit.s3_server import BUCKET, S3Server, env_from_secret, make_secret
 from mwms_kit.tables import write_parts
 from mwms_kit.trainjobs import trainjob
+from mwms_kit.waits import condition, get_job, wait_condition
 
-# The S3 server may still be building in `make test`'s background (hack/run-tests.py): the module's fixtures
-# wait on its build lock, so the timeout counts the tests themselves only.
-pytestmark = [pytest.mark.integration, pytest.mark.waits_for_build, pytest.mark.timeout(func_only=True)]
+# The S3 server may still be building in `make test`'s background: the module's fixtures wait on its build
+# lock, so the timeout counts the tests themselves only.
+pytestmark = [pytest.mark.waits_for_build, pytest.mark.timeout(func_only=True)]
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +30,8 @@ def operator_env(mlflow_uri: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def s3(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """The S3 server where pods reach it: the pod bridge's gateway."""
-    server = S3Server(tmp_path_factory.mktemp("s3"), host=cluster.pod_api_host).start()
-    try:
+    with S3Server(tmp_path_factory.mktemp("s3"), host=cluster.pod_api_host) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +73,7 @@ def seen_by_users(kubectl: Any, operator: Any, namespace: str, name: str) -> str
 def test_workers_read_the_bucket_with_credentials_from_a_secret(operator, kubectl, namespace, s3, table):
     make_secret(kubectl, namespace, "s3-credentials", s3.access_key, s3.secret_key)
     kubectl.apply(s3_trainjob("from-bucket", table, s3, "s3-credentials"), "-n", namespace)
-    kubectl(
-        "wait", "--for=condition=Succeeded", "trainjob/from-bucket", "-n", namespace, "--timeout=900s",
-        timeout=910,
-    )  # fmt: skip
+    wait_condition(kubectl, namespace, "from-bucket", "Succeeded", timeout=900)
     status = kubectl.json("get", "trainjob", "from-bucket", "-n", namespace)["status"]
     assert status["mlflow"]["modelUri"].startswith("models:/")
     seen = seen_by_users(kubectl, operator, namespace, "from-bucket")
@@ -93,13 +88,13 @@ def test_a_wrong_secret_key_fails_the_job_at_once_naming_the_uri_not_the_key(
     kubectl.apply(s3_trainjob("wrong-key", table, s3, "s3-wrong"), "-n", namespace)
 
     def failed() -> dict[str, Any] | None:
-        status = kubectl.json("get", "trainjob", "wrong-key", "-n", namespace).get("status") or {}
-        return status if status.get("phase") == "Failed" else None
+        job = get_job(kubectl, namespace, "wrong-key")
+        return job["status"] if job.get("status", {}).get("phase") == "Failed" else None
 
     status = wait_for(failed, timeout=600, interval=1, what="the TrainJob to fail")
-    [condition] = [c for c in status["conditions"] if c["type"] == "Failed"]
-    assert condition["reason"] == "WorkerFailed"
-    assert table in condition["message"] and "credentials" in condition["message"]
+    failure = condition({"status": status}, "Failed")
+    assert failure.reason == "WorkerFailed"
+    assert table in failure.message and "credentials" in failure.message
     assert status.get("restarts", 0) == 0  # permanent: no restart of the group
     seen = seen_by_users(kubectl, operator, namespace, "wrong-key")
     assert wrong not in seen and s3.secret_key not in seen

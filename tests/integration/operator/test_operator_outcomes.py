@@ -9,16 +9,7 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
-from test_operator_jobs import (
-    condition,
-    events_of,
-    get_job,
-    pods_of,
-    wait_condition,
-)
-
-pytestmark = pytest.mark.integration
+from mwms_kit.waits import condition, events_of, get_job, pods_of, wait_condition
 
 
 def evict(kubectl, namespace: str, pod: str) -> None:
@@ -92,7 +83,7 @@ def test_a_whole_group_waiting_for_the_scheduler_does_not_time_out(
     assert job_now["status"]["phase"] == "Pending", job_now["status"]
     assert "stalledSince" not in job_now["status"]
     waiting = condition(job_now, "Running")
-    assert waiting["reason"] == "WorkersPending" and "Insufficient cpu" in waiting["message"]
+    assert waiting.reason == "WorkersPending" and "Insufficient cpu" in waiting.message
     assert pending["metadata"]["uid"] == job_now["metadata"]["uid"]
 
 
@@ -133,9 +124,9 @@ def test_a_partly_started_group_that_cannot_schedule_its_other_workers_times_out
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "partial", "Failed")
     failed = condition(done, "Failed")
-    assert failed["reason"] == "StartupTimeout", failed
-    assert "some workers ran while others could not be scheduled for 5s" in failed["message"]
-    assert "(Unschedulable" in failed["message"] and "Insufficient cpu" in failed["message"]
+    assert failed.reason == "StartupTimeout", failed
+    assert "some workers ran while others could not be scheduled for 5s" in failed.message
+    assert "(Unschedulable" in failed.message and "Insufficient cpu" in failed.message
 
 
 def test_an_invalid_image_name_fails_at_once_with_the_containers_message(
@@ -150,6 +141,6 @@ def test_an_invalid_image_name_fails_at_once_with_the_containers_message(
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "badimage", "Failed")
     failed = condition(done, "Failed")
-    assert failed["reason"] == "ContainerError", failed
-    assert "cannot start: container trainer: InvalidImageName" in failed["message"]
-    assert "ghcr.io/MWMS/Trainer:1" in failed["message"]
+    assert failed.reason == "ContainerError", failed
+    assert "cannot start: container trainer: InvalidImageName" in failed.message
+    assert "ghcr.io/MWMS/Trainer:1" in failed.message

@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 import yaml
-from test_operator_jobs import condition, wait_condition
-from test_operator_security import ALLOWED, DENIED
+from rbac_support import ALLOWED, CLUSTER_ALLOWED, DENIED, can_i
 
-pytestmark = pytest.mark.integration
+from mwms_kit.waits import condition, wait_condition
 
 SUFFIX = uuid.uuid4().hex[:6]
 WATCHED, ALSO_WATCHED, UNWATCHED = f"rb-a-{SUFFIX}", f"rb-b-{SUFFIX}", f"rb-other-{SUFFIX}"
@@ -32,16 +31,10 @@ RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "Ro
 TRAINJOBS = "trainjobs.mwms.dev"
 
 # What the operator does in a namespace it serves (and must not do where it does not): the cluster-wide
-# mode's tables (test_operator_security), asked per namespace.
+# mode's tables (rbac_support), asked per namespace.
 WORK = ALLOWED
 NEVER = [(verb, resource, sub) for verb, resource, sub in DENIED if resource in ("secrets", TRAINJOBS)] + [
     ("create", "pods", "exec")
-]
-KOPF_CLUSTER = [
-    ("list", "customresourcedefinitions.apiextensions.k8s.io", ""),
-    ("watch", "customresourcedefinitions.apiextensions.k8s.io", ""),
-    ("list", "namespaces", ""),
-    ("watch", "namespaces", ""),
 ]
 
 
@@ -64,16 +57,6 @@ def install_rbac(
             doc["metadata"]["namespace"] = RELEASE_NAMESPACE
     kubectl.apply(docs)
     return docs
-
-
-def can_i(kubectl: Any, who: str, verb: str, resource: str, subresource: str, *scope: str) -> bool:
-    args = ["auth", "can-i", verb, resource, f"--as={who}", *scope]
-    if subresource:
-        args.append(f"--subresource={subresource}")
-    result = kubectl(*args, check=False)
-    answer = result.stdout.strip()
-    assert result.returncode in (0, 1) and answer in ("yes", "no"), (args, result.stdout, result.stderr)
-    return answer == "yes"
 
 
 def wrong_answers(kubectl: Any, who: str, questions: list, scope: list[str], expected: bool) -> list[str]:
@@ -137,7 +120,7 @@ def test_namespaced_mode_grants_the_work_in_watched_namespaces_only(kubectl, nam
         wrong += wrong_answers(kubectl, who, WORK, scope, False)
     for scope in (["-n", WATCHED], ["-n", UNWATCHED], ["--all-namespaces"]):
         wrong += wrong_answers(kubectl, who, NEVER, scope, False)
-    wrong += wrong_answers(kubectl, who, KOPF_CLUSTER, [], True)
+    wrong += wrong_answers(kubectl, who, CLUSTER_ALLOWED, [], True)
     assert not wrong, "\n".join(wrong)
 
 
@@ -147,7 +130,7 @@ def test_clusterwide_mode_grants_the_work_everywhere(kubectl, clusterwide):
     for scope in (["-n", WATCHED], ["-n", UNWATCHED], ["--all-namespaces"]):
         wrong += wrong_answers(kubectl, who, WORK, scope, True)
         wrong += wrong_answers(kubectl, who, NEVER, scope, False)
-    wrong += wrong_answers(kubectl, who, KOPF_CLUSTER, [], True)
+    wrong += wrong_answers(kubectl, who, CLUSTER_ALLOWED, [], True)
     assert not wrong, "\n".join(wrong)
 
 
@@ -197,10 +180,7 @@ def test_the_operator_runs_a_job_with_namespaced_rbac_alone(
     try:
         for namespace in (UNWATCHED, WATCHED):
             kubectl.apply(make_standin("scoped", 2), "-n", namespace)
-        kubectl(
-            "wait", "--for=condition=Succeeded", "trainjob/scoped", "-n", WATCHED, "--timeout=120s",
-            timeout=130,
-        )  # fmt: skip
+        wait_condition(kubectl, WATCHED, "scoped", "Succeeded", timeout=120)
         events = kubectl.json("get", "events", "-n", WATCHED)["items"]
         assert any(e.get("reason") == "PodsCreated" for e in events), "its events were posted"
         other = kubectl.json("get", "trainjob", "scoped", "-n", UNWATCHED)
@@ -245,8 +225,8 @@ def test_an_operator_that_may_not_read_pod_events_still_times_a_job_out_and_says
         kubectl.apply(job, "-n", EVENTS_HIDDEN)
         done = wait_condition(kubectl, EVENTS_HIDDEN, "blind", "Failed")
         failed = condition(done, "Failed")
-        assert failed["reason"] == "StartupTimeout", failed
-        assert "worker 1 (blind-worker-1)" in failed["message"], failed["message"]
+        assert failed.reason == "StartupTimeout", failed
+        assert "worker 1 (blind-worker-1)" in failed.message, failed.message
         said = [
             e["message"]
             for e in kubectl.json("get", "events", "-n", EVENTS_HIDDEN)["items"]

@@ -7,28 +7,19 @@ job needs, taken by an object that is not the job's, is named in its status and 
 from __future__ import annotations
 
 import base64
-import http.server
 import json
 import ssl
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from mwms_contract.status import Condition
 from mwms_dev import pki
 from mwms_dev.cluster import free_port
-
-pytestmark = pytest.mark.integration
-
-
-def get_job(kubectl: Any, namespace: str, name: str) -> dict[str, Any]:
-    return kubectl.json("get", "trainjob", name, "-n", namespace)
-
-
-def condition(job: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in job.get("status", {}).get("conditions", []) if c["type"] == type_), {})
+from mwms_kit.fake_api_server import FakeApiServer, Seen, served
+from mwms_kit.waits import condition, get_job, wait_condition
 
 
 def pod_names(kubectl: Any, namespace: str, name: str) -> list[str]:
@@ -62,7 +53,7 @@ def wait_refused(
         running = condition(job, "Running")
         status = job.get("status") or {}  # none until the operator first sees the job
         assert status.get("phase") != "Failed", status
-        if running.get("reason") == reason and words in running["message"]:
+        if running is not None and running.reason == reason and words in running.message:
             return job
         return None
 
@@ -76,11 +67,7 @@ def wait_refused(
 
 
 def succeeded(kubectl: Any, namespace: str, name: str, timeout: int = 120) -> dict[str, Any]:
-    kubectl(
-        "wait", "--for=condition=Succeeded", f"trainjob/{name}", "-n", namespace, f"--timeout={timeout}s",
-        timeout=timeout + 10,
-    )  # fmt: skip
-    return get_job(kubectl, namespace, name)
+    return wait_condition(kubectl, namespace, name, "Succeeded", timeout=timeout)
 
 
 def test_a_pod_field_the_api_server_does_not_know_fails_the_job_naming_it(
@@ -91,9 +78,9 @@ def test_a_pod_field_the_api_server_does_not_know_fails_the_job_naming_it(
     without the resources its author meant to ask for (the API server's default drops an unknown field)."""
     kubectl.apply(make_standin("typo", 2, container={"resourcez": {"limits": {"cpu": "1"}}}),
                   "-n", namespace)  # fmt: skip
-    kubectl("wait", "--for=condition=Failed", "trainjob/typo", "-n", namespace, "--timeout=60s", timeout=70)
+    wait_condition(kubectl, namespace, "typo", "Failed", timeout=60)
     failed = condition(get_job(kubectl, namespace, "typo"), "Failed")
-    assert failed["reason"] == "InvalidSpec" and "spec.containers[0].resourcez" in failed["message"], failed
+    assert failed.reason == "InvalidSpec" and "spec.containers[0].resourcez" in failed.message, failed
     assert pod_names(kubectl, namespace, "typo") == []
 
 
@@ -148,38 +135,25 @@ class Webhook:
         (directory / "tls.key").write_bytes(serving.key_pem)
         self.ca_bundle = base64.b64encode(ca.cert_pem).decode()
         self.deny = True
-        self.reviewed = 0
-        webhook = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                webhook.reviewed += 1
-                response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": not webhook.deny}
-                if webhook.deny:
-                    response["status"] = {"code": 403, "message": "team policy: no training before noon"}
-                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                   "response": response}).encode()  # fmt: skip
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(directory / "tls.crt", directory / "tls.key")
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.url = f"https://127.0.0.1:{self.server.server_address[1]}/validate"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.fake = FakeApiServer(answer=self.review)
+        self.serving = served(self.fake, tls=context)
+        self.serving.__enter__()
+        self.url = f"{self.fake.url}/validate"
+
+    @property
+    def reviewed(self) -> int:
+        return len(self.fake.seen)
+
+    def review(self, seen: Seen) -> tuple[int, dict[str, Any]]:
+        response: dict[str, Any] = {"uid": seen.body["request"]["uid"], "allowed": not self.deny}
+        if self.deny:
+            response["status"] = {"code": 403, "message": "team policy: no training before noon"}
+        return 200, {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.serving.__exit__(None, None, None)
 
 
 def register_webhook(kubectl: Any, namespace: str, url: str, ca_bundle: str) -> str:
@@ -218,13 +192,13 @@ def register_webhook(kubectl: Any, namespace: str, url: str, ca_bundle: str) -> 
 
 @pytest.fixture
 def webhook(kubectl: Any, namespace: str, tmp_path: Path) -> Iterator[Webhook]:
-    served = Webhook(tmp_path)
-    name = register_webhook(kubectl, namespace, served.url, served.ca_bundle)
+    hook = Webhook(tmp_path)
+    name = register_webhook(kubectl, namespace, hook.url, hook.ca_bundle)
     try:
-        yield served
+        yield hook
     finally:
         kubectl("delete", "validatingwebhookconfiguration", name, "--ignore-not-found", check=False)
-        served.stop()
+        hook.stop()
 
 
 def test_a_validating_webhook_refusal_is_shown_and_retried(
@@ -234,7 +208,7 @@ def test_a_validating_webhook_refusal_is_shown_and_retried(
     wait_refused(kubectl, wait_for, namespace, "hooked", "team policy: no training before noon")
     assert (
         'admission webhook "deny-workers.mwms.dev" denied the request'
-        in condition(get_job(kubectl, namespace, "hooked"), "Running")["message"]
+        in condition(get_job(kubectl, namespace, "hooked"), "Running").message
     )
     tries = webhook.reviewed
     webhook.deny = False
@@ -259,13 +233,13 @@ def test_an_invalid_template_edit_leaves_the_running_group_alone_and_says_why(
     volumes = {"op": "add", "path": "/spec/template/spec/volumes", "value": {"scratch": {"emptyDir": {}}}}
     kubectl("patch", "trainjob", "edited", "-n", namespace, "--type=json", "-p", json.dumps([volumes]))
 
-    def rejected() -> dict[str, Any]:
-        return condition(get_job(kubectl, namespace, "edited"), "TemplateAccepted")
+    def rejected() -> Condition | None:
+        accepted = condition(get_job(kubectl, namespace, "edited"), "TemplateAccepted")
+        return accepted if accepted is not None and accepted.status == "False" else None
 
-    accepted = wait_for(lambda: rejected().get("status") == "False" and rejected(), timeout=30,
-                        what="TemplateAccepted=False")  # fmt: skip
-    assert accepted["reason"] == "InvalidSpec", accepted
-    assert "spec.template.spec.volumes" in accepted["message"], accepted
+    accepted = wait_for(rejected, timeout=30, what="TemplateAccepted=False")
+    assert accepted.reason == "InvalidSpec", accepted
+    assert "spec.template.spec.volumes" in accepted.message, accepted
     assert any("must be a list" in m for m in warnings(kubectl, namespace, "edited", "InvalidSpec"))
     job = get_job(kubectl, namespace, "edited")
     assert job["status"]["phase"] == "Running", job["status"]
@@ -289,7 +263,7 @@ def test_a_webhook_whose_server_is_down_is_named_in_the_status_and_the_job_runs_
         job = wait_refused(
             kubectl, wait_for, namespace, "unhooked", "failed calling webhook", "WebhookUnavailable"
         )
-        assert '"deny-workers.mwms.dev"' in condition(job, "Running")["message"]
+        assert '"deny-workers.mwms.dev"' in condition(job, "Running").message
     finally:
         kubectl("delete", "validatingwebhookconfiguration", name, "--ignore-not-found")
     assert succeeded(kubectl, namespace, "unhooked")["status"]["restarts"] == 0

@@ -9,111 +9,15 @@ import json
 import secrets
 
 import pytest
+from rbac_support import ALLOWED, CLUSTER_ALLOWED, CLUSTER_DENIED, DENIED, OPERATOR_SA, can_i
 
-pytestmark = pytest.mark.integration
-
-OPERATOR_SA = "system:serviceaccount:mwms-system:mwms-operator"
-
-# (verb, resource, subresource, expected). Each is asked in a user namespace, in mwms-system (the operator's
-# own) and across all namespaces: the operator's rights are cluster-wide on purpose (it serves every
-# namespace), so the answer must be the same everywhere.
-ALLOWED = [
-    ("get", "trainjobs.mwms.dev", ""),
-    ("list", "trainjobs.mwms.dev", ""),
-    ("watch", "trainjobs.mwms.dev", ""),
-    ("patch", "trainjobs.mwms.dev", ""),
-    ("delete", "trainjobs.mwms.dev", ""),  # ttlSecondsAfterFinished
-    ("patch", "trainjobs.mwms.dev", "status"),
-    ("update", "trainjobs.mwms.dev", "finalizers"),  # blockOwnerDeletion on the owner references
-    ("create", "pods", ""),
-    ("delete", "pods", ""),
-    ("deletecollection", "pods", ""),  # a job's pods that go, in one request (selected by its uid label)
-    ("get", "pods", ""),
-    ("list", "pods", ""),
-    ("watch", "pods", ""),
-    ("create", "services", ""),
-    ("delete", "services", ""),
-    ("list", "services", ""),
-    ("watch", "services", ""),
-    ("create", "events", ""),
-    ("list", "events", ""),  # a starting pod's events: its image pulls and its readiness probe's last reason
-    ("patch", "events", ""),  # a repeated event bumps one Event's count, as client-go's recorder does
-]
-DENIED = [
-    ("get", "secrets", ""),
-    ("list", "secrets", ""),
-    ("watch", "secrets", ""),
-    ("create", "secrets", ""),
-    ("get", "configmaps", ""),
-    ("list", "configmaps", ""),
-    ("create", "configmaps", ""),
-    ("create", "pods", "exec"),
-    ("get", "pods", "exec"),
-    ("create", "pods", "attach"),
-    ("create", "pods", "portforward"),
-    ("create", "pods", "eviction"),
-    ("get", "pods", "log"),
-    ("update", "pods", ""),
-    ("patch", "pods", ""),
-    ("update", "trainjobs.mwms.dev", ""),  # kopf patches; update would let it replace a user's spec
-    ("create", "trainjobs.mwms.dev", ""),
-    ("update", "trainjobs.mwms.dev", "status"),
-    ("patch", "services", ""),
-    ("update", "services", ""),
-    ("create", "deployments.apps", ""),
-    ("create", "statefulsets.apps", ""),
-    ("create", "jobs.batch", ""),
-    ("create", "daemonsets.apps", ""),
-    ("create", "serviceaccounts", ""),
-    ("create", "serviceaccounts", "token"),
-    ("create", "persistentvolumeclaims", ""),
-    ("create", "roles.rbac.authorization.k8s.io", ""),
-    ("create", "rolebindings.rbac.authorization.k8s.io", ""),
-    ("delete", "events", ""),
-    ("watch", "events", ""),
-]
-CLUSTER_DENIED = [
-    ("escalate", "clusterroles.rbac.authorization.k8s.io", ""),
-    ("bind", "clusterroles.rbac.authorization.k8s.io", ""),
-    ("create", "clusterroles.rbac.authorization.k8s.io", ""),
-    ("create", "clusterrolebindings.rbac.authorization.k8s.io", ""),
-    ("delete", "nodes", ""),
-    ("patch", "nodes", ""),
-    ("create", "nodes", "proxy"),
-    ("delete", "namespaces", ""),
-    ("create", "namespaces", ""),
-    ("create", "customresourcedefinitions.apiextensions.k8s.io", ""),
-    ("patch", "customresourcedefinitions.apiextensions.k8s.io", ""),
-    ("delete", "persistentvolumes", ""),
-    ("impersonate", "users", ""),
-    ("impersonate", "serviceaccounts", ""),
-    ("create", "certificatesigningrequests.certificates.k8s.io", ""),
-    ("create", "tokenreviews.authentication.k8s.io", ""),
-]
-# What kopf itself needs, cluster-wide (kopf scans resources and follows namespaces).
-CLUSTER_ALLOWED = [
-    ("list", "customresourcedefinitions.apiextensions.k8s.io", ""),
-    ("watch", "customresourcedefinitions.apiextensions.k8s.io", ""),
-    ("list", "namespaces", ""),
-    ("watch", "namespaces", ""),
-]
+from mwms_kit.waits import condition, get_job, wait_condition
 
 
 @pytest.fixture(scope="module")
 def rbac(kubectl, operator):
     """manifests/rbac.yaml applied (the `operator` fixture does it, and runs the operator we test below)."""
     return OPERATOR_SA
-
-
-def can_i(kubectl, verb: str, resource: str, subresource: str, *scope: str) -> bool:
-    args = ["auth", "can-i", verb, resource, f"--as={OPERATOR_SA}", *scope]
-    if subresource:
-        args.append(f"--subresource={subresource}")
-    result = kubectl(*args, check=False)
-    answer = result.stdout.strip()
-    # 0 = yes, 1 = no; anything else (or no answer) is a broken question, not a "no".
-    assert result.returncode in (0, 1) and answer in ("yes", "no"), (args, result.stdout, result.stderr)
-    return answer == "yes"
 
 
 def label(verb: str, resource: str, subresource: str) -> str:
@@ -124,10 +28,10 @@ def test_the_operator_may_do_what_it_needs_in_every_namespace(rbac, kubectl, nam
     wrong = []
     for verb, resource, sub in ALLOWED:
         for scope in (["-n", namespace], ["-n", "mwms-system"], ["--all-namespaces"]):
-            if not can_i(kubectl, verb, resource, sub, *scope):
+            if not can_i(kubectl, OPERATOR_SA, verb, resource, sub, *scope):
                 wrong.append(f"may not {label(verb, resource, sub)} {' '.join(scope)}")
     for verb, resource, sub in CLUSTER_ALLOWED:
-        if not can_i(kubectl, verb, resource, sub):
+        if not can_i(kubectl, OPERATOR_SA, verb, resource, sub):
             wrong.append(f"may not {label(verb, resource, sub)} (cluster)")
     assert not wrong, "\n".join(wrong)
 
@@ -136,10 +40,10 @@ def test_the_operator_may_not_do_anything_else(rbac, kubectl, namespace):
     wrong = []
     for verb, resource, sub in DENIED:
         for scope in (["-n", namespace], ["-n", "mwms-system"], ["-n", "kube-system"], ["--all-namespaces"]):
-            if can_i(kubectl, verb, resource, sub, *scope):
+            if can_i(kubectl, OPERATOR_SA, verb, resource, sub, *scope):
                 wrong.append(f"may {label(verb, resource, sub)} {' '.join(scope)}")
     for verb, resource, sub in CLUSTER_DENIED:
-        if can_i(kubectl, verb, resource, sub):
+        if can_i(kubectl, OPERATOR_SA, verb, resource, sub):
             wrong.append(f"may {label(verb, resource, sub)} (cluster)")
     assert not wrong, "\n".join(wrong)
 
@@ -167,14 +71,16 @@ def test_the_operator_may_hold_its_leader_lease_in_its_own_namespace_only(rbac, 
     wrong = [
         f"may not {verb} {what} in mwms-system"
         for verb, what in allowed
-        if not can_i(kubectl, verb, what, "", *own)
+        if not can_i(kubectl, OPERATOR_SA, verb, what, "", *own)
     ]
     wrong += [
-        f"may {verb} {what} in mwms-system" for verb, what in denied if can_i(kubectl, verb, what, "", *own)
+        f"may {verb} {what} in mwms-system"
+        for verb, what in denied
+        if can_i(kubectl, OPERATOR_SA, verb, what, "", *own)
     ]
     for scope in (["-n", namespace], ["-n", "kube-system"], ["--all-namespaces"]):
         for verb, what in allowed + denied:
-            if can_i(kubectl, verb, what, "", *scope):
+            if can_i(kubectl, OPERATOR_SA, verb, what, "", *scope):
                 wrong.append(f"may {verb} {what} {' '.join(scope)}")
     assert not wrong, "\n".join(wrong)
 
@@ -243,14 +149,11 @@ def test_secret_values_never_reach_the_log_status_or_events(
     failing = make_standin("leaky", 2, container={"command": command, "env": failing_env})
     kubectl.apply([ok, failing], "-n", namespace)
     for name, type_ in (("secretive", "Succeeded"), ("leaky", "Failed")):
-        kubectl(
-            "wait", f"--for=condition={type_}", f"trainjob/{name}", "-n", namespace, "--timeout=120s",
-            timeout=130,
-        )  # fmt: skip
+        wait_condition(kubectl, namespace, name, type_, timeout=120)
     leaky = kubectl.json("get", "trainjob", "leaky", "-n", namespace)
-    failed = next(c for c in leaky["status"]["conditions"] if c["type"] == "Failed")
+    failed = condition(leaky, "Failed")
     # Failed because worker 1 was told to, not because the Secret was missing.
-    assert "standin worker 1 told to fail" in failed["message"], failed
+    assert "standin worker 1 told to fail" in failed.message, failed
 
     places = {
         "operator log": operator.log(),
@@ -281,10 +184,9 @@ def test_worker_pods_are_refused_clearly_under_restricted_pod_security(
     kubectl.apply(job, "-n", namespace)
 
     def settled():
-        status = kubectl.json("get", "trainjob", "privileged", "-n", namespace).get("status", {})
-        failed = next((c for c in status.get("conditions", []) if c["type"] == "Failed"), None)
-        return failed if failed and failed["status"] == "True" else None
+        failed = condition(get_job(kubectl, namespace, "privileged"), "Failed")
+        return failed if failed is not None and failed.true else None
 
     failed = wait_for(settled, timeout=60, what="the TrainJob failed for the refused pods")
-    assert "PodSecurity" in failed["message"] and "privileged" in failed["message"], failed
+    assert "PodSecurity" in failed.message and "privileged" in failed.message, failed
     assert kubectl.json("get", "pods", "-n", namespace)["items"] == []

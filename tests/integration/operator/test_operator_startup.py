@@ -5,24 +5,20 @@ trainer on a real kubelet."""
 
 from __future__ import annotations
 
-import pytest
-from test_operator_jobs import condition, wait_condition
-
-pytestmark = pytest.mark.integration
+from mwms_kit.waits import condition, wait_condition
 
 
 def test_workers_that_run_but_do_not_all_join_time_out_naming_each_with_its_last_reason(
     operator, make_standin, kubectl, namespace
 ):
-    # Worker 1 hangs before its rendezvous; worker 0 runs and waits for it. 30 s: long enough that the later
-    # of the two has started and failed a readiness probe, whose output is the reason named (at 15 s, a CI
-    # run at load ~12 ended the job while worker 0 had given none yet: "no reason given yet").
+    # Worker 1 hangs before its rendezvous; worker 0 runs and waits for it. 30 s: long enough, on a loaded
+    # machine, that the later of the two has started and failed a readiness probe, whose output is named.
     job = make_standin("apart", 2, env={"STANDIN_HANG_INDEX": "1"}, runPolicy={"startupTimeoutSeconds": 30})
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "apart", "Failed")
     failed = condition(done, "Failed")
-    assert failed["reason"] == "StartupTimeout", failed
-    message = failed["message"]
+    assert failed.reason == "StartupTimeout", failed
+    message = failed.message
     assert "not every worker joined the group within 30s" in message, message
     said = "Unhealthy: Readiness probe failed:"
     waiting = f"worker 0 (apart-worker-0): {said} waiting for peers: worker 1 (apart-worker-1."
@@ -45,7 +41,7 @@ def test_a_worker_whose_secret_volume_does_not_exist_ends_the_job_naming_the_mou
     kubectl.apply(job, "-n", namespace)
     done = wait_condition(kubectl, namespace, "nosecret", "Failed")
     failed = condition(done, "Failed")
-    assert failed["reason"] == "ContainerError", failed
-    message = failed["message"]
+    assert failed.reason == "ContainerError", failed
+    message = failed.message
     assert message.startswith("worker nosecret-worker-0 has not started 10s after it was scheduled"), message
     assert "FailedMount: " in message and 'secret "no-such-secret" not found' in message, message

@@ -15,7 +15,6 @@ from mwms_kit.submit import (
     FAILING_LINE,
     FAILING_SCRIPT,
     SEED_SCRIPT,
-    condition,
     jobs_in,
     printed_result,
     run_mwms,
@@ -23,8 +22,7 @@ from mwms_kit.submit import (
     user_module,
 )
 from mwms_kit.trainjobs import trainjob
-
-pytestmark = pytest.mark.integration
+from mwms_kit.waits import condition, wait_condition
 
 
 @pytest.fixture(scope="module")
@@ -124,11 +122,11 @@ def test_a_failing_script_fails_at_once_with_its_traceback_line(operator, mwms, 
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     (job,) = jobs_in(kubectl, namespace)
     failed = condition(job, "Failed")
-    assert failed["reason"] == "WorkerFailed"
-    assert "exited with code 1" in failed["message"]
-    assert FAILING_LINE in failed["message"]
+    assert failed.reason == "WorkerFailed"
+    assert "exited with code 1" in failed.message
+    assert FAILING_LINE in failed.message
     assert job["status"]["restarts"] == 0  # a user error is not retried
-    assert f"Failed: {failed['message']}" in done.stdout
+    assert f"Failed: {failed.message}" in done.stdout
 
 
 def test_a_syntax_error_names_file_and_line(operator, cluster, kubectl, namespace, tmp_path):
@@ -144,20 +142,18 @@ def test_a_syntax_error_names_file_and_line(operator, cluster, kubectl, namespac
     assert done.phase == "Failed" and not done.succeeded
     assert "SyntaxError" in done.message and "(broken.py, line 2)" in done.message
     (job,) = jobs_in(kubectl, namespace)
-    assert condition(job, "Failed")["message"] == done.message
+    assert condition(job, "Failed").message == done.message
     assert job["status"]["restarts"] == 0 == done.restarts
 
 
 def test_a_missing_configmap_fails_naming_the_field(operator, kubectl, namespace):
     job = trainjob("nocode", 1, code={"configMap": "not-there", "entrypoint": "train:main"})
     kubectl.apply(job, "-n", namespace)
-    kubectl(
-        "wait", "--for=condition=Failed", "trainjob/nocode", "-n", namespace, "--timeout=300s", timeout=310
-    )
+    wait_condition(kubectl, namespace, "nocode", "Failed", timeout=300)
     job = kubectl.json("get", "trainjob", "nocode", "-n", namespace)
     failed = condition(job, "Failed")
-    assert failed["reason"] == "InvalidSpec"
-    assert "exited with code 2" in failed["message"] and "spec.code.configMap" in failed["message"]
+    assert failed.reason == "InvalidSpec"
+    assert "exited with code 2" in failed.message and "spec.code.configMap" in failed.message
     assert job["status"]["restarts"] == 0
 
 
@@ -252,10 +248,7 @@ def test_code_from_a_volume_runs_like_a_configmap(operator, kubectl, namespace, 
         code={"volume": {"hostPath": {"path": str(code), "type": "Directory"}}, "entrypoint": "pkg.job:main"},
     )
     kubectl.apply(job, "-n", namespace)
-    kubectl(
-        "wait", "--for=condition=Succeeded", "trainjob/fromvolume", "-n", namespace, "--timeout=300s",
-        timeout=310,
-    )  # fmt: skip
+    wait_condition(kubectl, namespace, "fromvolume", "Succeeded", timeout=300)
     pod = kubectl.json("get", "pod", "fromvolume-worker-0", "-n", namespace)
     (status,) = pod["status"]["containerStatuses"]
     assert json.loads(status["state"]["terminated"]["message"])["result"] == {"words": 1_000_000}

@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from mwms_kit.auth_proxy import AuthProxy
-
-pytestmark = pytest.mark.integration
+from mwms_kit.waits import condition, get_job, wait_condition
 
 OPERATOR_TOKEN = f"op-{secrets.token_hex(16)}"
 TRAINER_TOKEN = f"tr-{secrets.token_hex(16)}"
@@ -86,10 +85,7 @@ def test_a_tracking_server_that_is_not_allowed_is_never_called(
         what="the TrackingServerNotAllowed event",
     )
     assert recorder.uri in told[0]["message"] and "operator.allowedTrackingUris" in told[0]["message"]
-    kubectl(
-        "wait", "--for=condition=Succeeded", "trainjob/elsewhere", "-n", namespace, "--timeout=120s",
-        timeout=130,
-    )  # fmt: skip
+    wait_condition(kubectl, namespace, "elsewhere", "Succeeded", timeout=120)
     assert recorder.requests == [], "the operator called a tracking server nobody allowed"
     told = events(kubectl, namespace, "TrackingServerNotAllowed")
     assert len(told) == 1 and told[0].get("count", 1) == 1, "said once, not on every poll"
@@ -133,10 +129,7 @@ def test_credentials_reach_a_secured_tracking_server_and_the_run_shows_while_it_
         timeout=60,
         what="status.progress.epoch",
     )
-    kubectl(
-        "wait", "--for=condition=Succeeded", "trainjob/secured", "-n", namespace, "--timeout=120s",
-        timeout=130,
-    )  # fmt: skip
+    wait_condition(kubectl, namespace, "secured", "Succeeded", timeout=120)
     done = job_status(kubectl, namespace, "secured")
     # The run found early is the run the chief reported at the end.
     assert done["mlflow"]["runId"] == running["mlflow"]["runId"] == done["progress"]["runId"]
@@ -157,10 +150,6 @@ def test_credentials_reach_a_secured_tracking_server_and_the_run_shows_while_it_
     assert OPERATOR_TOKEN not in seen and TRAINER_TOKEN not in seen
 
 
-def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
-
-
 def test_progress_that_cannot_be_read_says_why_once(
     operator, make_standin, kubectl, namespace, refusing, wait_for
 ):
@@ -174,16 +163,13 @@ def test_progress_that_cannot_be_read_says_why_once(
     )
     kubectl.apply(job, "-n", namespace)
     unavailable = wait_for(
-        lambda: condition(job_status(kubectl, namespace, "refused"), "ProgressUnavailable"),
+        lambda: condition(get_job(kubectl, namespace, "refused"), "ProgressUnavailable"),
         timeout=120,
         what="the ProgressUnavailable condition",
     )
-    assert (unavailable["status"], unavailable["reason"]) == ("True", "TrackingUnauthorized"), unavailable
-    assert f"MLflow at {refusing.uri} answered 401" in unavailable["message"], unavailable
-    kubectl(
-        "wait", "--for=condition=Succeeded", "trainjob/refused", "-n", namespace, "--timeout=120s",
-        timeout=130,
-    )  # fmt: skip
+    assert (unavailable.status, unavailable.reason) == ("True", "TrackingUnauthorized"), unavailable
+    assert f"MLflow at {refusing.uri} answered 401" in unavailable.message, unavailable
+    wait_condition(kubectl, namespace, "refused", "Succeeded", timeout=120)
     told = [
         e
         for e in events(kubectl, namespace, "TrackingUnauthorized")
@@ -223,18 +209,15 @@ def test_a_run_left_running_by_a_failed_job_is_ended_by_the_operator(
         what="the chief's run",
     )
     kubectl("delete", "pod", "abandoned-worker-1", "-n", namespace, "--wait=false")
-    kubectl(
-        "wait", "--for=condition=Failed", "trainjob/abandoned", "-n", namespace, "--timeout=120s",
-        timeout=130,
-    )  # fmt: skip
+    wait_condition(kubectl, namespace, "abandoned", "Failed", timeout=120)
     ended = wait_for(
-        lambda: condition(job_status(kubectl, namespace, "abandoned"), "MlflowRunEnded"),
+        lambda: condition(get_job(kubectl, namespace, "abandoned"), "MlflowRunEnded"),
         timeout=60,
         what="the MlflowRunEnded condition",
     )
-    assert (ended["status"], ended["reason"]) == ("True", "RunEndedByOperator"), ended
+    assert (ended.status, ended.reason) == ("True", "RunEndedByOperator"), ended
     assert (
-        ended["message"]
+        ended.message
         == f"MLflow run {run_id} was RUNNING when the job was Failed: the operator set it FAILED"
     )
     request = urllib.request.Request(
@@ -252,10 +235,7 @@ def test_metrics_count_outcomes_by_namespace(operator, make_standin, kubectl, na
     failing = make_standin("counted-bad", 2, env={"STANDIN_FAIL_INDEX": "1", "STANDIN_EXIT_CODE": "2"})
     kubectl.apply([ok, failing], "-n", namespace)
     for name, type_ in (("counted-ok", "Succeeded"), ("counted-bad", "Failed")):
-        kubectl(
-            "wait", f"--for=condition={type_}", f"trainjob/{name}", "-n", namespace, "--timeout=120s",
-            timeout=130,
-        )  # fmt: skip
+        wait_condition(kubectl, namespace, name, type_, timeout=120)
     time.sleep(3)  # a few more reconciles of the finished jobs: they must not count again
     text = operator.metrics_text()
     expected = [

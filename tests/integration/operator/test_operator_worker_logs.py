@@ -20,7 +20,6 @@ import pytest
 from mwms import Client
 from mwms_kit.submit import run_mwms
 
-pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[3]
 SOURCES = "/mwms/src"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from mwms_kit.trainjobs import trainjob
-from mwms_operator.config import OperatorConfig
-from mwms_operator.pods import PodEvents, WorkerPod
-from mwms_operator.policy import decide
-from mwms_operator.spec import parse_trainjob
-from mwms_operator.status import JobMeta
+from mwms_operator.decide.job_status import JobMeta
+from mwms_operator.decide.policy import decide
+from mwms_operator.observe.pod_states import PodEvents, WorkerPod
+from mwms_operator.render.spec import parse_trainjob
+from mwms_operator.settings import OperatorConfig
 
 META = JobMeta(name="mnist", namespace="team-a", uid="uid-1", generation=1)
 T0 = datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC)
@@ -17,7 +17,7 @@ RUN = '{"runId": "r123", "experimentId": "7", "modelUri": "models:/m/1", "metric
 
 
 def spec(replicas=3, **fields):
-    return parse_trainjob(trainjob("mnist", replicas, **fields), OperatorConfig())
+    return parse_trainjob(trainjob("mnist", replicas, **fields), OperatorConfig().spec_defaults())
 
 
 def pod(i, phase="Running", restart=0, **kw):

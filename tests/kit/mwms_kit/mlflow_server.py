@@ -17,8 +17,9 @@ import time
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Self
 
-START_TIMEOUT_SECONDS = 300  # ~8 s on an idle box; 115 s seen on 2 cores under a load of 20
+START_TIMEOUT_SECONDS = 300  # seconds: a few on an idle machine, minutes on 2 loaded cores
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -41,7 +42,31 @@ def stop_group(process: subprocess.Popen[bytes] | None, grace: float) -> None:
         process.wait(timeout=15)
 
 
-class MlflowServer:
+class ServerProcess:
+    """A server in a process group of its own, its output in `log_path`; `with Server(...) as server:`."""
+
+    process: subprocess.Popen[bytes] | None
+    log_path: Path
+    stop_grace = 15.0  # seconds from SIGTERM to SIGKILL
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        """Stop the server's whole process group (gunicorn's or uvicorn's children too)."""
+        stop_group(self.process, self.stop_grace)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class MlflowServer(ServerProcess):
     def __init__(
         self,
         root: Path,
@@ -104,16 +129,3 @@ class MlflowServer:
             time.sleep(0.5)
         self.stop()
         raise RuntimeError(f"mlflow server not healthy after {START_TIMEOUT_SECONDS}s: {self.log_tail()}")
-
-    def log_tail(self, chars: int = 3000) -> str:
-        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
-
-    def stop(self) -> None:
-        """Stop the server's process group (gunicorn/uvicorn children too)."""
-        stop_group(self.process, 15)
-
-    def __enter__(self) -> MlflowServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

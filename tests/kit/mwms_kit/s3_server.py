@@ -1,6 +1,6 @@
 """A real S3-compatible server for tests: the Versity S3 Gateway (`versitygw posix`: a directory served as
 buckets, SigV4-signed requests, multipart uploads; one process), built from its Go module by
-hack/build-versitygw.sh, with one root identity's credentials.
+hack/build/build-versitygw.sh, with one root identity's credentials.
 
 Usage: `with S3Server(tmp_dir, host) as s3: s3.endpoint, s3.env, s3.upload(local_dir, "bucket/prefix")`.
 `host` is the address it listens on: 127.0.0.1 for local workers, the pod bridge's gateway for pods.
@@ -16,41 +16,39 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mwms_kit.mlflow_server import free_port, stop_group
+from mwms_kit.mlflow_server import ServerProcess, free_port
 
 REPO = Path(__file__).resolve().parents[3]
 START_TIMEOUT_SECONDS = 120  # well under a second idle; more on 2 loaded cores
 BUCKET = "mwms-data"
 
-# A cold build may be running in `make test`'s background at the lowest priority (hack/run-tests.py); the
+# A cold build may be running in `make test`'s background at the lowest priority (hack/ci/run-tests.py); the
 # scripts wait on its lock. Bounded all the same.
 BUILD_TIMEOUT_SECONDS = 3600
 
 
-def s3_server_binary() -> str:
-    """$MWMS_VERSITYGW, else the cached build (`make versitygw`; hack/build-versitygw.sh is a no-op once
-    built)."""
-    if os.environ.get("MWMS_VERSITYGW"):
-        return os.environ["MWMS_VERSITYGW"]
+def run_build(script: str, target: str) -> str:
+    """hack/build/`script` (a no-op once built, or waits on a build running in the background): its output."""
     built = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-versitygw.sh")], capture_output=True, text=True, check=False,
+        ["bash", str(REPO / "hack" / "build" / script)], capture_output=True, text=True, check=False,
         timeout=BUILD_TIMEOUT_SECONDS,
     )  # fmt: skip
     if built.returncode != 0:
-        raise RuntimeError(f"hack/build-versitygw.sh failed (run `make versitygw`): {built.stderr[-3000:]}")
-    return str(Path(built.stdout.strip()) / "bin" / "versitygw")
+        raise RuntimeError(f"hack/build/{script} failed (run `make {target}`): {built.stderr[-3000:]}")
+    return built.stdout.strip()
+
+
+def s3_server_binary() -> str:
+    """$MWMS_VERSITYGW, else the cached build (`make versitygw`)."""
+    if os.environ.get("MWMS_VERSITYGW"):
+        return os.environ["MWMS_VERSITYGW"]
+    return str(Path(run_build("build-versitygw.sh", "versitygw")) / "bin" / "versitygw")
 
 
 def mlflow_s3_python() -> str:
-    """The python of an environment with MLflow's server and boto3 (hack/mlflow-s3-venv.sh says why it is not
-    .venv: botocore and the kubernetes client need different python-dateutil majors); a no-op once built."""
-    built = subprocess.run(
-        ["bash", str(REPO / "hack" / "mlflow-s3-venv.sh")], capture_output=True, text=True, check=False,
-        timeout=BUILD_TIMEOUT_SECONDS,
-    )  # fmt: skip
-    if built.returncode != 0:
-        raise RuntimeError(f"hack/mlflow-s3-venv.sh failed (run `make mlflow-s3`): {built.stderr[-3000:]}")
-    return built.stdout.strip()
+    """The python of an environment with MLflow's server and boto3 (not .venv: hack/build/mlflow-s3-venv.sh
+    says why)."""
+    return run_build("mlflow-s3-venv.sh", "mlflow-s3")
 
 
 def make_secret(kubectl: Any, namespace: str, name: str, access_key: str, secret_key: str) -> None:
@@ -75,7 +73,9 @@ def env_from_secret(secret: str, endpoint: str) -> list[dict[str, Any]]:
     return from_secret + plain
 
 
-class S3Server:
+class S3Server(ServerProcess):
+    stop_grace = 5.0  # the data is the test's own and thrown away
+
     def __init__(self, root: Path, host: str = "127.0.0.1") -> None:
         self.root = Path(root)
         self.host = host
@@ -149,16 +149,3 @@ class S3Server:
 
         fs.copy_files(str(local), destination, destination_filesystem=self.filesystem())
         return f"s3://{destination}"
-
-    def log_tail(self, chars: int = 3000) -> str:
-        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
-
-    def stop(self) -> None:
-        # The data is the test's own and thrown away: 5 s for a graceful end, then SIGKILL.
-        stop_group(self.process, 5)
-
-    def __enter__(self) -> S3Server:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

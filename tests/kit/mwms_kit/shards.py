@@ -1,4 +1,4 @@
-"""The integration tier split in shards that run side by side on one shared cluster (hack/run-tests.py).
+"""The integration tier split in shards that run side by side on one shared cluster (hack/ci/run-tests.py).
 
 Why: the tier mostly waits on pods and API servers, and one real node runs per machine (kube-proxy's nftables
 tables have fixed names), so the shards' pytest processes share one cluster instead of each starting its own.
@@ -29,10 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 SHARDS = ("a", "b", "c")
-# Seconds each module took on 2 cores (tests/integration/...) in a warm run of the whole suite (2026-12-05,
-# two shards beside the compute lane): each run's build/test-results/integration-*.xml has the measured times
-# to refine them. A module missing here weighs DEFAULT_WEIGHT. Stale figures only unbalance the shards, they
-# never drop a module.
+# Each module's relative weight (its seconds in a warm run; build/test-results/integration-*.xml has each
+# run's times). A module missing here weighs DEFAULT_WEIGHT; a stale weight only unbalances the shards.
 WEIGHTS = {
     "operator/test_operator_chaos_short.py": 259,
     "operator/test_operator_jobs.py": 230,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mwms_operator.builders import READINESS_PROBE
+from mwms_operator.render.pod import READINESS_PROBE
 
 SOURCE = (Path(__file__).with_name("standin_worker.py")).read_text()
 

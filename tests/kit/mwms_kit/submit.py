@@ -62,10 +62,6 @@ def jobs_in(kubectl: Any, namespace: str) -> list[dict[str, Any]]:
     return kubectl.json("get", "trainjobs", "-n", namespace)["items"]
 
 
-def condition(job: dict[str, Any], kind: str) -> dict[str, Any]:
-    return next(c for c in job["status"]["conditions"] if c["type"] == kind)
-
-
 def printed_result(stdout: str) -> dict[str, Any]:
     """The chief's return value as `mwms submit --follow` prints it (`Result: {json}`)."""
     import json

@@ -1,11 +1,13 @@
-"""Per-tier accounting for every pytest run: a tier is the folder under tests/ (unit, static, tf, images,
-integration, node, e2e). At the end of a run each tier's passed/failed/skipped counts and its wall time (first
-test's start to last test's end) are printed, and written as JSON to $MWMS_TIER_REPORT when it is set (so
-hack/run-tests.py can add up the lanes it runs side by side).
+"""Tiers: a test's tier is the folder under tests/ it lives in (unit, static, tf, images, scale,
+integration, node, e2e); this pytest plugin gives every test its tier's marker, so `-m` and paths agree.
+
+At the end of a session each tier's passed/failed/skipped counts and wall time are printed, and written as
+JSON to $MWMS_TIER_REPORT when set (mwms_kit.runner adds up the sessions it runs side by side).
 
 Under CI (`CI` set, not "false"/"0") a test that skips fails instead, naming its tier and the reason: a tier
-that cannot run (no root, no containerd, no images) must never leave a green run in which it did not run.
-Expected failures (xfail) are not skips and stay as they are."""
+that cannot run must never leave a green run in which it did not run. A module that skips as a whole fails
+as one test of its own, so the session goes on with every other module. Expected failures stay as they are.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,19 +65,46 @@ def fail_skips_under_ci(report: pytest.TestReport) -> None:
     """Turn a skip into a failure under CI, keeping the skip's reason in the message."""
     if not (under_ci() and report.skipped and not hasattr(report, "wasxfail")):
         return
-    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     report.outcome = "failed"
-    report.longrepr = (
+    report.longrepr = could_not_run(report.nodeid, "run", report.longrepr)
+
+
+def could_not_run(nodeid: str, what: str, longrepr: object) -> str:
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return (
         f"CI is set, and under CI a tier that cannot run fails instead of skipping: the "
-        f"{tier_of(report.nodeid)} tier could not run {report.nodeid}: {reason}"
+        f"{tier_of(nodeid)} tier could not {what} {nodeid}: {reason}"
     )
 
 
-class TierReport:
-    """The pytest plugin: counts reports per tier, prints the table, writes $MWMS_TIER_REPORT."""
+class SkippedWhole(pytest.Item):
+    """Stands, under CI, for a module that skipped as a whole: one failing test with the skip's reason."""
+
+    def __init__(self, *, message: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.message = message
+
+    def runtest(self) -> None:
+        raise AssertionError(self.message)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        return self.message
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, self.name
+
+
+class Tiers:
+    """The pytest plugin: marks each test with its tier, fails skips under CI, counts reports per tier, prints
+    the table and writes $MWMS_TIER_REPORT."""
 
     def __init__(self) -> None:
         self.tiers: dict[str, TierCount] = {}
+
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
+        tier = tier_of(item.nodeid)
+        if tier in TIERS:
+            item.add_marker(tier)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> object:
@@ -83,16 +113,14 @@ class TierReport:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector) -> object:
-        """A module that skips as a whole (importorskip, allow_module_level) fails under CI too."""
+        """A module that skips as a whole (importorskip, allow_module_level) becomes, under CI, one failing
+        test in its place: a failed collection would stop the whole session."""
         outcome = yield
         report = outcome.get_result()  # type: ignore[attr-defined]
         if under_ci() and report.skipped:
-            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-            report.outcome = "failed"
-            report.longrepr = (
-                f"CI is set, and under CI a tier that cannot run fails instead of skipping: the "
-                f"{tier_of(report.nodeid)} tier could not collect {report.nodeid}: {reason}"
-            )
+            message = could_not_run(report.nodeid, "collect", report.longrepr)
+            stand_in = SkippedWhole.from_parent(collector, name="skipped-whole", message=message)
+            report.outcome, report.longrepr, report.result = "passed", None, [stand_in]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.tiers.setdefault(tier_of(report.nodeid), TierCount()).add(report)

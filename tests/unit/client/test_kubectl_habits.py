@@ -2,7 +2,6 @@
 by, completion scripts, and the in-cluster fallback (no cluster: a scripted API)."""
 
 import io
-import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import pytest
 
 from mwms import cli, kube, kubectl
 from mwms.sdk import Client
+from mwms_kit.fake_job_client import FakeJobClient, client_on
 
 JOBS = [
     {
@@ -25,33 +25,12 @@ JOBS = [
 ]
 
 
-class ListingApi:
-    namespace = "team-a"
-
-    def __init__(self, events=()):
-        self.asked, self.events = [], list(events)
-
-    def list_trainjobs(self, all_namespaces=False, selector=None):
-        self.asked.append(selector)
-        if selector == "team=x":
-            return JOBS[:1]
-        return JOBS
-
-    def get_trainjob(self, name):
-        return next(j for j in JOBS if j["metadata"]["name"] == name)
-
-    def watch_trainjobs(self, all_namespaces=False, selector=None, name=None, timeout=None):
-        yield from (("MODIFIED", e) for e in self.events if name in (None, e["metadata"]["name"]))
-
-
 def run(monkeypatch, api, *argv):
-    client = Client.__new__(Client)
-    client.api, client.namespace = api, api.namespace
     seen = {}
 
     def client_of(args):
         seen["namespace"], seen["context"] = args.namespace, args.context
-        return client
+        return client_on(api)
 
     monkeypatch.setattr(cli, "client_of", client_of)
     out, err = io.StringIO(), io.StringIO()
@@ -64,7 +43,7 @@ def run(monkeypatch, api, *argv):
      ["--context", "c", "-n", "team-b", "-o", "name", "list"], ["-n", "team-b", "get", "a"]],
 )  # fmt: skip
 def test_global_flags_go_before_or_after_the_verb(monkeypatch, argv):
-    code, _, seen = run(monkeypatch, ListingApi(), *argv)
+    code, _, seen = run(monkeypatch, FakeJobClient(JOBS), *argv)
     assert code == 0 and seen["namespace"] == "team-b"
 
 
@@ -85,17 +64,20 @@ JSONPATHS = [
 
 @pytest.mark.parametrize(("template", "shown"), JSONPATHS)
 def test_jsonpath_as_kubectl(monkeypatch, template, shown):
-    code, out, _ = run(monkeypatch, ListingApi(), "list", "-o", f"jsonpath={template}")
+    code, out, _ = run(monkeypatch, FakeJobClient(JOBS), "list", "-o", f"jsonpath={template}")
     assert (code, out) == (0, shown + "\n")
 
 
 def test_jsonpath_of_one_job_is_over_the_object(monkeypatch):
-    assert run(monkeypatch, ListingApi(), "get", "b", "-o", "jsonpath={.status.phase}")[1] == "Succeeded\n"
+    assert (
+        run(monkeypatch, FakeJobClient(JOBS), "get", "b", "-o", "jsonpath={.status.phase}")[1]
+        == "Succeeded\n"
+    )
 
 
 def test_custom_columns(monkeypatch):
     spec = "NAME:.metadata.name,TEAM:.metadata.labels.team,GONE:.status.nothing"
-    code, out, _ = run(monkeypatch, ListingApi(), "list", "-o", f"custom-columns={spec}")
+    code, out, _ = run(monkeypatch, FakeJobClient(JOBS), "list", "-o", f"custom-columns={spec}")
     assert [line.split() for line in out.splitlines()] == [["NAME", "TEAM", "GONE"], ["a", "x", "<none>"],
                                                            ["b", "y", "<none>"]]  # fmt: skip
 
@@ -103,15 +85,15 @@ def test_custom_columns(monkeypatch):
 @pytest.mark.parametrize("output", ["jsonpath={range .items[*]}", "custom-columns=NAME", "jsonpath", "table"])
 def test_a_bad_output_format_is_a_usage_error(monkeypatch, output):
     with pytest.raises(SystemExit) as exited:
-        run(monkeypatch, ListingApi(), "list", "-o", output)
+        run(monkeypatch, FakeJobClient(JOBS), "list", "-o", output)
     assert exited.value.code == 2
 
 
 def test_selector_and_watch(monkeypatch):
-    api = ListingApi(events=[JOBS[1]])
+    api = FakeJobClient(JOBS, changes=JOBS)
     code, out, _ = run(monkeypatch, api, "list", "-l", "team=x", "-w", "-o", "name")
-    assert api.asked == ["team=x"]
-    assert out.splitlines() == ["trainjob.mwms.dev/a", "trainjob.mwms.dev/b"]
+    assert api.named("list_trainjobs") == ["team=x"]
+    assert out.splitlines() == ["trainjob.mwms.dev/a", "trainjob.mwms.dev/a"]  # listed, then its change
     code, out, _ = run(monkeypatch, api, "get", "b", "-w")
     assert code == 0 and out.splitlines()[0].split()[:3] == ["NAME", "REPLICAS", "PHASE"]
     assert [line.split()[:3] for line in out.splitlines()[1:]] == [["b", "2", "Succeeded"]] * 2
@@ -127,7 +109,6 @@ def test_kubectl_mwms_names_itself():
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     assert done.stdout.startswith("usage: kubectl mwms")
 

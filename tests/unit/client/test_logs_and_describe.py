@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import http.server
-import io
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -13,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from mwms import cli, describe
-from mwms.kube import NotFound
-from mwms.sdk import Client
+from mwms import describe
+from mwms_kit.fake_job_client import FakeJobClient, run_cli
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
 
@@ -35,7 +33,7 @@ class Artifacts(http.server.ThreadingHTTPServer):
 class Handler(http.server.BaseHTTPRequestHandler):
     server: Artifacts
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         url = urllib.parse.urlparse(self.path)
         query = dict(urllib.parse.parse_qsl(url.query))
         self.server.auth.append(self.headers.get("Authorization"))
@@ -80,42 +78,22 @@ def pod(index: int, group: int, **status: Any) -> dict[str, Any]:
     }
 
 
-class Api:
-    namespace = "team-a"
-
-    def __init__(self, job: dict[str, Any], pods: dict[str, dict[str, Any]], events: list[Any] = ()) -> None:
-        self.job, self.pods, self.events = job, pods, list(events)
-
-    def get_trainjob(self, name: str) -> dict[str, Any]:
-        if self.job is None:
-            raise NotFound(f"TrainJob {name}: not found in namespace team-a")
-        return self.job
-
-    def get_pod(self, name: str) -> dict[str, Any] | None:
-        return self.pods.get(name)
-
-    def list_pods(self, selector: str) -> list[dict[str, Any]]:
-        return list(self.pods.values())
-
-    def list_events(self) -> list[dict[str, Any]]:
-        return self.events
-
-    def read_log(self, name: str, tail: int | None = None) -> str:
-        lines = [f"live {name} line {i}" for i in range(5)]
-        return "\n".join(lines if tail is None else lines[-tail:])
+def live(name: str) -> list[str]:
+    return [f"live {name} line {i}" for i in range(5)]
 
 
-def run(monkeypatch, api: Api, *argv: str) -> tuple[int, str, str]:
-    client = Client.__new__(Client)
-    client.api, client.namespace = api, api.namespace  # type: ignore[assignment]
-    monkeypatch.setattr(cli, "client_of", lambda args: client)
+def job_api(job: dict[str, Any], pods: dict[str, dict[str, Any]], events: list[Any] = ()) -> FakeJobClient:
+    """The job, its pods and Events; each pod's log is five `live` lines."""
+    return FakeJobClient(job=job, pods=pods, events=list(events), logs=live)
+
+
+def run(monkeypatch, api: FakeJobClient, *argv: str) -> tuple[int, str, str]:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    out, err = io.StringIO(), io.StringIO()
-    return cli.main(list(argv), out, err), out.getvalue(), err.getvalue()
+    return run_cli(monkeypatch, api, *argv)
 
 
 def test_the_current_groups_log_comes_from_its_pod(monkeypatch, mlflow):
-    api = Api(trainjob(mlflow.uri), {"j-worker-1": pod(1, 1)})
+    api = job_api(trainjob(mlflow.uri), {"j-worker-1": pod(1, 1)})
     assert run(monkeypatch, api, "logs", "j", "--worker", "1", "--tail", "2") == (
         0,
         "live j-worker-1 line 3\nlive j-worker-1 line 4\n",
@@ -125,7 +103,7 @@ def test_the_current_groups_log_comes_from_its_pod(monkeypatch, mlflow):
 
 def test_an_earlier_groups_log_comes_from_the_run_even_while_a_new_pod_has_its_name(monkeypatch, mlflow):
     mlflow.files[("r1", "logs/group-0/worker-0.log")] = "old 1\nold 2\nold 3\n"
-    api = Api(trainjob(mlflow.uri), {"j-worker-0": pod(0, 1)})
+    api = job_api(trainjob(mlflow.uri), {"j-worker-0": pod(0, 1)})
     assert run(monkeypatch, api, "logs", "j", "--previous")[:2] == (0, "old 1\nold 2\nold 3\n")
     assert run(monkeypatch, api, "logs", "j", "--group", "0", "--tail", "1")[:2] == (0, "old 3\n")
     monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "t0k")
@@ -133,12 +111,17 @@ def test_an_earlier_groups_log_comes_from_the_run_even_while_a_new_pod_has_its_n
     assert mlflow.auth[-1] == "Bearer t0k"  # the user's own MLflow credentials
 
 
-def test_all_workers_of_a_job_whose_pods_are_gone_and_a_missing_one_says_why(monkeypatch, mlflow):
+def test_all_workers_of_a_job_whose_pods_are_gone_and_a_missing_one_says_why_and_exits_1(monkeypatch, mlflow):
+    """The others' logs are all printed; the exit code is the missing one's alone (`--worker 1`)."""
     mlflow.files[("r1", "logs/group-1/worker-0.log")] = "chief\n"
-    api = Api(trainjob(mlflow.uri, phase="Failed"), {})
+    api = job_api(trainjob(mlflow.uri, phase="Failed"), {})
     code, out, err = run(monkeypatch, api, "logs", "j", "--all")
-    assert (code, out) == (0, "[worker-0] chief\n")
-    assert "mwms logs: [worker-1] no log of worker 1 in group 1: its pod is gone and run r1 has no " in err
+    assert (code, out) == (1, "[worker-0] chief\n")
+    said = err.splitlines()
+    assert said[0].startswith(
+        "mwms logs: [worker-1] no log of worker 1 in group 1: its pod is gone and run r1 "
+    )
+    assert said[1:] == ["mwms logs: the log of worker 1 could not be read (said above)"]
     code, out, err = run(monkeypatch, api, "logs", "j", "--worker", "1")
     assert (code, out) == (1, "")
     assert "logs/group-1/worker-1.log" in err
@@ -152,26 +135,26 @@ def test_all_workers_of_a_job_whose_pods_are_gone_and_a_missing_one_says_why(mon
     ],
 )
 def test_a_group_or_worker_that_does_not_exist_is_exit_1(monkeypatch, mlflow, argv, said):
-    code, _, err = run(monkeypatch, Api(trainjob(mlflow.uri), {}), "logs", "j", *argv)
+    code, _, err = run(monkeypatch, job_api(trainjob(mlflow.uri), {}), "logs", "j", *argv)
     assert code == 1 and said in err
 
 
 def test_previous_of_a_job_that_never_restarted_says_so(monkeypatch, mlflow):
-    code, _, err = run(monkeypatch, Api(trainjob(mlflow.uri, restarts=0), {}), "logs", "j", "-p")
+    code, _, err = run(monkeypatch, job_api(trainjob(mlflow.uri, restarts=0), {}), "logs", "j", "-p")
     assert code == 1 and "has not restarted its group: there is no previous group" in err
 
 
 def test_no_tracking_server_known_says_to_set_one(monkeypatch):
     job = trainjob("")
     job["spec"]["mlflow"] = {}
-    code, _, err = run(monkeypatch, Api(job, {}), "logs", "j")
+    code, _, err = run(monkeypatch, job_api(job, {}), "logs", "j")
     assert code == 1 and "set MLFLOW_TRACKING_URI" in err
 
 
 def test_group_and_previous_and_worker_and_all_exclude_each_other(monkeypatch, mlflow, capsys):
     for argv in (["--group", "0", "--previous"], ["--worker", "1", "--all"]):
         with pytest.raises(SystemExit) as exit_:
-            run(monkeypatch, Api(trainjob(mlflow.uri), {}), "logs", "j", *argv)
+            run(monkeypatch, job_api(trainjob(mlflow.uri), {}), "logs", "j", *argv)
         assert exit_.value.code == 2
 
 
@@ -226,7 +209,7 @@ def test_events_are_the_jobs_and_its_pods_only_oldest_first(monkeypatch, mlflow)
         event("Pod", "jx-worker-0", "Started"),  # another job's pod
         event("Pod", "j-worker-1", "FailedScheduling", when=5),
     ]
-    api = Api(trainjob(mlflow.uri), {"j-worker-0": pod(0, 1)}, events)
+    api = job_api(trainjob(mlflow.uri), {"j-worker-0": pod(0, 1)}, events)
     code, out, _ = run(monkeypatch, api, "events", "j")
     assert code == 0
     lines = out.splitlines()
@@ -247,13 +230,13 @@ def test_events_are_the_jobs_and_its_pods_only_oldest_first(monkeypatch, mlflow)
 
 
 def test_a_job_with_no_events_says_so(monkeypatch, mlflow):
-    assert run(monkeypatch, Api(trainjob(mlflow.uri), {}), "events", "j")[1] == (
+    assert run(monkeypatch, job_api(trainjob(mlflow.uri), {}), "events", "j")[1] == (
         "No events for trainjob/j in namespace team-a.\n"
     )
 
 
 def test_refusals_reading_the_run_name_the_server(monkeypatch):
-    api = Api(trainjob("http://127.0.0.1:9"), {})
+    api = job_api(trainjob("http://127.0.0.1:9"), {})
     code, _, err = run(monkeypatch, api, "logs", "j")
     assert (
         code == 1
@@ -261,18 +244,15 @@ def test_refusals_reading_the_run_name_the_server(monkeypatch):
     )
 
 
-class Streaming(Api):
+def streaming(job: dict[str, Any], pods: dict[str, dict[str, Any]]) -> FakeJobClient:
     """Every pod's container runs; each worker's stream gives two lines and ends with the container."""
-
-    def stream_log(self, name: str, on_line: Any, stop: threading.Event) -> None:
-        for i in range(2):
-            on_line(f"{name} says {i}")
+    return FakeJobClient(job=job, pods=pods, logs=lambda name: [f"{name} says {i}" for i in range(2)])
 
 
 def test_follow_all_streams_every_workers_log_each_line_prefixed(monkeypatch, mlflow):
     running = {"name": "trainer", "state": {"running": {"started_at": "now"}}}
     pods = {f"j-worker-{i}": pod(i, 1, container_statuses=[running]) for i in range(2)}
-    code, out, err = run(monkeypatch, Streaming(trainjob(mlflow.uri), pods), "logs", "j", "--all", "-f")
+    code, out, err = run(monkeypatch, streaming(trainjob(mlflow.uri), pods), "logs", "j", "--all", "-f")
     assert (code, err) == (0, "")
     assert sorted(out.splitlines()) == [
         "[worker-0] j-worker-0 says 0",

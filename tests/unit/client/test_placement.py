@@ -11,6 +11,7 @@ from mwms.kube import SubmitError
 from mwms.runner import MirroredStrategyRunner
 from mwms.sdk import placement_of
 from mwms_contract import names
+from mwms_kit.fake_job_client import FakeJobClient, client_on
 
 GPU_IMAGE = placement.gpu_image()
 
@@ -155,30 +156,22 @@ def test_the_runner_asks_one_gpu_per_slot_by_default_as_spark_tensorflow_distrib
         MirroredStrategyRunner(env={"TF_CONFIG": "{}"})
 
 
-class PendingApi:
+def pending_then_deleted() -> FakeJobClient:
     """A job the scheduler cannot place, then deleted by its user (Failed, to end the follow)."""
-
-    def __init__(self):
-        message = "waiting for 1 of 1 workers to run (j-worker-0: Unschedulable: 0/1 nodes are available: 1 "
-        message += "Insufficient nvidia.com/gpu)"
-        pending = {
-            "phase": "Pending",
-            "conditions": [{"type": "Running", "status": "False", "message": message}],
-        }
-        self.states = [pending, pending, {"phase": "Failed", "conditions": []}]
-
-    def get_trainjob(self, name):
-        return {"metadata": {"name": name}, "spec": {"replicas": 1}, "status": self.states.pop(0)}
-
-    def stream_log(self, pod, on_line, stop):
-        pass
+    message = "waiting for 1 of 1 workers to run (j-worker-0: Unschedulable: 0/1 nodes are available: 1 "
+    message += "Insufficient nvidia.com/gpu)"
+    pending = {"phase": "Pending", "conditions": [{"type": "Running", "status": "False", "message": message}]}
+    states = iter([pending, pending, {"phase": "Failed", "conditions": []}])
+    return FakeJobClient(
+        job=lambda: {"metadata": {"name": "j"}, "spec": {"replicas": 1}, "status": next(states)}
+    )
 
 
 def test_following_a_job_no_node_can_place_says_why_once():
     from mwms.follow import Follower
 
     out = io.StringIO()
-    Follower(PendingApi(), "j", out, tty=False, poll=0).follow()
+    Follower(pending_then_deleted(), "j", out, tty=False, poll=0).follow()
     lines = out.getvalue().splitlines()
     assert lines[0] == "j: Pending" and "Insufficient nvidia.com/gpu" in lines[1]
     assert sum("Insufficient" in line for line in lines) == 1 and lines[-1] == "j: Failed"
@@ -186,19 +179,14 @@ def test_following_a_job_no_node_can_place_says_why_once():
 
 def test_client_submit_dry_run_builds_the_trainjob_and_creates_nothing(tmp_path):
     from mwms.kube import Cluster
-    from mwms.sdk import Client
 
-    class NoApi:
-        namespace = "team-a"
-
-        def __getattr__(self, name):
-            raise AssertionError(f"dry_run asked the API server: {name}")
-
-    client = Client.__new__(Client)
-    client.api, client.namespace, client.cluster = NoApi(), "team-a", Cluster()
+    api = FakeJobClient()
+    client = client_on(api)
+    client.cluster = Cluster()
     script = tmp_path / "train.py"
     script.write_text("")
     job = client.submit(script, name="j", replicas=2, gpu=1, queue="q", dry_run=True)
     assert (job.name, job.namespace, job.replicas) == ("j", "team-a", 2)
     assert job.raw["spec"]["image"] == GPU_IMAGE
     assert job.raw["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "q"}
+    assert api.calls == [], "a dry run asks the API server nothing"

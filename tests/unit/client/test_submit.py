@@ -8,6 +8,7 @@ import pytest
 
 from mwms import cli, follow, jobs, submit
 from mwms.kube import SubmitError
+from mwms_kit.fake_job_client import FakeJobClient
 
 
 def test_a_script_alone_is_one_key_named_like_it(tmp_path):
@@ -219,26 +220,14 @@ def test_arguments_after_double_dash_go_to_the_script():
     assert cli.split_script_args(["submit", "train.py"]) == (["submit", "train.py"], [])
 
 
-class ScriptedClient:
-    """Stands in for the API server only: the job's states in order, the chief's log and pod."""
-
-    namespace = "team-a"
-
-    def __init__(self, states, log_lines, chief=None):
-        self.states, self.log_lines, self.chief, self.deleted = list(states), log_lines, chief, []
-
-    def get_trainjob(self, name):
-        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
-
-    def get_pod(self, name):
-        return self.chief
-
-    def stream_log(self, pod, on_line, stop):
-        for line in self.log_lines:
-            on_line(line)
-
-    def delete_trainjob(self, name):
-        self.deleted.append(name)
+def scripted(states: list[dict], log_lines: list[str], chief: dict | None = None) -> FakeJobClient:
+    """The job's states in order (the last one stays), the chief's log and pod."""
+    left = list(states)
+    return FakeJobClient(
+        job=lambda: left.pop(0) if len(left) > 1 else left[0],
+        pods=lambda name: chief,
+        logs=lambda name: log_lines,
+    )
 
 
 def states():
@@ -257,7 +246,7 @@ def states():
 
 def test_follow_prints_phases_progress_lines_and_the_chiefs_log_off_a_terminal():
     out = io.StringIO()
-    client = ScriptedClient(states(), ["hello from the chief"], chief_pod('{"result": 7}'))
+    client = scripted(states(), ["hello from the chief"], chief_pod('{"result": 7}'))
     result = follow.Follower(client, "j", out, tty=False, poll=0).follow()
     assert (result.phase, result.mlflow.run_id, result.progress.epoch) == ("Succeeded", "r1", 2)
     lines = out.getvalue().splitlines()
@@ -269,13 +258,13 @@ def test_follow_prints_phases_progress_lines_and_the_chiefs_log_off_a_terminal()
 
 def test_follow_draws_a_bar_on_a_terminal():
     out = io.StringIO()
-    follow.Follower(ScriptedClient(states(), []), "j", out, tty=True, poll=0).follow()
+    follow.Follower(scripted(states(), []), "j", out, tty=True, poll=0).follow()
     assert "\r\033[Kepoch 1/2 [##########..........]" in out.getvalue()
     assert "\r\033[Kepoch 2/2 [####################]" in out.getvalue()
 
 
 def test_ctrl_c_with_detach_never_deletes_the_job(capsys):
-    client = ScriptedClient(states(), [])
+    client = scripted(states(), [])
     out = io.StringIO()
     assert cli.interrupted(client, "j", detach=True, out=out) == 130
-    assert client.deleted == [] and "trainjob/j keeps running" in out.getvalue()
+    assert client.named("delete_trainjob") == [] and "trainjob/j keeps running" in out.getvalue()

@@ -2,6 +2,7 @@
 or partial status still parses, and the keys are exactly those the CRD's status schema declares."""
 
 import json
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import yaml
@@ -113,3 +114,13 @@ def test_every_key_is_one_the_crd_declares():
         assert set(keys.values()) == set(declared), name
     enum = schema["conditions"]["items"]["properties"]["status"]["enum"]
     assert {st.TRUE, st.FALSE, st.UNKNOWN} == set(enum)
+
+
+def test_status_times_are_utc_whole_seconds_and_messages_are_cut_at_the_limit():
+    moment = datetime(2026, 1, 1, 1, 0, 0, 500_000, tzinfo=timezone(timedelta(hours=1)))
+    assert st.format_time(moment) == "2026-01-01T00:00:00Z"
+    assert st.parse_time("2026-01-01T00:00:00Z") == datetime(2026, 1, 1, tzinfo=UTC)
+    assert st.parse_time(None) is None and st.parse_time("") is None
+    assert st.truncate("x" * st.MAX_MESSAGE) == "x" * st.MAX_MESSAGE
+    cut = st.truncate("x" * (st.MAX_MESSAGE + 1))
+    assert len(cut) == st.MAX_MESSAGE and cut.endswith("…")

@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from mwms_kit.fake_kube import FakeKube, Indexes
 from mwms_kit.trainjobs import trainjob
-from mwms_operator.config import OperatorConfig
+from mwms_operator.reconciler import Reconciler
+from mwms_operator.settings import OperatorConfig
 
 # What the API server adds to a stored TrainJob, as the operator's handlers see it.
 STORED = {
@@ -32,3 +34,16 @@ def make_trainjob() -> Callable[..., dict[str, Any]]:
 def config() -> OperatorConfig:
     # A fixed image, so golden files do not change with each release's version.
     return OperatorConfig(trainer_image="ghcr.io/mwms-dev/mwms-trainer:0.1.0")
+
+
+@pytest.fixture
+def indexes() -> Indexes:
+    return Indexes()
+
+
+@pytest.fixture
+def reconciler(indexes: Indexes) -> Reconciler:
+    """A reconciler on FakeKube, bound to `indexes`."""
+    reconciler = Reconciler(FakeKube(), OperatorConfig())  # type: ignore[arg-type]
+    reconciler.bind(indexes.pods, indexes.services)
+    return reconciler

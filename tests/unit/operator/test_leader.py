@@ -4,6 +4,8 @@ server answers, or does not, the leader stops reconciling before a standby may t
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -11,9 +13,9 @@ from typing import Any
 import kopf
 import pytest
 
+from mwms_kit.fake_kube import FakeKube
 from mwms_operator import __main__ as entry
-from mwms_operator.config import Timing
-from mwms_operator.leader import Elector, LeaseLost
+from mwms_operator.kube.leader import Elector, LeaseLost, Timing
 
 ME = "operator-0_1"
 BOUND = 30  # seconds a test waits for what must happen long before (a hang fails, not blocks, the run)
@@ -26,24 +28,15 @@ def lease(holder: str | None = ME, renewed: str = "2026-12-05T08:00:00.000000Z")
     }
 
 
-class FakeKube:
-    """get_lease answers `read()`; update_lease records its body and timeout, then answers `write()`."""
+def leasing(read: Callable[[], Any], write: Callable[[], bool] = lambda: True) -> FakeKube:
+    """A fake API whose get_lease answers `read()` and whose lease writes answer `write()`."""
+    kube = FakeKube()
+    kube.lease_read, kube.lease_write = read, write
+    return kube
 
-    def __init__(self, read: Callable[[], Any], write: Callable[[], bool] = lambda: True) -> None:
-        self.read, self.write = read, write
-        self.timeouts: list[tuple[str, float]] = []
-        self.writes = 0
 
-    def get_lease(self, namespace: str, name: str, *, timeout: float) -> Any:
-        self.timeouts.append(("get", timeout))
-        return self.read()
-
-    def update_lease(self, namespace: str, body: Any, *, timeout: float) -> bool:
-        self.timeouts.append(("put", timeout))
-        self.writes += 1
-        return self.write()
-
-    create_lease = update_lease
+def writes(kube: FakeKube) -> int:
+    return len(kube.named("update_lease"))
 
 
 def elector(kube: FakeKube, timing: Timing) -> Elector:
@@ -99,7 +92,7 @@ def test_any_error_while_renewing_exits_the_process_at_once(monkeypatch, read):
     monkeypatch.setattr(entry.os, "_exit", exit_)
     monkeypatch.setattr(entry.logging, "shutdown", lambda: None)  # pytest's own handlers stay open
     # A renew deadline far away: what ends the leadership is the error, not the deadline.
-    leader = elector(FakeKube(read), Timing(lease_duration=7200, renew_deadline=3600, retry_period=0.01))
+    leader = elector(leasing(read), Timing(lease_duration=7200, renew_deadline=3600, retry_period=0.01))
     stop = threading.Event()
     thread = entry.renew_in_background(leader, stop)
     try:
@@ -112,7 +105,7 @@ def test_any_error_while_renewing_exits_the_process_at_once(monkeypatch, read):
 
 def test_a_round_that_hangs_ends_the_leadership_by_the_renew_deadline(release):
     """A PUT that never answers (and ignores its timeout, as a slow re-login or a trickling answer can)."""
-    kube = FakeKube(lambda: lease(), write=lambda: release.wait() and False)
+    kube = leasing(lambda: lease(), write=lambda: release.wait() and False)
     leader = elector(kube, Timing(lease_duration=60, renew_deadline=0.5, retry_period=0.05))
     renewed = leader.renewed_at
     thread, outcome = in_thread(lambda: leader.keep_renewing(threading.Event()))
@@ -131,18 +124,18 @@ def test_each_call_of_a_round_waits_only_for_what_is_left_of_the_deadline():
         now[0] += 0.5  # the GET took half a second
         return lease()
 
-    kube = FakeKube(slow_read)
+    kube = leasing(slow_read)
     leader = elector(kube, timing)
     leader._clock = lambda: now[0]
     assert leader.renew(deadline=100.7)
-    assert kube.timeouts == [("get", pytest.approx(0.7)), ("put", pytest.approx(0.2))]
+    assert kube.calls == [("get_lease", pytest.approx(0.7)), ("update_lease", pytest.approx(0.2))]
     assert leader.renewed_at == 100.0  # the round's start: the Lease was written no earlier
 
     # The deadline passes during the GET: no PUT is sent, the leadership is over.
-    kube.timeouts.clear()
+    kube.calls.clear()
     with pytest.raises(LeaseLost, match="not renewed within 10 s"):
         leader.renew(deadline=now[0] + 0.3)
-    assert kube.timeouts == [("get", pytest.approx(0.3))]
+    assert kube.calls == [("get_lease", pytest.approx(0.3))]
 
 
 @pytest.mark.parametrize(
@@ -151,14 +144,14 @@ def test_each_call_of_a_round_waits_only_for_what_is_left_of_the_deadline():
     ids=["another-holder", "released", "deleted"],
 )
 def test_a_lease_that_is_no_longer_ours_ends_the_leadership_at_the_first_round(found, why):
-    kube = FakeKube(lambda: found)
+    kube = leasing(lambda: found)
     leader = elector(kube, Timing(lease_duration=7200, renew_deadline=3600, retry_period=0.01))
     thread, outcome = in_thread(lambda: leader.keep_renewing(threading.Event()))
     thread.join(BOUND)
     assert not thread.is_alive(), "the leader goes on reconciling beside another holder"
     (error,) = outcome
     assert isinstance(error, LeaseLost) and why in str(error)
-    assert kube.writes == 0  # it never wrote over the other holder
+    assert writes(kube) == 0  # it never wrote over the other holder
 
 
 def test_failed_rounds_within_the_deadline_do_not_end_the_leadership():
@@ -171,17 +164,17 @@ def test_failed_rounds_within_the_deadline_do_not_end_the_leadership():
         return answer
 
     stop = threading.Event()
-    kube = FakeKube(read, write=lambda: kube.writes < 3 or stop.set() or True)
+    kube = leasing(read, write=lambda: writes(kube) < 3 or stop.set() or True)
     leader = elector(kube, Timing(lease_duration=7200, renew_deadline=3600, retry_period=0.01))
     thread, outcome = in_thread(lambda: leader.keep_renewing(stop))
     thread.join(BOUND)
-    assert outcome == [None] and kube.writes == 3  # stopped by `stop`, after three renewals
+    assert outcome == [None] and writes(kube) == 3  # stopped by `stop`, after three renewals
 
 
 def test_a_standby_wakes_when_the_lease_it_watches_expires_not_a_retry_period_later():
     """The takeover bound (lease duration + one retry period) must not depend on how the retry period falls
     on the holder's last renewal."""
-    kube = FakeKube(lambda: lease("operator-1_9"))
+    kube = leasing(lambda: lease("operator-1_9"))
     standby = Elector(
         kube,  # type: ignore[arg-type]
         "mwms-system",
@@ -192,4 +185,51 @@ def test_a_standby_wakes_when_the_lease_it_watches_expires_not_a_retry_period_la
     thread, outcome = in_thread(lambda: standby.acquire(threading.Event()))
     thread.join(BOUND)
     assert not thread.is_alive(), "the standby waits a whole retry period past the Lease's expiry"
-    assert outcome == [True] and kube.writes == 1
+    assert outcome == [True] and writes(kube) == 1
+
+
+BLOCKED_STDERR_LEADER = """
+import fcntl, logging, os, sys, threading
+from mwms_kit.fake_kube import FakeKube
+from mwms_operator import __main__ as entry
+from mwms_operator.kube.leader import Elector, Timing
+
+logging.basicConfig(stream=sys.stderr, level=logging.INFO)
+# Fill the stderr pipe (nobody reads it) without blocking here, then make it blocking again: the leader's
+# next log write blocks, as one does when a log collector stops reading.
+flags = fcntl.fcntl(2, fcntl.F_GETFL)
+fcntl.fcntl(2, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+try:
+    while True:
+        os.write(2, b"x" * 4096)
+except BlockingIOError:
+    pass
+fcntl.fcntl(2, fcntl.F_SETFL, flags)
+
+def refused():
+    raise RuntimeError("the API server refused the Lease")
+
+kube = FakeKube()
+kube.lease_read = refused
+timing = Timing(lease_duration=7200, renew_deadline=3600, retry_period=0.01)
+leader = Elector(kube, "mwms-system", "me", timing, "mwms-operator-leader")
+leader.renewed_at = leader._clock()
+entry.renew_in_background(leader, threading.Event())
+threading.Event().wait()  # the handlers' loop, which only the renew thread's exit ends
+"""
+
+
+def test_a_leader_whose_stderr_blocks_still_exits_when_it_loses_the_lease():
+    """The exit does not wait on the log line: a full stderr pipe must not keep a lost leader reconciling."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", BLOCKED_STDERR_LEADER], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        assert child.wait(BOUND) == entry.EXIT_LOST_LEADERSHIP
+    except subprocess.TimeoutExpired:
+        pytest.fail("the leader lost its Lease but went on running while its stderr was blocked")
+    finally:
+        child.kill()
+        child.wait()
+        assert child.stderr is not None
+        child.stderr.close()

@@ -9,9 +9,10 @@ import yaml
 
 from mwms_contract import names
 from mwms_contract.tf_config import worker_hosts
-from mwms_contract.trainjob import SpecError
-from mwms_operator.builders import READINESS_PROBE, build_service, build_worker_pod, trainer_env
-from mwms_operator.spec import parse_trainjob
+from mwms_contract.trainjob import SpecError, trainer_env
+from mwms_operator.render.pod import READINESS_PROBE, build_worker_pod
+from mwms_operator.render.service import build_service
+from mwms_operator.render.spec import parse_trainjob
 
 GOLDEN = Path(__file__).resolve().parents[2] / "data" / "operator"
 UID = "0b7e9a57-1c4b-4f7e-9d43-6c1f2b9c0e11"
@@ -54,7 +55,7 @@ def check_golden(name: str, obj: dict) -> None:
 
 def build(make_trainjob, config, index, restart_count=0, **spec):
     body = make_trainjob(**spec)
-    parsed = parse_trainjob(body, config)
+    parsed = parse_trainjob(body, config.spec_defaults())
     hosts = worker_hosts("mnist", "team-a", parsed.replicas, parsed.port, config.cluster_domain)
     return parsed, build_worker_pod(
         parsed,
@@ -78,7 +79,7 @@ def test_full_template_worker_pod(make_trainjob, config):
 
 
 def test_service(make_trainjob, config):
-    parsed = parse_trainjob(make_trainjob(port=3333), config)
+    parsed = parse_trainjob(make_trainjob(port=3333), config.spec_defaults())
     check_golden("service.yaml", build_service(parsed, job_name="mnist", namespace="team-a", uid=UID))
 
 
@@ -110,7 +111,7 @@ def test_tf_config_goes_into_the_trainer_container_only(make_trainjob, config):
 
 
 def test_trainer_env_lists_every_reserved_variable_that_applies(make_trainjob, config):
-    parsed = parse_trainjob(make_trainjob(**FULL), config)
+    parsed = parse_trainjob(make_trainjob(**FULL), config.spec_defaults())
     hosts = worker_hosts("mnist", "team-a", 3, 2222, "")
     env = trainer_env(
         parsed, job_name="mnist", namespace="team-a", uid=UID, index=1, hosts=hosts, restart_count=2
@@ -122,7 +123,7 @@ def test_trainer_env_lists_every_reserved_variable_that_applies(make_trainjob, c
     assert json.loads(env["MWMS_TRAINER_CONFIG"]) == FULL["trainer"]
     assert env["MWMS_CHECKPOINT_DIR"] == "/mwms/checkpoint"
     minimal = trainer_env(
-        parse_trainjob(make_trainjob(), config),
+        parse_trainjob(make_trainjob(), config.spec_defaults()),
         job_name="mnist",
         namespace="team-a",
         uid=UID,
@@ -157,7 +158,7 @@ def test_builders_do_not_change_the_spec(make_trainjob, config):
 
 def test_a_queue_label_makes_the_workers_one_kueue_pod_group_per_restart(make_trainjob, config):
     body = make_trainjob(replicas=4, labels={"kueue.x-k8s.io/queue-name": "team-queue"})
-    parsed = parse_trainjob(body, config)
+    parsed = parse_trainjob(body, config.spec_defaults())
     hosts = worker_hosts("mnist", "team-a", 4, parsed.port, "")
     pods = [
         build_worker_pod(parsed, job_name="mnist", namespace="team-a", uid=UID, index=i, hosts=hosts,
@@ -182,7 +183,7 @@ def test_a_queue_label_makes_the_workers_one_kueue_pod_group_per_restart(make_tr
 def test_a_queue_label_that_is_not_a_string_names_the_field(make_trainjob, config):
     body = make_trainjob(labels={"kueue.x-k8s.io/queue-name": ""})
     with pytest.raises(SpecError, match="metadata.labels.kueue.x-k8s.io/queue-name"):
-        parse_trainjob(body, config)
+        parse_trainjob(body, config.spec_defaults())
 
 
 OWN_PROBE = {"httpGet": {"path": "/ready", "port": 8080}}

@@ -6,8 +6,8 @@ import pytest
 from mwms_contract import names
 from mwms_contract.trainjob import CodeSpec, SpecError
 from mwms_kit.trainjobs import trainjob
-from mwms_operator.builders import build_worker_pod
-from mwms_operator.spec import parse_trainjob
+from mwms_operator.render.pod import build_worker_pod
+from mwms_operator.render.spec import parse_trainjob
 
 CODE = {"configMap": "train-code", "entrypoint": "train.py", "args": ["--epochs", "3"]}
 VOLUME_CODE = {"volume": {"persistentVolumeClaim": {"claimName": "big-code"}}, "entrypoint": "pkg.train:main"}
@@ -33,7 +33,7 @@ def test_code_is_parsed(make_trainjob, config):
     body = make_trainjob(
         code={**CODE, "items": [{"key": "pkg__m.py", "path": "pkg/m.py"}], "requirements": "req.txt"}
     )
-    assert parse_trainjob(body, config).code == CodeSpec(
+    assert parse_trainjob(body, config.spec_defaults()).code == CodeSpec(
         config_map="train-code",
         entrypoint="train.py",
         args=("--epochs", "3"),
@@ -43,7 +43,7 @@ def test_code_is_parsed(make_trainjob, config):
 
 
 def test_without_code_the_builtin_fit_runs(make_trainjob, config):
-    pod = pod_of(parse_trainjob(make_trainjob(), config))
+    pod = pod_of(parse_trainjob(make_trainjob(), config.spec_defaults()))
     env = {e["name"] for e in trainer_container(pod)["env"]}
     assert names.ENV_CODE_ENTRYPOINT not in env
     # Only the rendezvous state's own volume (every worker has it): no code volume.
@@ -51,7 +51,9 @@ def test_without_code_the_builtin_fit_runs(make_trainjob, config):
 
 
 def test_the_configmap_is_mounted_read_only_and_the_entrypoint_passed(make_trainjob, config):
-    pod = pod_of(parse_trainjob(make_trainjob(code={**CODE, "requirements": "req.txt"}), config))
+    pod = pod_of(
+        parse_trainjob(make_trainjob(code={**CODE, "requirements": "req.txt"}), config.spec_defaults())
+    )
     container = trainer_container(pod)
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env[names.ENV_CODE_DIR] == "/mwms/code"
@@ -66,7 +68,7 @@ def test_the_configmap_is_mounted_read_only_and_the_entrypoint_passed(make_train
 
 
 def test_a_code_volume_is_mounted_read_only_where_the_configmap_would_be(make_trainjob, config):
-    spec = parse_trainjob(make_trainjob(code=VOLUME_CODE), config)
+    spec = parse_trainjob(make_trainjob(code=VOLUME_CODE), config.spec_defaults())
     assert spec.code == CodeSpec(entrypoint="pkg.train:main", volume=VOLUME_CODE["volume"])
     pod = pod_of(spec)
     container = trainer_container(pod)
@@ -81,14 +83,14 @@ def test_a_code_volume_is_mounted_read_only_where_the_configmap_would_be(make_tr
 
 def test_items_go_to_the_volume(make_trainjob, config):
     code = {**CODE, "items": [{"key": "pkg__m.py", "path": "pkg/m.py"}]}
-    pod = pod_of(parse_trainjob(make_trainjob(code=code), config))
+    pod = pod_of(parse_trainjob(make_trainjob(code=code), config.spec_defaults()))
     (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "mwms-code"]
     assert volume["configMap"]["items"] == [{"key": "pkg__m.py", "path": "pkg/m.py"}]
 
 
 def test_code_and_checkpoint_both_mount(make_trainjob, config):
     body = make_trainjob(code=CODE, checkpoint={"hostPath": {"path": "/tmp/ck"}})
-    mounts = trainer_container(pod_of(parse_trainjob(body, config)))["volumeMounts"]
+    mounts = trainer_container(pod_of(parse_trainjob(body, config.spec_defaults())))["volumeMounts"]
     assert [m["mountPath"] for m in mounts] == ["/mwms/checkpoint", "/mwms/code", "/mwms/rendezvous"]
 
 
@@ -117,17 +119,19 @@ def test_code_and_checkpoint_both_mount(make_trainjob, config):
 )
 def test_bad_code_names_the_field(make_trainjob, config, code, field):
     with pytest.raises(SpecError) as error:
-        parse_trainjob(make_trainjob(code=code), config)
+        parse_trainjob(make_trainjob(code=code), config.spec_defaults())
     assert error.value.field == field
 
 
 def test_module_function_entrypoints_are_accepted(make_trainjob, config):
-    assert parse_trainjob(make_trainjob(code={"configMap": "c", "entrypoint": "pkg.mod:train"}), config).code
+    assert parse_trainjob(
+        make_trainjob(code={"configMap": "c", "entrypoint": "pkg.mod:train"}), config.spec_defaults()
+    ).code
 
 
 def test_code_and_trainer_are_exclusive(make_trainjob, config):
     with pytest.raises(SpecError) as error:
-        parse_trainjob(make_trainjob(code=CODE, trainer={"epochs": 3}), config)
+        parse_trainjob(make_trainjob(code=CODE, trainer={"epochs": 3}), config.spec_defaults())
     assert error.value.field == "spec.code"
 
 
@@ -136,7 +140,7 @@ def test_user_env_may_not_set_the_code_variables(make_trainjob, config):
         "spec": {"containers": [{"name": "trainer", "env": [{"name": "MWMS_CODE_ENTRYPOINT", "value": "x"}]}]}
     }
     with pytest.raises(SpecError, match="MWMS_CODE_ENTRYPOINT is set by the operator"):
-        parse_trainjob(make_trainjob(code=CODE, template=template), config)
+        parse_trainjob(make_trainjob(code=CODE, template=template), config.spec_defaults())
 
 
 def test_a_worker_that_finds_no_code_fails_the_job_as_invalid_spec():
@@ -144,12 +148,12 @@ def test_a_worker_that_finds_no_code_fails_the_job_as_invalid_spec():
     # messages (the built-in fit's settings) stay WorkerFailed.
     from datetime import UTC, datetime
 
-    from mwms_operator.config import OperatorConfig
-    from mwms_operator.pods import WorkerPod
-    from mwms_operator.policy import decide
-    from mwms_operator.status import JobMeta
+    from mwms_operator.decide.job_status import JobMeta
+    from mwms_operator.decide.policy import decide
+    from mwms_operator.observe.pod_states import WorkerPod
+    from mwms_operator.settings import OperatorConfig
 
-    spec = parse_trainjob(trainjob("j", 1, code=CODE), OperatorConfig())
+    spec = parse_trainjob(trainjob("j", 1, code=CODE), OperatorConfig().spec_defaults())
     now = datetime(2026, 1, 1, tzinfo=UTC)
     first = decide(JobMeta("j", "ns", "u"), spec, [], service_exists=False, now=now)
 

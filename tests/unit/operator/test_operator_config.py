@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from mwms_operator.config import ConfigError, OperatorConfig, Timing
+from mwms_operator.kube.leader import Timing
+from mwms_operator.settings import ConfigError, OperatorConfig
 
 VERSION = (Path(__file__).resolve().parents[3] / "VERSION").read_text().strip()
 ELECTION = {"MWMS_LEADER_ELECTION": "true", "MWMS_LEADER_ELECTION_NAMESPACE": "mwms-system"}

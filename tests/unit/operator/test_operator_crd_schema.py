@@ -9,12 +9,12 @@ import yaml
 
 from mwms_contract.names import RESERVED_ENV
 from mwms_kit.trainjobs import trainjob
-from mwms_operator.config import OperatorConfig
-from mwms_operator.pods import WorkerPod
-from mwms_operator.policy import decide
-from mwms_operator.progress import progress_from_run
-from mwms_operator.spec import parse_trainjob
-from mwms_operator.status import JobMeta
+from mwms_operator.decide.job_status import JobMeta
+from mwms_operator.decide.policy import decide
+from mwms_operator.mlflow.progress import progress_from_run
+from mwms_operator.observe.pod_states import WorkerPod
+from mwms_operator.render.spec import parse_trainjob
+from mwms_operator.settings import OperatorConfig
 
 CRD = Path(__file__).resolve().parents[3] / "manifests" / "crd.yaml"
 
@@ -46,7 +46,7 @@ def test_every_field_has_a_description():
 def test_every_status_field_the_operator_writes_is_declared():
     status = schema()["properties"]["status"]
     config = OperatorConfig()
-    spec = parse_trainjob(trainjob("j", 1), config)
+    spec = parse_trainjob(trainjob("j", 1), config.spec_defaults())
     message = '{"runId": "r", "experimentId": "1", "modelUri": "m"}'
     pods = [WorkerPod("j-worker-0", 0, 0, "Succeeded", exit_code=0, message=message)]
     now = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1,6 +1,6 @@
 """A starting pod's events lookups (the startup clock's): spaced out, bounded operator-wide, and a lookup that
-fails or finds no free slot holds the clock instead of failing the reconcile. At 20,000 starting pods each
-lookup took 14 s and held the reconcile workers from the writes a start needs. Lookups that keep failing
+fails or finds no free slot holds the clock instead of failing the reconcile, so slow lookups never hold the
+reconcile workers from the writes a start needs. Lookups that keep failing
 (not a 403) end in the pod being judged without its events, the cause named, not in a wait for ever."""
 
 from __future__ import annotations
@@ -10,54 +10,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from test_operator_reconciler import (
-    KEY,
-    MOUNT_EVENT,
-    Indexes,
-    RecordingKube,
-    _mounting,
-    job_body,
-    pod_body,
-)
 
-from mwms_operator.config import OperatorConfig
-from mwms_operator.lookups import EVENTS_FRESH_SECONDS
-from mwms_operator.pods import PodEvents
+from mwms_kit.fake_kube import KEY, MOUNT_EVENT, FakeKube, Indexes, job_body, mounting_pod, pod_body
+from mwms_operator.decide.start import events_wanted
+from mwms_operator.kube.event_lookups import EVENTS_FRESH_SECONDS
+from mwms_operator.kube.refusals import ApiError
+from mwms_operator.observe.pod_states import PodEvents
 from mwms_operator.reconciler import Reconciler
-from mwms_operator.refusals import ApiError
-from mwms_operator.spec import parse_for_group
+from mwms_operator.render.spec import parse_for_group
 
 SERVER_ERROR = ApiError(500, "etcdserver: request timed out")
-
-
-class SlowKube(RecordingKube):
-    """The API server of an overloaded control plane: a pod's events lookup times out (or fails with
-    `events_error`)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.events_time_out = False
-        self.events_error: Exception | None = None
-
-    def pod_events(self, namespace: str, name: str, uid: str) -> list[dict[str, Any]]:
-        listed = super().pod_events(namespace, name, uid)
-        if self.events_time_out:
-            raise TimeoutError("timed out")
-        if self.events_error is not None:
-            raise self.events_error
-        return listed
-
-
-@pytest.fixture
-def indexes() -> Indexes:
-    return Indexes()
-
-
-@pytest.fixture
-def reconciler(indexes) -> Reconciler:
-    reconciler = Reconciler(SlowKube(), OperatorConfig())  # type: ignore[arg-type]
-    reconciler.bind(indexes.pods, indexes.services)
-    return reconciler
 
 
 def one_runs_one_waits(reconciler: Reconciler, indexes: Indexes, clock: list[float]) -> None:
@@ -70,7 +32,7 @@ def one_runs_one_waits(reconciler: Reconciler, indexes: Indexes, clock: list[flo
     indexes.pod(pod_body(1))
 
 
-def lookups_of_worker_1(kube: RecordingKube) -> int:
+def lookups_of_worker_1(kube: FakeKube) -> int:
     return kube.named("pod_events").count(("mnist-worker-1", "pod-1-0"))
 
 
@@ -127,7 +89,7 @@ def mounting_past_its_grace(reconciler: Reconciler, indexes: Indexes, clock: lis
     """One worker, scheduled, that does not start; its grace (0 s) is over at once: its events are wanted."""
     reconciler.state.clock = lambda: clock[0]
     reconciler.job_event("ADDED", job_body(1, runPolicy={"containerErrorGraceSeconds": 0}))
-    indexes.pod(_mounting(0))
+    indexes.pod(mounting_pod(0))
 
 
 def reconcile_at(reconciler: Reconciler, clock: list[float], now: float) -> dict[str, Any]:
@@ -205,10 +167,11 @@ def test_the_job_is_told_once_that_its_pods_events_cannot_be_read(reconciler, in
 def worker_1_events(reconciler: Reconciler, clock: list[float], now: float) -> PodEvents | None:
     """Worker 1's events as the start's rules are given them at `now`."""
     clock[0] = now
-    spec, _ = parse_for_group(reconciler.state.jobs[KEY], reconciler.config)
+    spec, _ = parse_for_group(reconciler.state.jobs[KEY], reconciler.config.spec_defaults())
     pods = reconciler.state.pods_of(KEY)
     previous = {"phase": "Pending", "restarts": 0}
-    judged = asyncio.run(reconciler.lookups.with_events(KEY, spec, pods, previous, datetime.now(UTC)))
+    wanted = events_wanted(spec, pods, previous, datetime.now(UTC))
+    judged = asyncio.run(reconciler.lookups.with_events(KEY, pods, wanted))
     return next(p.events for p in judged if p.index == 1)
 
 

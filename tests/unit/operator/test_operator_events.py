@@ -7,7 +7,8 @@ from typing import Any
 
 import kopf
 
-from mwms_operator import events, k8s
+from mwms_operator.kube import client as k8s
+from mwms_operator.kube import events
 
 JOB = {"metadata": {"name": "mnist", "namespace": "ns", "uid": "u-1"}}
 

@@ -10,8 +10,9 @@ from typing import Any
 import kopf
 from prometheus_client import REGISTRY
 
-from mwms_operator import handlers, k8s
-from mwms_operator.config import OperatorConfig
+from mwms_operator import handlers
+from mwms_operator.kube import client as k8s
+from mwms_operator.settings import OperatorConfig
 
 
 def test_no_handler_makes_kopf_put_a_finalizer_on_trainjobs():

@@ -1,5 +1,5 @@
-"""k8s.py against a real HTTP server on 127.0.0.1 that answers as the API server would: what each answer
-means to a reconcile (created, there already, refused for good or for now, gone, or an error worth
+"""kube/client.py: against a real HTTP server on 127.0.0.1 that answers as the API server would: what each
+answer means to a reconcile (created, there already, refused for good or for now, gone, or an error worth
 retrying), what goes over the wire, and how connections and credentials are kept."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from prometheus_client import REGISTRY
 
 from mwms_dev import pki
 from mwms_kit.fake_api_server import FakeApiServer, Seen, serve
-from mwms_operator import k8s, refusals
+from mwms_operator.kube import client as k8s
+from mwms_operator.kube import refusals
 
 # Only the metadata, not a whole TrainJob: an event's apiVersion and kind must come from the operator itself.
 JOB = {"metadata": {"name": "mnist", "namespace": "ns", "uid": "u-1"}}
@@ -295,7 +296,7 @@ def test_an_event_names_the_trainjob_and_a_failed_post_is_only_logged(api, caplo
         "Normal", "PodsCreated", "created worker pods"
     )  # fmt: skip
     api.refuse(403, 'events "mnist." is forbidden: exceeded quota: q, requested: count/events=1')
-    with caplog.at_level("INFO", logger="mwms_operator.k8s"):
+    with caplog.at_level("INFO", logger="mwms_operator.kube.client"):
         kube.post_event(JOB, "Warning", "Failed", "x")
     assert "event Failed on ns/mnist not posted" in caplog.text
     api.refuse(403, "unable to create new content in namespace ns because it is being terminated")

@@ -12,14 +12,15 @@ from collections.abc import Iterator
 import pytest
 
 from mwms_operator import __main__ as entry
-from mwms_operator import logs, refusals
-from mwms_operator.config import ConfigError, OperatorConfig
-from mwms_operator.state import JobKey
-from mwms_operator.workqueue import WorkQueue
+from mwms_operator.kube import refusals
+from mwms_operator.kube.workqueue import WorkQueue
+from mwms_operator.observe.state import JobKey
+from mwms_operator.settings import ConfigError, OperatorConfig
+from mwms_operator.telemetry import log_format
 
 
 def line(record: logging.LogRecord) -> dict[str, object]:
-    return json.loads(logs.JsonFormatter().format(record))
+    return json.loads(log_format.JsonFormatter().format(record))
 
 
 def record(message: str, **extra: object) -> logging.LogRecord:
@@ -36,7 +37,7 @@ def test_text_is_the_default_and_json_is_a_setting():
 
 
 def test_a_line_about_a_job_names_it_and_others_do_not():
-    with logs.about(JobKey("team-a", "mnist", "u-1")):
+    with log_format.about(JobKey("team-a", "mnist", "u-1")):
         about = line(record("creation refused"))
     assert (about["namespace"], about["name"], about["message"]) == ("team-a", "mnist", "creation refused")
     assert about["level"] == "INFO" and about["logger"] == "mwms_operator.reconciler" and about["time"]
@@ -50,7 +51,7 @@ class Lines(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__()
-        self.setFormatter(logs.JsonFormatter())
+        self.setFormatter(log_format.JsonFormatter())
         self.lines: list[dict[str, object]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -66,7 +67,7 @@ def test_every_line_a_work_queue_worker_logs_names_its_job_also_from_threads():
     async def main() -> None:
         async def handle(key: JobKey) -> None:
             logging.getLogger("mwms_operator.reconciler").info("reconciling")
-            await asyncio.to_thread(logging.getLogger("mwms_operator.k8s").info, "an API call")
+            await asyncio.to_thread(logging.getLogger("mwms_operator.kube.client").info, "an API call")
             raise refusals.ApiError(500, "etcd")  # the queue's own retry line is about the job too
 
         queue: WorkQueue[JobKey] = WorkQueue(

@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from mwms_operator import memory
-from mwms_operator.config import OperatorConfig
 from mwms_operator.reconciler import Reconciler
+from mwms_operator.settings import OperatorConfig
+from mwms_operator.telemetry import memory
 
 FRAGMENT = """
 import random, sys
-from mwms_operator import memory
+from mwms_operator.telemetry import memory
 
 def rss_mib():
     for line in open("/proc/self/status"):

@@ -6,9 +6,10 @@ import asyncio
 from prometheus_client import REGISTRY, generate_latest
 
 from mwms_contract.conditions import FAILED, STARTUP_TIMEOUT, WORKER_FAILED
-from mwms_operator import __version__, metrics
-from mwms_operator.pods import WorkerPod
-from mwms_operator.workqueue import WorkQueue
+from mwms_operator import __version__
+from mwms_operator.kube.workqueue import WorkQueue
+from mwms_operator.observe.pod_states import WorkerPod
+from mwms_operator.telemetry import metrics
 
 
 def sample(name: str, **labels: str) -> float | None:

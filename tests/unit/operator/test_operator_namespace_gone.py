@@ -20,10 +20,11 @@ import pytest
 
 from mwms_kit.fake_api_server import FakeApiServer, Seen, serve
 from mwms_kit.trainjobs import trainjob
-from mwms_operator import k8s, refusals
-from mwms_operator.config import OperatorConfig
+from mwms_operator.kube import client as k8s
+from mwms_operator.kube import refusals
+from mwms_operator.observe.state import JobKey
 from mwms_operator.reconciler import Reconciler
-from mwms_operator.state import JobKey
+from mwms_operator.settings import OperatorConfig
 
 GONE = "gone-ns"
 NAMESPACE_NOT_FOUND = json.loads(

@@ -3,18 +3,12 @@
 import dataclasses
 from datetime import timedelta
 
+from mwms_contract.status import format_time
 from mwms_kit.decisions import EVICTED, T0, pod, unjoined
-from mwms_operator.builders import READINESS_PROBE
-from mwms_operator.pods import (
-    PodEvents,
-    WorkerPod,
-    deletion_selector,
-    pod_events,
-    startup_unexplained,
-    why_not_joined,
-    worker_pod,
-)
-from mwms_operator.status import format_time
+from mwms_operator.decide.start import startup_unexplained, why_not_joined
+from mwms_operator.observe.pod_states import PodEvents, WorkerPod, pod_events, worker_pod
+from mwms_operator.render.labels import deletion_selector
+from mwms_operator.render.pod import READINESS_PROBE
 
 
 def test_a_pods_events_say_whether_it_pulls_when_a_pull_ended_and_its_last_warning():

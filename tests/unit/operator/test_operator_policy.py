@@ -6,11 +6,12 @@ from datetime import timedelta
 import pytest
 
 from mwms_contract import conditions as contract
+from mwms_contract.status import format_time
 from mwms_contract.trainjob import SpecError
 from mwms_kit.decisions import EVICTED, META, RUN, T0, conditions, group, pod, running_status, spec, step
-from mwms_operator.facts import CreationRefused
-from mwms_operator.policy import RULES, decide
-from mwms_operator.status import CreatePods, CreateService, DeleteJob, DeletePods, format_time
+from mwms_operator.decide.job_status import CreatePods, CreateService, DeleteJob, DeletePods
+from mwms_operator.decide.policy import RULES, decide
+from mwms_operator.observe.findings import CreationRefused
 
 
 def test_a_new_job_gets_its_service_and_every_pod():

@@ -5,9 +5,10 @@ from datetime import timedelta
 
 import pytest
 
+from mwms_contract.status import format_time
 from mwms_kit.decisions import T0, conditions, group, pod, running_status, spec, step
-from mwms_operator.facts import restart_backoff
-from mwms_operator.status import CreatePods, DeletePods, format_time, next_due
+from mwms_operator.decide.job_status import CreatePods, DeletePods, next_due
+from mwms_operator.decide.restarts import restart_backoff
 
 
 def failed_group(restart):

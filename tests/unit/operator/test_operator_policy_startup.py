@@ -4,11 +4,12 @@ from datetime import timedelta
 
 import pytest
 
+from mwms_contract.status import format_time
 from mwms_contract.trainjob import DEFAULT_CONTAINER_ERROR_GRACE_SECONDS as GRACE
 from mwms_kit.decisions import NOT_RESOLVING, T0, conditions, group, pod, spec, step, unjoined
-from mwms_operator.pods import UNREADABLE, PodEvents
-from mwms_operator.startup import events_wanted
-from mwms_operator.status import DeletePods, format_time, next_due
+from mwms_operator.decide.job_status import DeletePods, next_due
+from mwms_operator.decide.start import events_wanted
+from mwms_operator.observe.pod_states import UNREADABLE, PodEvents
 
 UNSCHEDULABLE = "Unschedulable: 0/1 nodes are available: 1 Insufficient cpu."
 

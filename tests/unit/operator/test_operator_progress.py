@@ -1,11 +1,12 @@
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from typing import Any
 
 import pytest
 
-from mwms_operator.config import OperatorConfig
-from mwms_operator.progress import (
+from mwms_kit.fake_api_server import FakeApiServer, Seen, mlflow, served
+from mwms_operator.mlflow.progress import (
     ProgressReader,
     Skipped,
     Unreadable,
@@ -13,6 +14,7 @@ from mwms_operator.progress import (
     progress_from_run,
     status_patch,
 )
+from mwms_operator.settings import OperatorConfig
 
 RUN = {
     "info": {"run_id": "abc"},
@@ -60,42 +62,18 @@ def test_an_epochs_param_that_is_no_count_is_left_out():
 
 
 @pytest.fixture
-def tracking():
+def tracking() -> Iterator[FakeApiServer]:
     """A tiny HTTP server speaking the two MLflow REST calls the operator makes."""
-    seen = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def reply(self, body):
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):  # noqa: N802
-            seen.append(self.path)
-            self.reply({"experiment": {"experiment_id": "3"}})
-
-        def do_POST(self):  # noqa: N802
-            seen.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.reply({"runs": [RUN]})
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}", seen
-    server.shutdown()
+    with served(FakeApiServer(answer=mlflow(RUN))) as fake:
+        yield fake
 
 
 def test_fetch_progress_searches_the_run_by_job_uid_tag(tracking):
-    uri, seen = tracking
-    assert fetch_progress(uri, "my exp", "uid-1", None)["epoch"] == 5
-    assert seen[0] == "/api/2.0/mlflow/experiments/get-by-name?experiment_name=my+exp"
-    assert seen[1]["experiment_ids"] == ["3"]
-    assert seen[1]["filter"] == "tags.`mwms.dev/job-uid` = 'uid-1'"
+    assert fetch_progress(tracking.url, "my exp", "uid-1", None)["epoch"] == 5
+    get, search = tracking.seen
+    assert get.path == "/api/2.0/mlflow/experiments/get-by-name?experiment_name=my+exp"
+    assert search.body["experiment_ids"] == ["3"]
+    assert search.body["filter"] == "tags.`mwms.dev/job-uid` = 'uid-1'"
 
 
 def test_an_unreachable_tracking_server_gives_no_progress_and_says_so():
@@ -110,31 +88,11 @@ def test_an_unreachable_tracking_server_gives_no_progress_and_says_so():
      {"runs": [None]}, {"runs": [{"data": {"metrics": "nope"}}]}],
 )  # fmt: skip
 def test_a_tracking_server_answering_nonsense_gives_no_progress_and_says_so(reply):
-    class Handler(BaseHTTPRequestHandler):
-        def respond(self, body):
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):  # noqa: N802
-            self.respond({"experiment": {"experiment_id": "3"}})
-
-        def do_POST(self):  # noqa: N802
-            self.rfile.read(int(self.headers["Content-Length"]))
-            self.respond(reply)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        found = fetch_progress(f"http://127.0.0.1:{server.server_port}", "e", "u", None)
-        assert isinstance(found, Unreadable) and found.reason == "TrackingBadReply"
-    finally:
-        server.shutdown()
+    answer = mlflow()
+    fake = FakeApiServer(answer=lambda seen: answer(seen) if seen.method == "GET" else (200, reply))
+    with served(fake):
+        found = fetch_progress(fake.url, "e", "u", None)
+    assert isinstance(found, Unreadable) and found.reason == "TrackingBadReply"
 
 
 def test_only_http_tracking_uris_are_polled(tmp_path):
@@ -148,64 +106,30 @@ def test_only_http_tracking_uris_are_polled(tmp_path):
     assert fetch_progress("sqlite:///mlflow.db", "e", "u", None) is None
 
 
-class Recorder:
-    """A real HTTP server on 127.0.0.1 that records every request (path and Authorization header); it answers
-    as MLflow would, or with `redirect_to` a 302 to another server, or 401 without `require`d credentials."""
-
-    def __init__(self, *, redirect_to: str | None = None, require: str | None = None) -> None:
-        self.requests: list[tuple[str, str | None]] = []
-        recorder = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def answer(self, body):
-                recorder.requests.append((self.path, self.headers.get("Authorization")))
-                if redirect_to:
-                    self.send_response(302)
-                    self.send_header("Location", redirect_to + self.path)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                if require and self.headers.get("Authorization") != require:
-                    self.send_response(401)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):  # noqa: N802
-                self.answer({"experiment": {"experiment_id": "3"}})
-
-            def do_POST(self):  # noqa: N802
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self.answer({"runs": [RUN]})
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.uri = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def recorded(fake: FakeApiServer) -> list[tuple[str, str | None]]:
+    """Each request's path and Authorization header."""
+    return [(seen.path, seen.headers.get("Authorization")) for seen in fake.seen]
 
 
 @pytest.fixture
-def recorders():
-    made: list[Recorder] = []
+def recorders() -> Iterator[Callable[..., FakeApiServer]]:
+    """`recorders(redirect_to=None, require=None)`: a server that answers as MLflow would, or with
+    `redirect_to` a 302 to another server, or 401 without the `require`d credentials."""
+    with ExitStack() as stack:
 
-    def make(**kwargs) -> Recorder:
-        made.append(Recorder(**kwargs))
-        return made[-1]
+        def make(*, redirect_to: str | None = None, require: str | None = None) -> FakeApiServer:
+            as_mlflow = mlflow(RUN)
 
-    yield make
-    for recorder in made:
-        recorder.close()
+            def answer(seen: Seen) -> tuple[Any, ...]:
+                if redirect_to:
+                    return 302, b"", {"Location": redirect_to + seen.path}
+                if require and seen.headers.get("Authorization") != require:
+                    return 401, b""
+                return as_mlflow(seen)
+
+            return stack.enter_context(served(FakeApiServer(answer=answer)))
+
+        yield make
 
 
 def reader(own: str, *allowed: str, token: str = "") -> ProgressReader:
@@ -218,41 +142,41 @@ def reader(own: str, *allowed: str, token: str = "") -> ProgressReader:
 def test_a_server_that_is_not_allowed_gets_no_request_and_the_job_is_told_once(recorders):
     outsider = recorders()
     progress = reader("http://mlflow.example:5000")
-    first = progress.read("uid-1", outsider.uri, "e", None)
+    first = progress.read("uid-1", outsider.url, "e", None)
     assert isinstance(first, Skipped) and first.reason == "TrackingServerNotAllowed"
-    assert outsider.uri in first.message and "operator.allowedTrackingUris" in first.message
-    assert progress.read("uid-1", outsider.uri, "e", None) is None  # told once per job
-    assert isinstance(progress.read("uid-2", outsider.uri, "e", None), Skipped)  # each job is told
-    assert outsider.requests == []
+    assert outsider.url in first.message and "operator.allowedTrackingUris" in first.message
+    assert progress.read("uid-1", outsider.url, "e", None) is None  # told once per job
+    assert isinstance(progress.read("uid-2", outsider.url, "e", None), Skipped)  # each job is told
+    assert recorded(outsider) == []
 
 
 def test_allowed_servers_are_read(recorders):
     own, listed = recorders(), recorders()
-    progress = reader(own.uri, listed.uri)
-    assert progress.read("u", own.uri, "e", None)["epoch"] == 5
-    assert progress.read("u", listed.uri + "/", "e", None)["epoch"] == 5
-    assert len(own.requests) == len(listed.requests) == 2
+    progress = reader(own.url, listed.url)
+    assert progress.read("u", own.url, "e", None)["epoch"] == 5
+    assert progress.read("u", listed.url + "/", "e", None)["epoch"] == 5
+    assert len(recorded(own)) == len(recorded(listed)) == 2
 
 
 def test_an_allowed_server_cannot_redirect_the_operator_elsewhere(recorders):
     """A 302 to a host that is not allowed is not followed (nor are our credentials sent there)."""
     inside = recorders()
-    redirecting = recorders(redirect_to=inside.uri)
-    progress = reader(redirecting.uri, token="tok-123")
-    found = progress.read("u", redirecting.uri, "e", None)
+    redirecting = recorders(redirect_to=inside.url)
+    progress = reader(redirecting.url, token="tok-123")
+    found = progress.read("u", redirecting.url, "e", None)
     assert isinstance(found, Unreadable) and found.reason == "TrackingBadReply"
     assert "answered 302 to experiments/get-by-name" in found.message
-    assert redirecting.requests and inside.requests == []
+    assert recorded(redirecting) and recorded(inside) == []
 
 
 def test_credentials_reach_the_operators_server_and_no_other(recorders):
     secured = recorders(require="Bearer tok-123")
     other = recorders()
-    progress = reader(secured.uri, other.uri, token="tok-123")
-    assert progress.read("u", secured.uri, "e", None)["runId"] == "abc"
-    assert {auth for _, auth in secured.requests} == {"Bearer tok-123"}
-    progress.read("u", other.uri, "e", None)
-    assert {auth for _, auth in other.requests} == {None}
+    progress = reader(secured.url, other.url, token="tok-123")
+    assert progress.read("u", secured.url, "e", None)["runId"] == "abc"
+    assert {auth for _, auth in recorded(secured)} == {"Bearer tok-123"}
+    progress.read("u", other.url, "e", None)
+    assert {auth for _, auth in recorded(other)} == {None}
 
 
 @pytest.mark.parametrize(
@@ -262,23 +186,23 @@ def test_credentials_reach_the_operators_server_and_no_other(recorders):
 def test_a_job_uri_off_the_allowed_base_path_gets_no_request_and_no_token(recorders, added):
     """The allowlist pins the base path: the same host at another path, or with a query, is another server."""
     own = recorders()
-    progress = reader(own.uri + "/base", token="tok-123")
-    told = progress.read("u", own.uri + added, "e", None)
+    progress = reader(own.url + "/base", token="tok-123")
+    told = progress.read("u", own.url + added, "e", None)
     assert isinstance(told, Skipped) and told.reason == "TrackingServerNotAllowed"
-    assert own.requests == []
+    assert recorded(own) == []
 
 
 def test_an_allowed_base_path_gets_requests_at_mlflow_api_paths_only(recorders):
     own, team = recorders(), recorders()
-    progress = reader(own.uri + "/base/", team.uri + "/team", token="tok-123")
-    assert progress.read("u", own.uri.replace("http://", "HTTP://") + "/base", "my exp", None)["epoch"] == 5
-    assert isinstance(progress.read("u2", own.uri + "/base/admin?drop=1", "my exp", None), Skipped)
-    assert own.requests == [
+    progress = reader(own.url + "/base/", team.url + "/team", token="tok-123")
+    assert progress.read("u", own.url.replace("http://", "HTTP://") + "/base", "my exp", None)["epoch"] == 5
+    assert isinstance(progress.read("u2", own.url + "/base/admin?drop=1", "my exp", None), Skipped)
+    assert recorded(own) == [
         ("/base/api/2.0/mlflow/experiments/get-by-name?experiment_name=my+exp", "Bearer tok-123"),
         ("/base/api/2.0/mlflow/runs/search", "Bearer tok-123"),
     ]
-    assert progress.read("u", team.uri + "/team/", "e", None)["epoch"] == 5
-    assert team.requests == [
+    assert progress.read("u", team.url + "/team/", "e", None)["epoch"] == 5
+    assert recorded(team) == [
         ("/team/api/2.0/mlflow/experiments/get-by-name?experiment_name=e", None),
         ("/team/api/2.0/mlflow/runs/search", None),
     ]
@@ -286,16 +210,16 @@ def test_an_allowed_base_path_gets_requests_at_mlflow_api_paths_only(recorders):
 
 def test_without_credentials_a_secured_server_gives_no_progress_and_says_so(recorders):
     secured = recorders(require="Bearer tok-123")
-    found = reader(secured.uri).read("u", secured.uri, "e", None)
+    found = reader(secured.url).read("u", secured.url, "e", None)
     assert isinstance(found, Unreadable) and found.reason == "TrackingUnauthorized"
     assert "operator.trackingCredentials" in found.message
-    assert secured.requests  # it was asked, and said no
+    assert recorded(secured)  # it was asked, and said no
 
 
 def test_userinfo_in_a_tracking_uri_is_not_sent_in_the_url_nor_shown(recorders):
     own = recorders()
-    uri = own.uri.replace("http://", "http://ada:pw-in-url@")
-    progress = reader(own.uri)
+    uri = own.url.replace("http://", "http://ada:pw-in-url@")
+    progress = reader(own.url)
     assert progress.read("u", uri, "e", None)["epoch"] == 5
     outsider = ProgressReader(OperatorConfig.from_env({}).tracking_access())
     told = outsider.read("u", uri, "e", None)

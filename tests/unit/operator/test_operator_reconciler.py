@@ -4,137 +4,14 @@ arrives. The API server is replaced by a recorder here; tests/integration/operat
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
-from mwms_kit.trainjobs import trainjob
-from mwms_operator.config import OperatorConfig
-from mwms_operator.lookups import EVENTS_FRESH_SECONDS
-from mwms_operator.pods import worker_pod
-from mwms_operator.reconciler import LEAVING_GRACE_SECONDS, Reconciler
-from mwms_operator.refusals import ApiError, NamespaceEnding, NameTaken, Refused, Rejected
-from mwms_operator.state import STATUS_COALESCE_SECONDS, JobKey, State, owner_key
-
-KEY = JobKey("team-a", "mnist", "uid-1")
-
-
-class RecordingKube:
-    """Answers like the API server would for one namespace; records every call."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Any]] = []
-        self.rv = 100
-        self.refuse_pods: str | None = None
-        self.refuse_for_now: dict[str, Refused] = {}  # pod name -> why it is refused (e.g. a quota)
-        self.existing_pods: dict[str, str] = {}  # name -> uid
-        self.namespace_ending = False
-        self.events_refused_as_ending = False  # the namespace began ending after the creates
-        self.pod_event_lists: dict[str, list[dict[str, Any]]] = {}  # pod name -> its events
-        self.events_forbidden = False  # RBAC without `list` on events: 403
-
-    def create_service(self, namespace: str, body: dict[str, Any]) -> str:
-        self.calls.append(("create_service", body["metadata"]["name"]))
-        if self.namespace_ending:
-            raise NamespaceEnding(f"unable to create new content in namespace {namespace} because ...")
-        return "svc-uid"
-
-    def create_pod(self, namespace: str, body: dict[str, Any], *, dry_run: bool = False) -> str:
-        name = body["metadata"]["name"]
-        if self.namespace_ending:
-            self.calls.append(("create_pod", name))
-            raise NamespaceEnding(f"unable to create new content in namespace {namespace} because ...")
-        if self.refuse_pods:
-            raise Rejected(self.refuse_pods)
-        if dry_run:
-            self.calls.append(("dry_run_pod", name))
-        if name in self.refuse_for_now:
-            raise self.refuse_for_now[name]
-        if not dry_run:
-            self.calls.append(("create_pod", name))
-        return f"uid-of-{name}"
-
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        self.calls.append(("delete_pod", name))
-        self.calls.append(("delete_pod_uid", uid))
-
-    def delete_pods(self, namespace: str, labels: str, fields: str) -> None:
-        self.calls.append(("delete_pods", (labels, fields)))
-
-    def delete_trainjob(self, namespace: str, name: str, uid: str) -> None:
-        self.calls.append(("delete_trainjob", (name, uid)))
-
-    def pod_uid(self, namespace: str, name: str) -> str | None:
-        self.calls.append(("pod_uid", name))
-        return self.existing_pods.get(name)
-
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
-        self.calls.append(("patch_status", status.get("phase")))
-        self.rv += 1
-        return {"metadata": {"resourceVersion": str(self.rv)}, "status": status}
-
-    def post_event(self, job: Any, type_: str, reason: str, message: str) -> None:
-        if self.events_refused_as_ending:
-            raise NamespaceEnding("unable to create new content in namespace ... because ...")
-        self.calls.append(("event", reason))
-
-    def pod_events(self, namespace: str, name: str, uid: str) -> list[dict[str, Any]]:
-        self.calls.append(("pod_events", (name, uid)))
-        if self.events_forbidden:
-            raise ApiError(403, 'events is forbidden: cannot list resource "events"')
-        return self.pod_event_lists.get(name, [])
-
-    def named(self, call: str) -> list[Any]:
-        return [arg for name, arg in self.calls if name == call]
-
-
-def job_body(replicas: int = 2, key: JobKey = KEY, **spec: Any) -> dict[str, Any]:
-    """The TrainJob as a watch event carries it: stored, so with a uid, generation and resourceVersion."""
-    stored = {"uid": key.uid, "generation": 1, "resourceVersion": "50"}
-    stored["creationTimestamp"] = "2026-12-02T10:00:00Z"
-    return trainjob(key.name, replicas, namespace=key.namespace, metadata=stored, **spec)
-
-
-def pod_body(index: int, restart: int = 0, phase: str = "Pending", deleting: bool = False) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "name": f"{KEY.name}-worker-{index}",
-        "uid": f"pod-{index}-{restart}",
-        "namespace": KEY.namespace,
-        "labels": {
-            "mwms.dev/job-name": KEY.name,
-            "mwms.dev/replica-index": str(index),
-            "mwms.dev/restart": str(restart),
-            "mwms.dev/job-uid": KEY.uid,
-        },
-        "ownerReferences": [{"kind": "TrainJob", "name": KEY.name, "uid": KEY.uid, "controller": True}],
-    }
-    if deleting:
-        meta["deletionTimestamp"] = "2026-12-02T10:00:05Z"
-    return {"metadata": meta, "status": {"phase": phase}}
-
-
-class Indexes:
-    """kopf's two indexes as the handlers fill them, from pod and Service bodies."""
-
-    def __init__(self) -> None:
-        self.pods: dict[tuple[str, str], list[Any]] = {}
-        self.services: dict[tuple[str, str], list[str]] = {}
-
-    def pod(self, body: dict[str, Any]) -> None:
-        key = owner_key(body)
-        self.pods.setdefault((key.namespace, key.uid), []).append(worker_pod(body))
-
-
-@pytest.fixture
-def indexes() -> Indexes:
-    return Indexes()
-
-
-@pytest.fixture
-def reconciler(indexes) -> Reconciler:
-    reconciler = Reconciler(RecordingKube(), OperatorConfig())  # type: ignore[arg-type]
-    reconciler.bind(indexes.pods, indexes.services)
-    return reconciler
+from mwms_kit.fake_kube import KEY, MOUNT_EVENT, QUOTA, job_body, mounting_pod, pod_body
+from mwms_operator.kube.event_lookups import EVENTS_FRESH_SECONDS
+from mwms_operator.kube.refusals import NameTaken, Refused
+from mwms_operator.observe.state import STATUS_COALESCE_SECONDS, JobKey, State
+from mwms_operator.reconciler import LEAVING_GRACE_SECONDS
 
 
 def test_a_new_job_gets_its_service_and_pods_and_one_event_naming_them(reconciler):
@@ -207,9 +84,6 @@ def test_a_creation_refused_for_now_removes_the_partial_group_and_tries_again_af
     asyncio.run(reconciler.reconcile(KEY))
     assert kube.named("create_pod") == ["mnist-worker-0", "mnist-worker-0", "mnist-worker-1"]
     assert reconciler.state.creation_refused(KEY) is None
-
-
-QUOTA = "exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1"
 
 
 def test_after_a_refusal_the_group_is_tried_as_a_dry_run_and_not_created_in_part_while_still_refused(
@@ -454,24 +328,6 @@ def test_while_a_worker_runs_and_not_all_have_joined_their_pods_events_decide_th
     assert reconciler.state.status(KEY).get("stalledSince") is not None
 
 
-def _mounting(index: int) -> dict[str, Any]:
-    """A pod the kubelet cannot start: scheduled, its Secret volume does not mount."""
-    body = pod_body(index)
-    body["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
-    body["status"]["containerStatuses"] = [
-        {"name": "trainer", "state": {"waiting": {"reason": "ContainerCreating"}}}
-    ]
-    return body
-
-
-MOUNT_EVENT = {
-    "type": "Warning",
-    "reason": "FailedMount",
-    "message": 'MountVolume.SetUp failed for volume "creds" : secret "creds" not found',
-    "lastTimestamp": "2026-12-02T10:00:01Z",
-}
-
-
 @pytest.mark.parametrize("readable", [True, False], ids=["events", "events-forbidden"])
 def test_a_group_none_of_whose_pods_starts_ends_once_the_grace_is_over_naming_why(
     reconciler, indexes, readable
@@ -481,7 +337,7 @@ def test_a_group_none_of_whose_pods_starts_ends_once_the_grace_is_over_naming_wh
     if not readable:
         kube.events_forbidden = True
     reconciler.job_event("ADDED", job_body(1, runPolicy={"containerErrorGraceSeconds": 0}))
-    indexes.pod(_mounting(0))
+    indexes.pod(mounting_pod(0))
     asyncio.run(reconciler.reconcile(KEY))
     assert kube.named("pod_events") == [], "no lookup before the grace is over"
     asyncio.run(reconciler.reconcile(KEY))

@@ -6,11 +6,11 @@ import asyncio
 
 from mwms_contract.conditions import MLFLOW_RUN_ENDED, RUN_ENDED_BY_CHIEF, RUN_ENDED_BY_OPERATOR
 from mwms_kit.trainjobs import trainjob
-from mwms_operator.config import OperatorConfig
-from mwms_operator.runwatch import RunWatch
-from mwms_operator.spec import parse_for_group
-from mwms_operator.state import State, job_key
-from mwms_operator.status import Said
+from mwms_operator.mlflow.runwatch import RunWatch
+from mwms_operator.observe.findings import Said
+from mwms_operator.observe.state import State, job_key
+from mwms_operator.render.spec import parse_for_group
+from mwms_operator.settings import OperatorConfig
 
 
 class RunServer:
@@ -43,7 +43,16 @@ def test_a_second_look_before_the_status_says_so_does_not_credit_the_chief_with_
     key = job_key(body)
     state.jobs[key] = body
     reconciles: list = []
-    watch = RunWatch(None, OperatorConfig.from_env({}), state, reconciles.append, lambda namespace: None)
+    config = OperatorConfig.from_env({})
+    watch = RunWatch(
+        None,
+        state,
+        reconciles.append,
+        lambda namespace: None,
+        access=config.tracking_access(),
+        defaults=config.spec_defaults(),
+        interval=config.progress_interval_seconds,
+    )
     server = watch.reader = RunServer()
 
     watch.schedule(key, *_spec_and_status(body))
@@ -57,5 +66,5 @@ def test_a_second_look_before_the_status_says_so_does_not_credit_the_chief_with_
 
 
 def _spec_and_status(body):
-    spec, _ = parse_for_group(body, OperatorConfig.from_env({}))
+    spec, _ = parse_for_group(body, OperatorConfig.from_env({}).spec_defaults())
     return spec, body["status"]

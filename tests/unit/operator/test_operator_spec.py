@@ -3,12 +3,12 @@ import dataclasses
 import pytest
 
 from mwms_contract.trainjob import SpecError, TrainJobSpec
-from mwms_operator.config import OperatorConfig
-from mwms_operator.spec import parse_trainjob
+from mwms_operator.render.spec import parse_trainjob
+from mwms_operator.settings import OperatorConfig
 
 
 def test_defaults_are_applied_once_here(make_trainjob, config):
-    spec = parse_trainjob(make_trainjob(replicas=2), config)
+    spec = parse_trainjob(make_trainjob(replicas=2), config.spec_defaults())
     assert spec == TrainJobSpec(
         replicas=2,
         image="ghcr.io/mwms-dev/mwms-trainer:0.1.0",
@@ -30,7 +30,7 @@ def test_defaults_are_applied_once_here(make_trainjob, config):
 
 def test_operator_config_supplies_image_and_tracking_uri(make_trainjob):
     config = OperatorConfig(trainer_image="r/t:1", tracking_uri="http://t:5000")
-    spec = parse_trainjob(make_trainjob(), config)
+    spec = parse_trainjob(make_trainjob(), config.spec_defaults())
     assert (spec.image, spec.tracking_uri) == ("r/t:1", "http://t:5000")
 
 
@@ -53,7 +53,7 @@ def test_every_field_is_read(make_trainjob, config):
             "containerErrorGraceSeconds": 15,
         },
     )
-    spec = parse_trainjob(body, config)
+    spec = parse_trainjob(body, config.spec_defaults())
     assert spec.replicas == 4 and spec.image == "me/trainer:2" and spec.port == 3333
     assert spec.trainer == {"dataset": "synthetic", "epochs": 5, "globalBatchSize": 64, "hiddenUnits": [8, 4]}
     assert (spec.tracking_uri, spec.experiment, spec.registered_model_name) == (
@@ -70,7 +70,7 @@ def test_every_field_is_read(make_trainjob, config):
 
 def test_spec_is_frozen_and_does_not_share_the_body(make_trainjob, config):
     body = make_trainjob(template={"spec": {"containers": [{"name": "trainer"}]}})
-    spec = parse_trainjob(body, config)
+    spec = parse_trainjob(body, config.spec_defaults())
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.replicas = 5  # type: ignore[misc]
     body["spec"]["template"]["spec"]["containers"][0]["name"] = "changed"
@@ -209,7 +209,7 @@ def test_spec_is_frozen_and_does_not_share_the_body(make_trainjob, config):
 def test_bad_specs_name_the_field(spec, field, text, config):
     # The malformed spec is the subject: written out whole (replicas included), not from the factory.
     with pytest.raises(SpecError) as raised:
-        parse_trainjob({"metadata": {"name": "j"}, "spec": spec}, config)
+        parse_trainjob({"metadata": {"name": "j"}, "spec": spec}, config.spec_defaults())
     assert raised.value.field == field
     assert text in str(raised.value)
 
@@ -218,9 +218,9 @@ def test_reserved_names_are_allowed_in_other_containers(make_trainjob, config):
     body = make_trainjob(
         template={"spec": {"containers": [{"name": "sidecar", "env": [{"name": "TF_CONFIG"}]}]}}
     )
-    assert parse_trainjob(body, config).template["spec"]["containers"][0]["name"] == "sidecar"
+    assert parse_trainjob(body, config.spec_defaults()).template["spec"]["containers"][0]["name"] == "sidecar"
 
 
 def test_missing_spec_names_replicas(config):
     with pytest.raises(SpecError, match="spec.replicas"):
-        parse_trainjob({}, config)
+        parse_trainjob({}, config.spec_defaults())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from mwms_kit.trainjobs import trainjob
-from mwms_operator.state import State, job_key
+from mwms_operator.observe.state import State, job_key
 
 STATUS = {
     "phase": "Suspended",

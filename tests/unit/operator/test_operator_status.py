@@ -6,11 +6,11 @@ from datetime import timedelta
 from pathlib import Path
 
 from mwms_contract import conditions
-from mwms_contract.status import STATUS_KEYS, MlflowRun, Progress, TrainJobStatus
+from mwms_contract.status import STATUS_KEYS, MlflowRun, Progress, TrainJobStatus, format_time
 from mwms_contract.trainjob import SpecError
 from mwms_kit.decisions import RUN, T0, group, pod, running_status, spec, step
-from mwms_operator.facts import REFUSALS
-from mwms_operator.status import format_time, next_due
+from mwms_operator.decide.job_status import next_due
+from mwms_operator.decide.policy import REFUSALS
 
 
 def test_a_decision_writes_every_status_key_but_progress_and_reads_back_the_same():

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -22,64 +21,36 @@ from mwms_contract.conditions import (
     TRACKING_REASONS,
 )
 from mwms_kit.decisions import META, T0, conditions, group, running_status, spec
-from mwms_operator.config import OperatorConfig
-from mwms_operator.policy import decide
-from mwms_operator.progress import ProgressReader, Unreadable
-from mwms_operator.status import Said
+from mwms_kit.fake_api_server import FakeApiServer, mlflow, served
+from mwms_kit.fake_kube import KEY, FakeKube, Indexes, job_body
+from mwms_operator.decide.policy import decide
+from mwms_operator.mlflow.progress import ProgressReader, Unreadable
+from mwms_operator.observe.findings import Said
+from mwms_operator.settings import OperatorConfig
 
 RUN = {"info": {"run_id": "r-1", "experiment_id": "3", "status": "RUNNING"}, "data": {}}
 
 
-class Mlflow:
-    """A real HTTP server on 127.0.0.1: answers `status` with `body` to every request, or as MLflow would
-    (status 200) for the three calls the operator makes; records updates."""
-
-    def __init__(self, status: int = 200, body: bytes | None = None, run: dict | None = None) -> None:
-        self.updates: list[dict] = []
-        mlflow = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def answer(self, payload):
-                data = body if body is not None else json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):  # noqa: N802
-                self.answer({"experiment": {"experiment_id": "3"}})
-
-            def do_POST(self):  # noqa: N802
-                sent = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                if self.path.endswith("/runs/update"):
-                    mlflow.updates.append(sent)
-                    self.answer({})
-                else:
-                    self.answer({"runs": [run]} if run else {})
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.uri = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def reader(self) -> ProgressReader:
-        return ProgressReader(OperatorConfig.from_env({"MWMS_TRACKING_URI": self.uri}).tracking_access())
-
-
 @pytest.fixture
-def servers():
-    made: list[Mlflow] = []
+def servers() -> Iterator[Callable[..., FakeApiServer]]:
+    """`servers(status=200, body=None, run=None)`: a server that answers `status` with `body` to every
+    request, or, without a body, as MLflow would to the three calls the operator makes (finding `run`)."""
+    with ExitStack() as stack:
 
-    def make(**kwargs) -> Mlflow:
-        made.append(Mlflow(**kwargs))
-        return made[-1]
+        def make(status: int = 200, body: bytes | None = None, run: dict | None = None) -> FakeApiServer:
+            answer = mlflow(run) if body is None else lambda seen: (status, body)
+            return stack.enter_context(served(FakeApiServer(answer=answer)))
 
-    yield make
-    for server in made:
-        server.server.shutdown()
-        server.server.server_close()
+        yield make
+
+
+def reader_of(server: FakeApiServer) -> ProgressReader:
+    return ProgressReader(OperatorConfig.from_env({"MWMS_TRACKING_URI": server.url}).tracking_access())
+
+
+def updates(server: FakeApiServer) -> list[dict]:
+    """The run updates the server was sent."""
+    return [seen.body for seen in server.seen if seen.route.endswith("/runs/update")]
 
 
 @pytest.mark.parametrize(
@@ -96,14 +67,14 @@ def servers():
 )
 def test_each_failure_of_the_tracking_server_has_its_reason(servers, status, body, reason):
     server = servers(status=status, body=body)
-    found = server.reader().read("uid-1", server.uri, "e", None)
+    found = reader_of(server).read("uid-1", server.url, "e", None)
     assert isinstance(found, Unreadable) and found.reason == reason, found
-    assert found.message.startswith(f"MLflow at {server.uri}"), found.message
+    assert found.message.startswith(f"MLflow at {server.url}"), found.message
 
 
 def test_an_experiment_the_chief_has_not_created_yet_is_no_failure(servers):
     server = servers(status=404, body=b'{"error_code": "RESOURCE_DOES_NOT_EXIST"}')
-    assert server.reader().read("uid-1", server.uri, "e", None) is None
+    assert reader_of(server).read("uid-1", server.url, "e", None) is None
 
 
 UNAUTHORIZED = Said("ProgressUnavailable", True, "TrackingUnauthorized", "answered 401", warning=True)
@@ -134,26 +105,26 @@ def test_progress_unavailable_is_said_with_one_event_per_change_of_reason_and_cl
 
 def test_a_run_left_running_is_ended_as_the_job_ended(servers):
     server = servers(run=RUN)
-    said = server.reader().end_run("uid-1", server.uri, "e", "Failed", None)
+    said = reader_of(server).end_run("uid-1", server.url, "e", "Failed", None)
     assert (said.type, said.status, said.reason) == ("MlflowRunEnded", True, "RunEndedByOperator")
     assert said.message == "MLflow run r-1 was RUNNING when the job was Failed: the operator set it FAILED"
-    assert [(u["run_id"], u["status"]) for u in server.updates] == [("r-1", "FAILED")]
+    assert [(u["run_id"], u["status"]) for u in updates(server)] == [("r-1", "FAILED")]
     ended = servers(run={**RUN, "info": {**RUN["info"], "status": "FINISHED"}})
-    said = ended.reader().end_run("uid-1", ended.uri, "e", "Succeeded", "r-1")
-    assert (said.status, said.reason) == (True, "RunEndedByChief") and ended.updates == []
+    said = reader_of(ended).end_run("uid-1", ended.url, "e", "Succeeded", "r-1")
+    assert (said.status, said.reason) == (True, "RunEndedByChief") and updates(ended) == []
 
 
 def test_a_run_the_operator_cannot_end_is_named_in_the_condition(servers):
     server = servers(status=403, body=b"")
-    said = server.reader().end_run("uid-1", server.uri, "e", "Succeeded", "r-1")
+    said = reader_of(server).end_run("uid-1", server.url, "e", "Succeeded", "r-1")
     assert (said.type, said.status, said.reason) == ("MlflowRunEnded", False, "TrackingForbidden")
     assert said.message.startswith("MLflow run r-1 may still be RUNNING though the job is Succeeded: ")
-    unknown = server.reader().end_run("uid-1", server.uri, "e", "Succeeded", None)
+    unknown = reader_of(server).end_run("uid-1", server.url, "e", "Succeeded", None)
     assert unknown is None, "no run known and none found: nothing to name"
     outsider = servers(run=RUN)
     not_allowed = ProgressReader(OperatorConfig.from_env({}).tracking_access())
-    assert not_allowed.end_run("uid-1", outsider.uri, "e", "Failed", None) is None
-    assert outsider.updates == []
+    assert not_allowed.end_run("uid-1", outsider.url, "e", "Failed", None) is None
+    assert updates(outsider) == []
 
 
 def test_a_finished_job_says_whether_its_run_has_ended():
@@ -170,21 +141,17 @@ def test_a_finished_job_says_whether_its_run_has_ended():
     assert [e.reason for e in d.events] == ["RunEndedByOperator"]
 
 
-def _reconciler(server: Mlflow):
-    from test_operator_reconciler import KEY, Indexes, RecordingKube
-
+def _reconciler(server: FakeApiServer):
     from mwms_operator.reconciler import Reconciler
 
-    config = OperatorConfig.from_env({"MWMS_TRACKING_URI": server.uri})
-    reconciler = Reconciler(RecordingKube(), config)  # type: ignore[arg-type]
+    config = OperatorConfig.from_env({"MWMS_TRACKING_URI": server.url})
+    reconciler = Reconciler(FakeKube(), config)  # type: ignore[arg-type]
     indexes = Indexes()
     reconciler.bind(indexes.pods, indexes.services)
     return reconciler, KEY
 
 
 def _job(uri: str, status: dict) -> dict:
-    from test_operator_reconciler import job_body
-
     return {**job_body(mlflow={"trackingUri": uri}), "status": status}
 
 
@@ -192,7 +159,7 @@ def test_a_poll_that_fails_is_said_by_the_next_decision_and_the_same_failure_aga
     server = servers(status=401, body=b"")
     reconciler, key = _reconciler(server)
     running = dict(running_status(), phase="Running")
-    reconciler.job_event("ADDED", _job(server.uri, running))
+    reconciler.job_event("ADDED", _job(server.url, running))
     asyncio.run(reconciler.runs.poll(key))
     assert reconciler.queue._dirty == {key}, "a new reason: the job is decided again"
     asyncio.run(reconciler.reconcile(key))
@@ -209,15 +176,15 @@ def test_an_ended_job_whose_run_is_left_running_gets_it_ended_once(servers):
     server = servers(run=RUN)
     reconciler, key = _reconciler(server)
     done = dict(running_status(), phase="Succeeded", completionTime="2026-12-02T10:00:05Z")
-    reconciler.job_event("ADDED", _job(server.uri, done))
-    reconciler.runs.schedule(key, spec(mlflow={"trackingUri": server.uri}), done)
+    reconciler.job_event("ADDED", _job(server.url, done))
+    reconciler.runs.schedule(key, spec(mlflow={"trackingUri": server.url}), done)
     asyncio.run(reconciler.runs.poll(key))
-    assert [(u["run_id"], u["status"]) for u in server.updates] == [("r-1", "FINISHED")]
+    assert [(u["run_id"], u["status"]) for u in updates(server)] == [("r-1", "FINISHED")]
     asyncio.run(reconciler.reconcile(key))
     ended = next(c for c in reconciler.state.status(key)["conditions"] if c["type"] == "MlflowRunEnded")
     assert (ended["status"], ended["reason"]) == ("True", "RunEndedByOperator")
     reconciler.runs.queue._dirty.clear()
-    reconciler.runs.schedule(key, spec(mlflow={"trackingUri": server.uri}), reconciler.state.status(key))
+    reconciler.runs.schedule(key, spec(mlflow={"trackingUri": server.url}), reconciler.state.status(key))
     assert reconciler.runs.queue._dirty == set(), "ended: not looked at again"
 
 
@@ -238,7 +205,7 @@ def test_a_condition_said_before_an_operator_restart_is_cleared_when_a_read_work
     server = servers(status=404, body=b"{}")  # healthy: the chief has not created the experiment yet
     reconciler, key = _reconciler(server)
     said = _decide(running_status(), UNAUTHORIZED).status  # what the operator before the restart wrote
-    reconciler.job_event("ADDED", _job(server.uri, said))
+    reconciler.job_event("ADDED", _job(server.url, said))
     asyncio.run(reconciler.runs.poll(key))
     asyncio.run(reconciler.reconcile(key))
     cleared = next(

@@ -6,12 +6,41 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from mwms_operator.state import JobKey
-from mwms_operator.workqueue import FailureLog, WorkQueue
+from mwms_operator.kube.workqueue import FailureLog, WorkQueue
+from mwms_operator.observe.state import JobKey
+
+
+class SteppedLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock moves only when the test moves it, so a schedule is checked by its logic,
+    never by how fast a loaded machine runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+
+    def time(self) -> float:
+        return self.now
 
 
 def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 10))
+    with asyncio.Runner(loop_factory=SteppedLoop) as runner:
+        return runner.run(coro)
+
+
+async def settle() -> None:
+    """Let every task run until it waits again (on the clock or a queue): the loop's clock stays put."""
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
+async def tick_to(seconds: float) -> None:
+    """Move the clock to `seconds` in steps of 0.1 s, letting every task run after each step."""
+    loop = asyncio.get_running_loop()
+    assert isinstance(loop, SteppedLoop)
+    await settle()
+    for step in range(round(loop.now * 10) + 1, round(seconds * 10) + 1):
+        loop.now = step / 10
+        await settle()
 
 
 def test_adds_before_a_run_coalesce_into_one():
@@ -26,7 +55,7 @@ def test_adds_before_a_run_coalesce_into_one():
             queue.add("a")
         queue.add("b")
         queue.start()
-        await asyncio.sleep(0.05)
+        await settle()
         await queue.stop()
         return seen
 
@@ -50,13 +79,13 @@ def test_one_key_is_never_handled_twice_at_once_and_an_add_during_a_run_runs_aga
         queue = WorkQueue(handle, workers=4, name="t")
         queue.start()
         queue.add("a")
-        await asyncio.sleep(0.02)
+        await settle()
         queue.add("a")  # during the first run: one more run after it, not a second one beside it
         queue.add("a")
-        await asyncio.sleep(0.02)
+        await settle()
         assert runs == 1
         release.set()
-        await asyncio.sleep(0.05)
+        await settle()
         await queue.stop()
         return most, runs
 
@@ -66,11 +95,10 @@ def test_one_key_is_never_handled_twice_at_once_and_an_add_during_a_run_runs_aga
 def test_a_scheduled_key_runs_when_due_and_the_earliest_schedule_wins():
     async def main():
         loop = asyncio.get_running_loop()
-        times: dict[str, float] = {}
-        start = loop.time()
+        handled_at: dict[str, float] = {}
 
         async def handle(key: str) -> None:
-            times[key] = loop.time() - start
+            handled_at[key] = loop.time()
 
         queue = WorkQueue(handle, workers=1, name="t")
         queue.start()
@@ -79,37 +107,36 @@ def test_a_scheduled_key_runs_when_due_and_the_earliest_schedule_wins():
         queue.add_after("soon", 0.1)  # earlier: wins
         queue.add_after("late", 5)  # later: ignored
         assert queue.scheduled("soon")
-        await asyncio.sleep(0.5)
-        assert not queue.scheduled("soon")
+        await tick_to(0.2)
+        assert handled_at == {"soon": 0.1} and not queue.scheduled("soon") and queue.scheduled("late")
+        await tick_to(1.0)
         await queue.stop()
-        return times
+        return handled_at
 
-    times = run(main())
-    assert 0.1 <= times["soon"] < 0.3 <= times["late"] < 0.5
+    assert run(main()) == {"soon": 0.1, "late": 0.3}
 
 
 def test_a_forgotten_schedule_does_not_run_and_a_failing_key_stops_nothing_and_is_retried():
     async def main():
-        seen: list[str] = []
+        loop = asyncio.get_running_loop()
+        seen: list[tuple[str, float]] = []
 
         async def handle(key: str) -> None:
-            seen.append(key)
-            if key == "boom" and seen.count("boom") == 1:
+            seen.append((key, loop.time()))
+            if key == "boom" and len(seen) == 1:
                 raise OSError("connection reset")
 
         queue = WorkQueue(handle, workers=1, name="t", expected=(OSError,))
         queue.start()
-        queue.add_after("gone", 0.05)
+        queue.add_after("gone", 0.1)
         queue.forget("gone")
         queue.add("boom")
         queue.add("next")
-        await asyncio.sleep(0.15)
-        assert seen == ["boom", "next"]
-        await asyncio.sleep(0.6)  # the first retry comes after 0.5 s
+        await tick_to(1.0)  # the first retry comes 0.5 s after the failure
         await queue.stop()
         return seen
 
-    assert run(main()) == ["boom", "next", "boom"]
+    assert run(main()) == [("boom", 0.0), ("next", 0.0), ("boom", 0.5)]
 
 
 def test_an_outage_is_told_in_a_few_lines_not_one_per_failed_handling():
@@ -176,10 +203,11 @@ def test_the_queue_logs_a_failing_outage_once_and_its_end(caplog):
         queue.start()
         for i in range(50):
             queue.add(f"k{i}")
-        await asyncio.wait_for(all_handled.wait(), 5)  # each retried after 0.5 s, and handled
+        await tick_to(1.0)  # each retried after 0.5 s, and handled
+        assert all_handled.is_set()
         await queue.stop()
 
-    with caplog.at_level(logging.INFO, logger="mwms_operator.workqueue"):
+    with caplog.at_level(logging.INFO, logger="mwms_operator.kube.workqueue"):
         run(main())
     said = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert [level for level, _ in said] == [logging.WARNING, logging.INFO], said
@@ -188,8 +216,8 @@ def test_the_queue_logs_a_failing_outage_once_and_its_end(caplog):
 
 
 def test_a_key_that_falls_due_goes_ahead_of_a_backlog_and_is_handled_once():
-    """A deadline or a coalesced status write that falls due must not wait behind thousands of added keys
-    (20k pods on 2 cores: ~10 min); a due key already waiting is moved ahead, not handled twice."""
+    """A deadline or a coalesced status write that falls due must not wait behind thousands of added keys;
+    a due key already waiting is moved ahead, not handled twice."""
 
     async def main():
         seen: list[str] = []
@@ -203,16 +231,16 @@ def test_a_key_that_falls_due_goes_ahead_of_a_backlog_and_is_handled_once():
         queue = WorkQueue(handle, workers=1, name="t")
         queue.start()
         queue.add("x")
-        await asyncio.sleep(0.02)  # the one worker is busy with x
+        await settle()  # the one worker is busy with x
         for key in "abc":
             queue.add(key)
-        queue.add_after("d", 0.01)
-        queue.add_after("c", 0.01)
-        while queue._heap:  # the timer has moved both due keys to the ready queue
-            await asyncio.sleep(0.01)
+        queue.add_after("d", 0.1)
+        queue.add_after("c", 0.1)
+        await tick_to(0.1)
+        assert not queue._heap, "the timer has moved both due keys to the ready queue"
         release.set()
-        while len(queue):
-            await asyncio.sleep(0.01)
+        await settle()
+        assert not len(queue)
         await queue.stop()
         return seen
 

@@ -1,5 +1,5 @@
 """What a job costs the API server: every write of a whole lifecycle, by verb, counted with the recorder of
-test_operator_reconciler (issue 32: at most replicas + 6). A status write that only says how far a group's
+mwms_kit.fake_kube (issue 32: at most replicas + 6). A status write that only says how far a group's
 start has got (the counts, the start's clocks, a pending message), and a new job's first status, wait a
 moment and are written with what follows; a phase change or an error is written at once; the last state is
 always written. The pods that go together go with one request."""
@@ -11,15 +11,15 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from test_operator_reconciler import KEY, QUOTA, Indexes, RecordingKube, job_body, pod_body
 
-from mwms_operator.config import OperatorConfig
-from mwms_operator.events import EventBook
-from mwms_operator.lookups import EVENTS_FRESH_SECONDS
-from mwms_operator.pods import worker_pod
+from mwms_kit.fake_kube import KEY, QUOTA, FakeKube, Indexes, job_body, pod_body
+from mwms_operator.kube.event_lookups import EVENTS_FRESH_SECONDS
+from mwms_operator.kube.events import EventBook
+from mwms_operator.kube.refusals import ApiError, Refused
+from mwms_operator.observe.pod_states import worker_pod
+from mwms_operator.observe.state import STATUS_COALESCE_SECONDS
 from mwms_operator.reconciler import Reconciler
-from mwms_operator.refusals import ApiError, Refused
-from mwms_operator.state import STATUS_COALESCE_SECONDS
+from mwms_operator.settings import OperatorConfig
 
 
 def scheduled(index: int) -> dict[str, Any]:
@@ -56,7 +56,7 @@ class Lifecycle:
 
     def __init__(self, replicas: int = 4, **spec: Any) -> None:
         self.clock = [0.0]
-        self.kube = RecordingKube()
+        self.kube = FakeKube()
         self.indexes = Indexes()
         self.reconciler = Reconciler(self.kube, OperatorConfig())  # type: ignore[arg-type]
         self.reconciler.state.clock = lambda: self.clock[0]
@@ -96,7 +96,7 @@ VERBS = {
 }
 
 
-def writes(kube: RecordingKube) -> Counter[str]:
+def writes(kube: FakeKube) -> Counter[str]:
     return Counter(VERBS[call] for call, _ in kube.calls if call in VERBS)
 
 
@@ -235,7 +235,7 @@ def test_a_creation_refused_on_every_try_says_it_on_one_counted_event_and_the_st
     """Each try posts the same Warning: the recorder (events.py) counts the repeats on the Event posted
     first. The refusal is an error: written at once."""
 
-    class Posts(RecordingKube):
+    class Posts(FakeKube):
         def __init__(self) -> None:
             super().__init__()
             self.posts: list[tuple[str, str, str]] = []
@@ -317,7 +317,7 @@ def test_pods_made_before_the_uid_label_or_without_the_right_to_delete_collectio
     """An upgrade meets running pods without the label, and RBAC may lack `deletecollection` (said once):
     each pod is deleted by its own uid, as before."""
 
-    class Forbidden(RecordingKube):
+    class Forbidden(FakeKube):
         def delete_pods(self, namespace: str, labels: str, fields: str) -> None:
             super().delete_pods(namespace, labels, fields)
             raise ApiError(403, 'pods is forbidden: cannot deletecollection resource "pods"')

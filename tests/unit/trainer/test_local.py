@@ -10,8 +10,8 @@ import yaml
 
 from mwms_contract import names
 from mwms_kit.trainjobs import trainjob
-from mwms_operator.config import OperatorConfig
-from mwms_operator.spec import parse_trainjob
+from mwms_operator.render.spec import parse_trainjob
+from mwms_operator.settings import OperatorConfig
 from mwms_trainer import local
 
 REPO = Path(__file__).resolve().parents[3]
@@ -50,12 +50,13 @@ def test_bad_manifest_exits_2_naming_the_field(tmp_path, capsys, body, field):
 @pytest.mark.parametrize("sample", ["seed-breast-cancer.yaml", "minimal.yaml"])
 def test_samples_parse(sample):
     body = local.load_manifest(REPO / "manifests" / "samples" / sample)
-    assert parse_trainjob(body, OperatorConfig()).replicas >= 1
+    assert parse_trainjob(body, OperatorConfig().spec_defaults()).replicas >= 1
 
 
 def test_worker_envs_are_the_operators_pointed_at_local_files(tmp_path):
     spec = parse_trainjob(
-        {**GOOD, "spec": {"replicas": 2, "checkpoint": {"hostPath": {"path": "/x"}}}}, OperatorConfig()
+        {**GOOD, "spec": {"replicas": 2, "checkpoint": {"hostPath": {"path": "/x"}}}},
+        OperatorConfig().spec_defaults(),
     )
     envs = local.worker_envs(
         spec, job_name="j", namespace="ns", uid="u", tracking_uri="sqlite:///m.db", job_dir=tmp_path,

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import http.server
-import json
 import os
 import socket
-import threading
 import time
 import urllib.error
 
 import pytest
 
 from mwms_contract import names
+from mwms_kit.fake_api_server import FakeApiServer, mlflow, served
 from mwms_trainer import worker_log
 
 JOB_ENV = {
@@ -59,38 +57,22 @@ def test_each_group_keeps_its_own_log_path():
     assert names.log_artifact_path(3, 0) == "logs/group-3/worker-0.log"
 
 
-class Redirecting(http.server.BaseHTTPRequestHandler):
-    """A tracking server that sends every request on to another one."""
-
-    target = ""
-
-    def do_GET(self) -> None:  # noqa: N802
-        self.send_response(307)
-        self.send_header("Location", self.target + self.path)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 def test_the_jobs_credentials_never_follow_a_redirect():
     elsewhere = socket.socket()
     elsewhere.bind(("127.0.0.1", 0))
     elsewhere.listen()
-    Redirecting.target = f"http://127.0.0.1:{elsewhere.getsockname()[1]}"
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    target = f"http://127.0.0.1:{elsewhere.getsockname()[1]}"
+    redirecting = FakeApiServer(answer=lambda seen: (307, b"", {"Location": target + seen.path}))
     try:
-        env = {**JOB_ENV, names.ENV_TRACKING_URI: f"http://127.0.0.1:{server.server_address[1]}"}
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            worker_log.upload({**env, "MLFLOW_TRACKING_TOKEN": "secret"}, "a log", delays=())
+        with served(redirecting):
+            env = {**JOB_ENV, names.ENV_TRACKING_URI: redirecting.url}
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                worker_log.upload({**env, "MLFLOW_TRACKING_TOKEN": "secret"}, "a log", delays=())
         assert refused.value.code == 307
         elsewhere.settimeout(0.2)
         with pytest.raises(TimeoutError):
             elsewhere.accept()  # nobody came with the token
     finally:
-        server.shutdown()
-        server.server_close()
         elsewhere.close()
 
 
@@ -108,46 +90,11 @@ def test_a_server_that_never_answers_ends_the_upload_within_its_budget(monkeypat
         silent.close()
 
 
-class Tracking(http.server.BaseHTTPRequestHandler):
-    """The three MLflow REST calls a worker's upload makes, each recorded: the run exists from the start."""
-
-    calls: list[tuple[str, str]] = []
-    bodies: list[bytes] = []
-
-    def reply(self, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:  # noqa: N802
-        self.calls.append(("GET", self.path.split("?")[0]))
-        self.reply({"experiment": {"experiment_id": "1"}})
-
-    def do_POST(self) -> None:  # noqa: N802
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.calls.append(("POST", self.path))
-        self.reply({"runs": [{"info": {"run_id": "r1", "artifact_uri": "mlflow-artifacts:/1/r1/artifacts"}}]})
-
-    def do_PUT(self) -> None:  # noqa: N802
-        self.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
-        self.calls.append(("PUT", self.path))
-        self.reply({})
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 def test_a_stopped_worker_only_uploads_the_run_having_been_found_while_it_ran():
     """A worker stopped by a signal has 2.5 s: the run's search is done before, so only the PUT is left."""
-    Tracking.calls, Tracking.bodies = [], []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Tracking)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        env = {**JOB_ENV, names.ENV_TRACKING_URI: f"http://127.0.0.1:{server.server_address[1]}"}
-        capture = worker_log.Capture(env)
+    run = {"info": {"run_id": "r1", "artifact_uri": "mlflow-artifacts:/1/r1/artifacts"}}
+    with served(FakeApiServer(answer=mlflow(run, experiment_id="1"))) as tracking:
+        capture = worker_log.Capture({**JOB_ENV, names.ENV_TRACKING_URI: tracking.url})
         capture.open()
         os.write(capture._write, b"a line of the trainer\n")
         capture.in_parent()  # the trainer's end of the pipe closes: the reader gets the line, then EOF
@@ -155,11 +102,8 @@ def test_a_stopped_worker_only_uploads_the_run_having_been_found_while_it_ran():
         while capture.run is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert capture.run is not None and capture.run["run_id"] == "r1"
-        searched = len(Tracking.calls)
+        searched = len(tracking.seen)
         capture.finish(stopped=True)
         artifact = "/api/2.0/mlflow-artifacts/artifacts/1/r1/artifacts/logs/group-0/worker-0.log"
-        assert Tracking.calls[searched:] == [("PUT", artifact)]
-        assert Tracking.bodies == [b"a line of the trainer\n"]
-    finally:
-        server.shutdown()
-        server.server_close()
+        assert [(seen.method, seen.route) for seen in tracking.seen[searched:]] == [("PUT", artifact)]
+        assert tracking.seen[-1].body == b"a line of the trainer\n"

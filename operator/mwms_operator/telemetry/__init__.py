@@ -1,0 +1,1 @@
+"""Telemetry: the metrics the operator exports, its log lines, and its memory."""

@@ -1,0 +1,103 @@
+"""What the operator's ServiceAccount may and may not do (manifests/rbac.yaml and the chart's RBAC), asked of
+the API server's authorizer: the tables test_operator_security.py and test_operator_rbac_modes.py share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+OPERATOR_SA = "system:serviceaccount:mwms-system:mwms-operator"
+
+# (verb, resource, subresource, expected). Each is asked in a user namespace, in mwms-system (the operator's
+# own) and across all namespaces: the operator's rights are cluster-wide on purpose (it serves every
+# namespace), so the answer must be the same everywhere.
+ALLOWED = [
+    ("get", "trainjobs.mwms.dev", ""),
+    ("list", "trainjobs.mwms.dev", ""),
+    ("watch", "trainjobs.mwms.dev", ""),
+    ("patch", "trainjobs.mwms.dev", ""),
+    ("delete", "trainjobs.mwms.dev", ""),  # ttlSecondsAfterFinished
+    ("patch", "trainjobs.mwms.dev", "status"),
+    ("update", "trainjobs.mwms.dev", "finalizers"),  # blockOwnerDeletion on the owner references
+    ("create", "pods", ""),
+    ("delete", "pods", ""),
+    ("deletecollection", "pods", ""),  # a job's pods that go, in one request (selected by its uid label)
+    ("get", "pods", ""),
+    ("list", "pods", ""),
+    ("watch", "pods", ""),
+    ("create", "services", ""),
+    ("delete", "services", ""),
+    ("list", "services", ""),
+    ("watch", "services", ""),
+    ("create", "events", ""),
+    ("list", "events", ""),  # a starting pod's events: its image pulls and its readiness probe's last reason
+    ("patch", "events", ""),  # a repeated event bumps one Event's count, as client-go's recorder does
+]
+DENIED = [
+    ("get", "secrets", ""),
+    ("list", "secrets", ""),
+    ("watch", "secrets", ""),
+    ("create", "secrets", ""),
+    ("get", "configmaps", ""),
+    ("list", "configmaps", ""),
+    ("create", "configmaps", ""),
+    ("create", "pods", "exec"),
+    ("get", "pods", "exec"),
+    ("create", "pods", "attach"),
+    ("create", "pods", "portforward"),
+    ("create", "pods", "eviction"),
+    ("get", "pods", "log"),
+    ("update", "pods", ""),
+    ("patch", "pods", ""),
+    ("update", "trainjobs.mwms.dev", ""),  # kopf patches; update would let it replace a user's spec
+    ("create", "trainjobs.mwms.dev", ""),
+    ("update", "trainjobs.mwms.dev", "status"),
+    ("patch", "services", ""),
+    ("update", "services", ""),
+    ("create", "deployments.apps", ""),
+    ("create", "statefulsets.apps", ""),
+    ("create", "jobs.batch", ""),
+    ("create", "daemonsets.apps", ""),
+    ("create", "serviceaccounts", ""),
+    ("create", "serviceaccounts", "token"),
+    ("create", "persistentvolumeclaims", ""),
+    ("create", "roles.rbac.authorization.k8s.io", ""),
+    ("create", "rolebindings.rbac.authorization.k8s.io", ""),
+    ("delete", "events", ""),
+    ("watch", "events", ""),
+]
+CLUSTER_DENIED = [
+    ("escalate", "clusterroles.rbac.authorization.k8s.io", ""),
+    ("bind", "clusterroles.rbac.authorization.k8s.io", ""),
+    ("create", "clusterroles.rbac.authorization.k8s.io", ""),
+    ("create", "clusterrolebindings.rbac.authorization.k8s.io", ""),
+    ("delete", "nodes", ""),
+    ("patch", "nodes", ""),
+    ("create", "nodes", "proxy"),
+    ("delete", "namespaces", ""),
+    ("create", "namespaces", ""),
+    ("create", "customresourcedefinitions.apiextensions.k8s.io", ""),
+    ("patch", "customresourcedefinitions.apiextensions.k8s.io", ""),
+    ("delete", "persistentvolumes", ""),
+    ("impersonate", "users", ""),
+    ("impersonate", "serviceaccounts", ""),
+    ("create", "certificatesigningrequests.certificates.k8s.io", ""),
+    ("create", "tokenreviews.authentication.k8s.io", ""),
+]
+# What kopf itself needs, cluster-wide (kopf scans resources and follows namespaces).
+CLUSTER_ALLOWED = [
+    ("list", "customresourcedefinitions.apiextensions.k8s.io", ""),
+    ("watch", "customresourcedefinitions.apiextensions.k8s.io", ""),
+    ("list", "namespaces", ""),
+    ("watch", "namespaces", ""),
+]
+
+
+def can_i(kubectl: Any, who: str, verb: str, resource: str, subresource: str, *scope: str) -> bool:
+    """`kubectl auth can-i --as=who`: 0 is yes, 1 no; anything else (or no answer) is a broken question."""
+    args = ["auth", "can-i", verb, resource, f"--as={who}", *scope]
+    if subresource:
+        args.append(f"--subresource={subresource}")
+    result = kubectl(*args, check=False)
+    answer = result.stdout.strip()
+    assert result.returncode in (0, 1) and answer in ("yes", "no"), (args, result.stdout, result.stderr)
+    return answer == "yes"
