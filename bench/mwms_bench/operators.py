@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import subprocess
 import threading
 import urllib.request
@@ -24,7 +25,12 @@ from mwms_dev.procs import stop_process
 from mwms_kit.trainjobs import trainjob
 
 REPO = Path(__file__).resolve().parents[2]
-PEER_VERSION = os.environ.get("TRAINING_OPERATOR_VERSION", "v1.8.1")
+BUILD_PEER = REPO / "hack" / "build" / "build-training-operator.sh"
+# TRAINING_OPERATOR_VERSION, else the build script's default (the one Renovate bumps)
+PEER_VERSION = (
+    os.environ.get("TRAINING_OPERATOR_VERSION")
+    or re.findall(r"TRAINING_OPERATOR_VERSION:-(v[0-9.]+)", BUILD_PEER.read_text())[0]
+)
 # Where training-operator's webhook server reads the cert its rotator writes to this Secret (in a cluster, a
 # Secret volume is mounted there).
 PEER_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
@@ -145,8 +151,7 @@ OPERATORS = {"mwms": Ours(), "training-operator": Peer()}
 def build_peer() -> Path:
     """The install folder of training-operator (bin/, crds/), built on first use."""
     env = {**os.environ, "TRAINING_OPERATOR_VERSION": PEER_VERSION}
-    script = str(REPO / "hack" / "build" / "build-training-operator.sh")
-    done = subprocess.run(["bash", script], check=True, capture_output=True, text=True, env=env)
+    done = subprocess.run(["bash", str(BUILD_PEER)], check=True, capture_output=True, text=True, env=env)
     return Path(done.stdout.strip().splitlines()[-1])
 
 
