@@ -13,9 +13,10 @@ from typing import Any
 
 from mwms_contract import names
 from mwms_contract.conditions import PENDING, PODS_CREATED, SUSPENDED, TERMINAL, WORKLOAD_REFUSED
+from mwms_contract.ownership import manager_of, own_workload
 from mwms_contract.status import TrainJobStatus, format_time, parse_time, typed
 from mwms_contract.tf_config import worker_hosts
-from mwms_contract.trainjob import SpecError, TrainJobSpec, manager_of, own_workload
+from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.decide.job_status import (
     CreatePods,
     CreateService,

@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from mwms_contract import names
+from mwms_contract.ownership import manager_of, own_workload
 from mwms_contract.tf_config import worker_hosts
-from mwms_contract.trainjob import MANAGED_BY, MANAGED_BY_MAX_LENGTH, SpecError, manager_of, own_workload
+from mwms_contract.trainjob import MANAGED_BY, MANAGED_BY_MAX_LENGTH, SpecError
 from mwms_kit.fake_kube import KEY, job_body, pod_body
 from mwms_operator.decide.job_status import CreateWorkload, FinishWorkload, JobMeta
 from mwms_operator.decide.managed_by import decide_elsewhere
