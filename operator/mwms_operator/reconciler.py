@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from mwms_contract import postmortem
 from mwms_contract.conditions import PENDING, PODS_CREATED, SUSPENDED, TERMINAL
-from mwms_contract.status import TrainJobStatus, parse_time, typed
+from mwms_contract.status import TrainJobStatus, format_time, parse_time, typed
 from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.decide.job_status import (
@@ -22,6 +23,7 @@ from mwms_operator.decide.job_status import (
     DeleteJob,
     DeletePods,
     JobMeta,
+    KeepPostmortem,
     deferrable,
     next_due,
 )
@@ -30,6 +32,7 @@ from mwms_operator.decide.start import events_wanted
 from mwms_operator.kube import refusals
 from mwms_operator.kube.client import Kube
 from mwms_operator.kube.event_lookups import PodEventLookups
+from mwms_operator.kube.group_remains import group_remains
 from mwms_operator.kube.workqueue import WorkQueue
 from mwms_operator.mlflow.runwatch import RunWatch
 from mwms_operator.observe.pod_states import worker_pod
@@ -75,6 +78,7 @@ class Reconciler:
     def start(self) -> None:
         self.queue.start()
         self.runs.queue.start()
+        self.runs.postmortems.start()
         self._resync = asyncio.get_running_loop().create_task(self._resync_forever(), name="resync")
 
     async def stop(self) -> None:
@@ -82,6 +86,7 @@ class Reconciler:
             self._resync.cancel()
         await self.queue.stop()
         await self.runs.queue.stop()
+        await self.runs.postmortems.stop()
 
     # --- watch events -> state -> queue
 
@@ -261,7 +266,10 @@ class Reconciler:
     ) -> None:
         kube, key = self.kube, JobKey(meta.namespace, meta.name, meta.uid)
         for action in decision.actions:
-            if isinstance(action, DeletePods):
+            if isinstance(spec, TrainJobSpec) and isinstance(action, KeepPostmortem):
+                document = await self._postmortem(body, key, decision, action.group)
+                self.runs.keep_postmortem(key, spec, document)
+            elif isinstance(action, DeletePods):
                 await self._delete_doomed(key, action.names)
             elif isinstance(action, DeleteJob):
                 await asyncio.to_thread(kube.delete_trainjob, meta.namespace, meta.name, meta.uid)
@@ -270,6 +278,17 @@ class Reconciler:
                 await asyncio.to_thread(kube.create_service, meta.namespace, service)
             elif isinstance(spec, TrainJobSpec) and isinstance(action, CreatePods):
                 await self._create_pods(body, meta, spec, action, dry_run_first=dry_run_first)
+
+    async def _postmortem(
+        self, body: Mapping[str, Any], key: JobKey, decision: Decision, group: int
+    ) -> dict[str, Any]:
+        """The group's post-mortem (mwms_contract.postmortem.build): its pods and the events of the job and
+        of its pods as the API server has them now, with the events this decision posts next. What cannot be
+        read is said in it, and never stops the reconcile."""
+        pods, events, notes = await group_remains(self.kube, key, group)
+        posting = [(e.type, e.reason, e.message) for e in decision.events]
+        now = format_time(datetime.now(UTC))
+        return postmortem.build(body, group, decision.new.to_dict(), pods, events, now, notes, posting)
 
     async def _delete_doomed(self, key: JobKey, doomed: tuple[str, ...]) -> None:
         """The pods a decision deletes (cleanPodPolicy, a restart, a suspend), in one request whatever their

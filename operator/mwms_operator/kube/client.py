@@ -270,6 +270,17 @@ class Kube:
         answer = self._request("GET", f"{_core(namespace, 'events')}?{query}")
         return list(answer.get("items") or [])
 
+    def job_pods(self, namespace: str, job_uid: str, restart: int) -> list[dict[str, Any]]:
+        """The job's worker pods of the group's `restart`-th (re)start, whole (a group's post-mortem)."""
+        labels = f"{names.LABEL_JOB_UID}={job_uid},{names.LABEL_RESTART}={restart}"
+        query = urllib.parse.urlencode({"labelSelector": labels})
+        return list(self._request("GET", f"{_core(namespace, 'pods')}?{query}").get("items") or [])
+
+    def object_events(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+        """The events of one object (the TrainJob, a pod) by its uid, from the API server's cache."""
+        query = urllib.parse.urlencode({"fieldSelector": f"involvedObject.uid={uid}", "resourceVersion": "0"})
+        return list(self._request("GET", f"{_core(namespace, 'events')}?{query}").get("items") or [])
+
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any] | None:
         """JSON merge patch of status (None values remove fields); None if the TrainJob is gone."""
         path = _trainjob(namespace, name) + "/status"

@@ -39,6 +39,9 @@ class FakeKube:
         self.events_forbidden = False  # RBAC without `list` on events: 403
         self.events_time_out = False  # an overloaded control plane: a pod's events lookup times out
         self.events_error: Exception | None = None  # ... or fails with this
+        self.patches: list[dict[str, Any]] = []  # every status patch, whole
+        self.group_pods: list[dict[str, Any]] = []  # what job_pods answers (a group's post-mortem)
+        self.object_event_lists: dict[str, list[dict[str, Any]]] = {}  # object uid -> its events
         self.lease_read: Callable[[], Any] = lambda: None  # what get_lease answers (or raises)
         self.lease_write: Callable[[], bool] = lambda: True  # what update_lease and create_lease answer
 
@@ -79,6 +82,7 @@ class FakeKube:
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         self.calls.append(("patch_status", status.get("phase")))
+        self.patches.append(status)
         self.rv += 1
         return {"metadata": {"resourceVersion": str(self.rv)}, "status": status}
 
@@ -96,6 +100,18 @@ class FakeKube:
         if self.events_error is not None:
             raise self.events_error
         return self.pod_event_lists.get(name, [])
+
+    def job_pods(self, namespace: str, job_uid: str, restart: int) -> list[dict[str, Any]]:
+        self.calls.append(("job_pods", (job_uid, restart)))
+        if self.events_error is not None:
+            raise self.events_error
+        return self.group_pods
+
+    def object_events(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+        self.calls.append(("object_events", uid))
+        if self.events_error is not None:
+            raise self.events_error
+        return self.object_event_lists.get(uid, [])
 
     def get_lease(self, namespace: str, name: str, *, timeout: float) -> Any:
         self.calls.append(("get_lease", timeout))
