@@ -149,11 +149,11 @@ def worker_end(pod: Mapping[str, Any]) -> WorkerEnd:
         detail = {**((trainer.get("lastState") or {}).get("terminated") or {}), **detail}
     reason = detail.get("reason") or status.get("reason") or ""
     message = detail.get("message") or status.get("message") or ""
-    group = labels.get(names.LABEL_RESTART)
+    group = str(labels.get(names.LABEL_RESTART) or "")
     return WorkerEnd(
         index=int(labels.get(names.LABEL_REPLICA_INDEX) or 0),
         pod=str(meta.get("name") or ""),
-        group=int(group) if str(group or "").isdigit() else None,
+        group=int(group) if group.isdigit() else None,
         phase=str(status.get("phase") or ""),
         state=state,
         exit_code=detail.get("exitCode"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from mwms_contract import names
 from mwms_operator.kube import refusals
 from mwms_operator.kube.client import Kube
 from mwms_operator.observe.state import JobKey
@@ -22,9 +23,10 @@ async def group_remains(
     except refusals.TRANSIENT_ERRORS as error:
         pods = []
         notes.append(f"the group's pods could not be read: {error}")
-    uids = [key.uid, *((p.get("metadata") or {}).get("uid") for p in pods)]
+    objects = [(names.KIND, key.name, key.uid)]
+    objects += [("Pod", p["metadata"]["name"], p["metadata"]["uid"]) for p in pods if "metadata" in p]
     found = await asyncio.gather(
-        *(asyncio.to_thread(kube.object_events, key.namespace, uid) for uid in uids if uid),
+        *(asyncio.to_thread(kube.pod_events, key.namespace, name, uid, kind) for kind, name, uid in objects),
         return_exceptions=True,
     )
     events = [event for listed in found if isinstance(listed, list) for event in listed]

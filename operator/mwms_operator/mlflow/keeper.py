@@ -69,20 +69,23 @@ def keep_postmortem(
         run_id = str(run["info"]["run_id"])
         data = postmortem.encode(document)
         rest.upload_artifact(server, run, path, data, timeout=timeout, headers=access.headers(server))
-    except rest.NotProxied as error:
+    except rest.NotProxied as not_proxied:
         return Said(
             POSTMORTEM_KEPT,
             False,
             ARTIFACTS_NOT_PROXIED,
-            f"{what} is not kept: the run keeps its artifacts at {error}, which the tracking server does not "
-            "proxy (mlflow server --serve-artifacts): the operator writes only through the tracking server",
+            f"{what} is not kept: the run keeps its artifacts at {not_proxied}, which the tracking server "
+            "does not proxy (mlflow server --serve-artifacts): the operator writes only through the tracking "
+            "server",
             warning=True,
         )
     except rest.NotFound:  # the artifact proxy's path: a server without it
-        error = rest.TrackingError(TRACKING_BAD_REPLY, f"MLflow at {server} has no artifact proxy (404)")
-    except (rest.TrackingError, KeyError, TypeError, AttributeError) as failed:
-        error = failed if isinstance(failed, rest.TrackingError) else rest.bad_reply(server, "runs", failed)
+        failure = rest.TrackingError(TRACKING_BAD_REPLY, f"MLflow at {server} has no artifact proxy (404)")
+    except (rest.TrackingError, KeyError, TypeError, AttributeError) as error:
+        failure = error if isinstance(error, rest.TrackingError) else rest.bad_reply(server, "runs", error)
     else:
         return Said(POSTMORTEM_KEPT, True, POSTMORTEM_WRITTEN, f"{what} is kept in MLflow run {run_id}")
-    log.debug("post-mortem of %s not kept: %s", job_uid, error.message)
-    return Said(POSTMORTEM_KEPT, False, error.reason, f"{what} is not kept: {error.message}", warning=True)
+    log.debug("post-mortem of %s not kept: %s", job_uid, failure.message)
+    return Said(
+        POSTMORTEM_KEPT, False, failure.reason, f"{what} is not kept: {failure.message}", warning=True
+    )

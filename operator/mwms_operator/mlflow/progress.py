@@ -247,12 +247,12 @@ class ProgressReader:
             # A run the job's status does not name (its chief died before a read found it) is named by the
             # tags it is found by: it may be RUNNING, and is looked for again.
             tags = f"tag {MLFLOW_TAG_JOB_UID}={job_uid} in experiment {experiment!r}"
-            run = (
+            named = (
                 f"MLflow run {run_id}"
                 if run_id
                 else f"the job's MLflow run ({tags}), if its chief opened one,"
             )
-            message = f"{run} may still be RUNNING though the job is {phase}: {error.message}"
+            message = f"{named} may still be RUNNING though the job is {phase}: {error.message}"
             return Said(MLFLOW_RUN_ENDED, False, error.reason, message, warning=True)
         message = f"MLflow run {run_id} was RUNNING when the job was {phase}: the operator set it {final}"
         return Said(MLFLOW_RUN_ENDED, True, RUN_ENDED_BY_OPERATOR, message, warning=True)

@@ -165,9 +165,9 @@ class RunWatch:
             epochs if isinstance(epochs, int) else None,
             status.restarts,
         )
-        if final and not isinstance(found, dict):
-            return
-        if final:
+        if final:  # a failed last read is the run end's to name
+            if not isinstance(found, dict):
+                return
             found = finished(found, status.phase or "")
         if isinstance(found, Skipped):  # a tracking server the administrator does not allow: said once
             try:
