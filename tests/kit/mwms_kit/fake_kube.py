@@ -41,7 +41,6 @@ class FakeKube:
         self.events_error: Exception | None = None  # ... or fails with this
         self.patches: list[dict[str, Any]] = []  # every status patch, whole
         self.group_pods: list[dict[str, Any]] = []  # what job_pods answers (a group's post-mortem)
-        self.object_event_lists: dict[str, list[dict[str, Any]]] = {}  # object uid -> its events
         self.lease_read: Callable[[], Any] = lambda: None  # what get_lease answers (or raises)
         self.lease_write: Callable[[], bool] = lambda: True  # what update_lease and create_lease answer
 
@@ -91,7 +90,7 @@ class FakeKube:
             raise NamespaceEnding("unable to create new content in namespace ... because ...")
         self.calls.append(("event", reason))
 
-    def pod_events(self, namespace: str, name: str, uid: str) -> list[dict[str, Any]]:
+    def pod_events(self, namespace: str, name: str, uid: str, kind: str = "Pod") -> list[dict[str, Any]]:
         self.calls.append(("pod_events", (name, uid)))
         if self.events_forbidden:
             raise ApiError(403, 'events is forbidden: cannot list resource "events"')
@@ -106,12 +105,6 @@ class FakeKube:
         if self.events_error is not None:
             raise self.events_error
         return self.group_pods
-
-    def object_events(self, namespace: str, uid: str) -> list[dict[str, Any]]:
-        self.calls.append(("object_events", uid))
-        if self.events_error is not None:
-            raise self.events_error
-        return self.object_event_lists.get(uid, [])
 
     def get_lease(self, namespace: str, name: str, *, timeout: float) -> Any:
         self.calls.append(("get_lease", timeout))

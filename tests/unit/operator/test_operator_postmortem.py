@@ -67,9 +67,9 @@ def ended_group(reconciler: Reconciler, indexes: Indexes, **spec: Any) -> FakeKu
         indexes.pod(body)
     kube = reconciler.kube
     kube.group_pods = pods
-    kube.object_event_lists = {
-        KEY.uid: [event("TrainJob", "mnist", "PodsCreated", "created worker pods", "2026-12-02T10:00:01Z")],
-        "pod-1-0": [event("Pod", "mnist-worker-1", "Started", "Started container trainer")],
+    kube.pod_event_lists = {
+        "mnist": [event("TrainJob", "mnist", "PodsCreated", "created worker pods", "2026-12-02T10:00:01Z")],
+        "mnist-worker-1": [event("Pod", "mnist-worker-1", "Started", "Started container trainer")],
     }
     return kube
 
@@ -80,7 +80,11 @@ def test_a_group_that_ends_has_its_postmortem_read_before_its_pods_are_deleted(r
     names = [name for name, _ in kube.calls]
     assert names.index("job_pods") < names.index("delete_pods"), "read while the final states exist"
     assert kube.named("job_pods") == [(KEY.uid, 0)]
-    assert set(kube.named("object_events")) == {KEY.uid, "pod-0-0", "pod-1-0"}
+    assert set(kube.named("pod_events")) == {
+        ("mnist", KEY.uid),
+        ("mnist-worker-0", "pod-0-0"),
+        ("mnist-worker-1", "pod-1-0"),
+    }
     ((item, (uri, experiment, document, tries)),) = reconciler.runs._postmortems.items()
     assert item == (KEY, 0) and uri == "http://mlflow:5000" and tries == 0
     kept = postmortem.parse(document)
