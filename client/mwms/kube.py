@@ -286,10 +286,13 @@ class JobClient:
         api, quoted = self._core.api_client, urllib.parse.quote(service, safe=":")
         resource = f"/api/v1/namespaces/{namespace}/services/{quoted}/proxy/{path.lstrip('/')}"
         what = f"the service proxy to {service} in namespace {namespace}"
+        # The kubeconfig's token as every call of the package sends it (its client certificate is the pool's).
+        sent = {**api.default_headers, **dict(headers or {})}
+        for auth in api.configuration.auth_settings().values():
+            if auth["in"] == "header" and auth["value"]:
+                sent[auth["key"]] = auth["value"]
+        url = api.configuration.host + resource
         try:
-            _, url, sent, _, _ = api.param_serialize(
-                method, resource, header_params=dict(headers or {}), auth_settings=["BearerToken"]
-            )
             timeouts = urllib3.Timeout(connect=PROXY_CONNECT_SECONDS, read=timeout)
             response = api.rest_client.pool_manager.request(
                 method, url, body=body, headers=sent, preload_content=False, redirect=False, timeout=timeouts
