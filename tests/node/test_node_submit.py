@@ -7,11 +7,6 @@ tests/integration/operator/test_operator_submit.py, with its scripts and helpers
 
 from __future__ import annotations
 
-import json
-import urllib.parse
-import urllib.request
-from typing import Any
-
 import pytest
 
 from mwms_dev.chain import check_mlflow
@@ -39,7 +34,7 @@ def user_namespace(node_kubectl, node_namespace, node_chain) -> str:
 
 
 def test_submitted_seed_script_gives_one_run_one_model_and_its_configmap_goes_with_the_job(
-    real_cluster, node_kubectl, user_namespace, node_chain, operator_log, wait_for, monkeypatch
+    real_cluster, node_kubectl, user_namespace, node_chain, operator_log, wait_for
 ):
     done = run_mwms(
         real_cluster.kubeconfig, user_namespace,
@@ -66,25 +61,6 @@ def test_submitted_seed_script_gives_one_run_one_model_and_its_configmap_goes_wi
 
     configmap = node_kubectl.json("get", "configmap", f"{name}-code", "-n", user_namespace)
     assert configmap["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
-
-    # The run from this machine, where no *.svc name resolves and no MLFLOW_TRACKING_URI is set: the job's
-    # status names the chart's bundled MLflow, read through the API server's service proxy.
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    mlflow = job["status"]["mlflow"]
-    assert mlflow["trackingUri"].startswith("http://") and ".svc:5000" in mlflow["trackingUri"], mlflow
-
-    def postmortem_kept() -> Any:
-        found = condition(jobs_in(node_kubectl, user_namespace)[0], "PostmortemKept")
-        return found if found is not None and found.true else None
-
-    kept = wait_for(postmortem_kept, timeout=120, what="PostmortemKept")
-    assert kept.reason == "PostmortemWritten", kept
-    node_kubectl("delete", "pods", "-n", user_namespace, "-l", f"mwms.dev/job-name={name}", "--wait=true")
-    log = run_mwms(real_cluster.kubeconfig, user_namespace, "logs", name, "--worker", "1")
-    assert log.returncode == 0, log.stderr
-    stored = artifact(node_chain.mlflow_pod_url(), run["runId"], "logs/group-0/worker-1.log")
-    assert log.stdout.strip() and log.stdout.splitlines() == stored.splitlines()
-
     node_kubectl("delete", "trainjob", name, "-n", user_namespace)
     wait_for(
         lambda: (
@@ -94,29 +70,6 @@ def test_submitted_seed_script_gives_one_run_one_model_and_its_configmap_goes_wi
         timeout=120,
         what="the code ConfigMap to be garbage-collected with its job",
     )
-    # The job and its events gone: its post-mortem, from the run alone, on the bundled MLflow.
-    node_kubectl("delete", "events", "--all", "-n", user_namespace)
-    described = run_mwms(
-        real_cluster.kubeconfig, user_namespace, "describe", "--run", run["runId"], "-o", "json"
-    )
-    assert described.returncode == 0, described.stderr
-    found = json.loads(described.stdout)
-    assert found["trainjob"]["metadata"]["name"] == name
-    assert [(w["index"], w["state"], w["exit_code"], bool(w["node"])) for w in found["workers"]] == [
-        (0, "Terminated", 0, True),
-        (1, "Terminated", 0, True),
-    ]
-    reasons = {(e["object"], e["reason"]) for e in found["events"]}
-    assert {(f"trainjob/{name}", "PodsCreated"), (f"trainjob/{name}", "ChiefSucceeded")} <= reasons, reasons
-    assert (f"pod/{name}-worker-1", "Started") in reasons, reasons
-    assert "(through the API server's service proxy)" in found["kept"]
-
-
-def artifact(base_url: str, run_id: str, path: str) -> str:
-    """An artifact of the run, read from MLflow at its pod's address (this machine reaches the pod IPs)."""
-    query = urllib.parse.urlencode({"run_uuid": run_id, "path": path})
-    with urllib.request.urlopen(f"{base_url}/get-artifact?{query}", timeout=30) as answer:
-        return answer.read().decode()
 
 
 def test_a_function_from_python_returns_the_chiefs_value(
