@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from mwms_contract import names
+from mwms_contract import names, postmortem
 from mwms_contract.conditions import PENDING, PODS_CREATED, SUSPENDED, TERMINAL, WORKLOAD_REFUSED
 from mwms_contract.ownership import manager_of, own_workload
 from mwms_contract.status import TrainJobStatus, format_time, parse_time, typed
@@ -25,6 +25,7 @@ from mwms_operator.decide.job_status import (
     DeletePods,
     FinishWorkload,
     JobMeta,
+    KeepPostmortem,
     deferrable,
     next_due,
 )
@@ -34,6 +35,8 @@ from mwms_operator.decide.start import events_wanted
 from mwms_operator.kube import refusals
 from mwms_operator.kube.client import Kube
 from mwms_operator.kube.event_lookups import PodEventLookups
+from mwms_operator.kube.group_creation import create_all, delete_pods
+from mwms_operator.kube.group_remains import group_remains
 from mwms_operator.kube.workqueue import WorkQueue
 from mwms_operator.mlflow.runwatch import RunWatch
 from mwms_operator.observe.pod_states import as_created, worker_pod
@@ -81,6 +84,7 @@ class Reconciler:
     def start(self) -> None:
         self.queue.start()
         self.runs.queue.start()
+        self.runs.postmortems.start()
         self._resync = asyncio.get_running_loop().create_task(self._resync_forever(), name="resync")
 
     async def stop(self) -> None:
@@ -88,6 +92,7 @@ class Reconciler:
             self._resync.cancel()
         await self.queue.stop()
         await self.runs.queue.stop()
+        await self.runs.postmortems.stop()
 
     # --- watch events -> state -> queue
 
@@ -298,7 +303,10 @@ class Reconciler:
     ) -> None:
         kube, key = self.kube, JobKey(meta.namespace, meta.name, meta.uid)
         for action in decision.actions:
-            if isinstance(action, DeletePods):
+            if isinstance(spec, TrainJobSpec) and isinstance(action, KeepPostmortem):
+                document = await self._postmortem(body, key, decision, action.group)
+                self.runs.keep_postmortem(key, spec, document)
+            elif isinstance(action, DeletePods):
                 await self._delete_doomed(key, action.names)
             elif isinstance(action, DeleteJob):
                 await asyncio.to_thread(kube.delete_trainjob, meta.namespace, meta.name, meta.uid)
@@ -318,6 +326,17 @@ class Reconciler:
             elif isinstance(spec, TrainJobSpec) and isinstance(action, CreatePods):
                 await self._create_pods(body, meta, spec, action, dry_run_first=dry_run_first)
 
+    async def _postmortem(
+        self, body: Mapping[str, Any], key: JobKey, decision: Decision, group: int
+    ) -> dict[str, Any]:
+        """The group's post-mortem (mwms_contract.postmortem.build): its pods and the events of the job and
+        of its pods as the API server has them now, with the events this decision posts next. What cannot be
+        read is said in it, and never stops the reconcile."""
+        pods, events, notes = await group_remains(self.kube, key, group)
+        posting = [(e.type, e.reason, e.message) for e in decision.events]
+        now = format_time(datetime.now(UTC))
+        return postmortem.build(body, group, decision.new.to_dict(), pods, events, now, notes, posting)
+
     async def _delete_doomed(self, key: JobKey, doomed: tuple[str, ...]) -> None:
         """The pods a decision deletes (cleanPodPolicy, a restart, a suspend), in one request whatever their
         number, by a selector that holds the job's uid (labels.deletion_selector); one by one, each by its
@@ -335,11 +354,7 @@ class Reconciler:
                 if not self._collections_forbidden:
                     self._collections_forbidden = True
                     log.warning("pods are deleted one by one: %s (grant `deletecollection` on pods)", error)
-        await self._delete_pods(key.namespace, [(p.name, p.uid) for p in pods if p.name in doomed])
-
-    async def _delete_pods(self, namespace: str, pods: list[tuple[str, str]]) -> None:
-        """(name, uid) pairs: each is deleted only while its name is still that uid's."""
-        await asyncio.gather(*(asyncio.to_thread(self.kube.delete_pod, namespace, n, u) for n, u in pods))
+        await delete_pods(self.kube, key.namespace, [(p.name, p.uid) for p in pods if p.name in doomed])
 
     async def _create_pods(
         self,
@@ -367,8 +382,8 @@ class Reconciler:
             for i in action.indices
         ]
         if dry_run_first:
-            await self._create_all(meta.namespace, pods, dry_run=True)
-        created = await self._create_all(meta.namespace, pods, dry_run=False)
+            await create_all(self.kube, meta.namespace, pods, dry_run=True)
+        created = await create_all(self.kube, meta.namespace, pods, dry_run=False)
         key = JobKey(meta.namespace, meta.name, meta.uid)
         self.state.creation_accepted(key)
         self.state.expect(key, as_created(pods, dict(created)))
@@ -376,25 +391,3 @@ class Reconciler:
             pod_names = ", ".join(name for name, _ in created)
             message = f"created worker pods {pod_names} (restart {action.restart_count})"
             await asyncio.to_thread(self.kube.post_event, body, "Normal", PODS_CREATED, message)
-
-    async def _create_all(
-        self, namespace: str, pods: list[dict[str, Any]], *, dry_run: bool
-    ) -> list[tuple[str, str]]:
-        """Creates the pods at once: the (name, uid) of those really created (None = the job's pod was there
-        already: a retried or lagging reconcile, no event spam). If any is refused, those created are
-        deleted again (the others must not hold quota or wait for peers meanwhile) and the worst error is
-        raised."""
-        results = await asyncio.gather(
-            *(asyncio.to_thread(self.kube.create_pod, namespace, pod, dry_run=dry_run) for pod in pods),
-            return_exceptions=True,
-        )
-        created = [
-            (pod["metadata"]["name"], uid)
-            for pod, uid in zip(pods, results, strict=True)
-            if isinstance(uid, str) and not dry_run
-        ]
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            await self._delete_pods(namespace, created)
-            raise refusals.worst(errors)
-        return created

@@ -50,9 +50,9 @@ OTHER_OBJECTS: dict[str, frozenset[str]] = {
     "operator/mwms_operator/observe/state.py": frozenset({"status"}),
     "client/mwms/describe.py": POD | EVENT,
     "client/mwms/follow.py": POD,
-    "client/mwms/kube.py": frozenset({"type", "message"}),  # a watch event; a Status reply
+    "client/mwms/kube.py": frozenset({"type", "message", "reason"}),  # a watch event; a Status reply
     "client/mwms/submit.py": frozenset({"mlflow"}),  # spec.mlflow
-    "client/mwms/logs.py": frozenset({"mlflow"}),  # spec.mlflow
+    "client/mwms/logs.py": frozenset({"mlflow", "trackingUri"}),  # spec.mlflow.trackingUri
     "client/mwms/tfjob.py": frozenset({"mlflow"}),  # the converted TrainJob's spec.mlflow
     "client/mwms/jobs.py": frozenset({"status", "message"}),  # the chief pod's termination message
     "client/mwms/output.py": frozenset({"phase"}),  # `mwms runs -o json`'s own fields

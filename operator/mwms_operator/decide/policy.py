@@ -50,6 +50,7 @@ from mwms_operator.decide.job_status import (
     FinishWorkload,
     JobMeta,
     chief_mlflow,
+    with_tracking_uri,
 )
 from mwms_operator.decide.restarts import (
     rule_backoff_limit_exceeded,
@@ -120,7 +121,7 @@ def _rule_chief_succeeded(f: Facts) -> Decision | None:
     chief = next((p for p in f.current if p.index == 0 and not p.deleting), None)
     if chief is None or chief.trainer_exit != 0:
         return None
-    f.b.set(mlflow=chief_mlflow(chief.message) or f.b.status.mlflow)
+    f.b.set(mlflow=chief_mlflow(chief.message, f.b.status.mlflow))
     mlflow = f.b.status.mlflow
     run = mlflow.run_id if mlflow is not None else "unknown (no termination message)"
     return f.terminal(SUCCEEDED, CHIEF_SUCCEEDED, f"worker 0 ({chief.name}) exited 0; MLflow run {run}")
@@ -283,6 +284,8 @@ def decide(
     decision saw them disrupted; `said`: conditions a look at the job's tracking server decided;
     `open_workload`: the job's own Kueue Workload while it is not yet marked Finished."""
     b = Builder(meta, previous or {}, now)
+    if isinstance(spec, TrainJobSpec):  # where the run is: `mwms logs` and `describe` read it there
+        b.set(mlflow=with_tracking_uri(b.status.mlflow, spec.tracking_uri))
     ordered = sorted(pods, key=lambda p: (p.restart, p.index))
     restarts = b.status.restarts
     current = [p for p in ordered if p.restart == restarts]

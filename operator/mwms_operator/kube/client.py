@@ -247,14 +247,22 @@ class Kube:
         uid = (pod.get("metadata") or {}).get("uid")
         return str(uid) if uid else None
 
-    def pod_events(self, namespace: str, name: str, uid: str) -> list[dict[str, Any]]:
-        """The events of this pod (not of an earlier pod of the same name): its pulls, probes, mounts."""
-        selector = f"involvedObject.kind=Pod,involvedObject.name={name},involvedObject.uid={uid}"
+    def pod_events(self, namespace: str, name: str, uid: str, kind: str = "Pod") -> list[dict[str, Any]]:
+        """The events of this pod (not of an earlier pod of the same name): its pulls, probes, mounts; or of
+        another object of this `kind` (the TrainJob)."""
+        selector = f"involvedObject.kind={kind},involvedObject.name={name},involvedObject.uid={uid}"
         # resourceVersion 0: from the API server's cache, not a quorum read of every event in the namespace
         # from etcd (a moment stale at most: a pull's end seen a moment late)
         query = urllib.parse.urlencode({"fieldSelector": selector, "resourceVersion": "0"})
         answer = self._request("GET", f"{_core(namespace, 'events')}?{query}")
         return list(answer.get("items") or [])
+
+    def job_pods(self, namespace: str, job_uid: str, restart: int) -> list[dict[str, Any]]:
+        """The job's worker pods of the group's `restart`-th (re)start, whole (a group's post-mortem)."""
+        labels = urllib.parse.urlencode(
+            {"labelSelector": f"{names.LABEL_JOB_UID}={job_uid},{names.LABEL_RESTART}={restart}"}
+        )
+        return list(self._request("GET", f"{_core(namespace, 'pods')}?{labels}").get("items") or [])
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any] | None:
         """JSON merge patch of status (None values remove fields); None if the TrainJob is gone."""
