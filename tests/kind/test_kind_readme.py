@@ -66,9 +66,7 @@ def kind_cluster(kind_env: dict[str, str], container_engine: str) -> Iterator[di
         yield kind_env
     finally:
         admin = [container_engine, "exec", NODE, "kubectl", "--kubeconfig=/etc/kubernetes/admin.conf"]
-        subprocess.run(
-            [*admin, "get", "nodes,pods,trainjobs.mwms.dev,events", "-A", "-o", "wide"], check=False
-        )
+        subprocess.run([*admin, "get", "nodes,pods,trainjobs.mwms.dev", "-A", "-o", "wide"], check=False)
         subprocess.run(["kind", "delete", "cluster", "--name", "mwms"], env=kind_env, check=False)
 
 
