@@ -54,7 +54,7 @@ def container_engine() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def kind_node_image(container_engine: str) -> str:
-    """Our node image, loaded into the engine's image store (once: the engine keeps it)."""
+    """Our node image, loaded into the engine's image store (once: the engine keeps it; older ones go)."""
     built = build("build-kind-node.sh")
     image = (built / "image").read_text().strip()
     present = subprocess.run([container_engine, "image", "inspect", image], capture_output=True)
@@ -62,6 +62,14 @@ def kind_node_image(container_engine: str) -> str:
         subprocess.run(
             [container_engine, "load", "-i", str(built / "node.tar")], check=True, capture_output=True
         )
+    listed = [container_engine, "images", "--format", "{{.Repository}}:{{.Tag}}", image.rsplit(":", 1)[0]]
+    older = [
+        name
+        for name in subprocess.run(listed, capture_output=True, text=True).stdout.split()
+        if name != image
+    ]
+    if older:
+        subprocess.run([container_engine, "rmi", *older], check=False, capture_output=True)
     return image
 
 
