@@ -22,7 +22,7 @@ from mwms_contract import names
 from mwms_dev.chain import check_mlflow, runs_of_job, score_model
 from mwms_kit.trainjobs import trainjob
 from mwms_trainer.kept import KEPT_DIR
-from mwms_trainer.tracking import TAG_RESUMED_FROM_EPOCH
+from mwms_trainer.mlflow_run import TAG_RESUMED_FROM_EPOCH
 
 # Loading the trainer image (~1 GB) and the chart come first, on 2 shared cores: more than the default 600 s.
 pytestmark = pytest.mark.timeout(1500)

@@ -1,18 +1,7 @@
-"""Getting the group together: wait for every peer, then create the strategy, all before a deadline.
+"""Getting the group together before a deadline: meet every peer in plain Python, then create the
+strategy with a SIGALRM backstop (docs/design/strategy-registration-backstop.md).
 
-MultiWorkerMirroredStrategy() blocks until every worker has connected, for an hour if one never comes, and it
-holds the GIL while it waits, so no Python timer can interrupt it (with TF 2.21 a threading.Timer never fired
-there; signal.alarm does). So: first a rendezvous in plain
-Python (every worker listens on its own port and waits until each peer's name resolves and its port accepts
-TCP), which fails cleanly with exit 75 at the deadline; only then the constructor, with SIGALRM as a backstop
-for a peer that dies inside that short window (default action: the kernel ends the process; Kubernetes reports
-exit code 128+14, which the operator retries like 75).
-
-In a pod the trainer also keeps its rendezvous state in names.RENDEZVOUS_FILE: the last reason it has not
-joined, then "joined" once every peer answered (rendezvous(): the built-in trainer and a runner's train_fn
-alike, also one that never creates MultiWorkerMirroredStrategy; the constructor that follows has its own
-backstop). The trainer container's readiness probe prints that line, so the pod is Ready once its worker
-joined, and the operator's startup clock names whoever has not, with the reason it gave.
+The state kept in names.RENDEZVOUS_FILE is what the trainer container's readiness probe prints.
 """
 
 from __future__ import annotations
@@ -29,8 +18,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mwms_contract import names, termination
-from mwms_trainer.cluster import Cluster, split_host_port
+from mwms_trainer.cluster_spec import Cluster, split_host_port
 from mwms_trainer.errors import RetryableError
+from mwms_trainer.tfenv import tensorflow
 
 log = logging.getLogger("mwms_trainer")
 POLL_SECONDS = 0.5
@@ -187,8 +177,6 @@ REGISTRATION_BACKSTOP_NOTE = termination.failure(
 @contextlib.contextmanager
 def peer_loss_is_retryable(during: str) -> Iterator[None]:
     """TensorFlow's peer-loss errors become RetryableError (exit 75): restarting the group may succeed."""
-    from mwms_trainer.tfenv import tensorflow
-
     tf = tensorflow()
     kinds = tuple(getattr(tf.errors, name) for name in PEER_LOSS_ERRORS)
     try:
@@ -223,7 +211,7 @@ def registration_backstop(deadline: float, on_backstop: Callable[[str], None]) -
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def rendezvous(
+def meet(
     cluster: Cluster, deadline: float, peers_by: float | None, meanwhile: Callable[[], None] = lambda: None
 ) -> None:
     """Meet every peer (by `peers_by`, None: no limit; listening on our own port until `deadline`), then say
@@ -249,10 +237,8 @@ def create_strategy(
     """Rendezvous (peers by `peers_by`, None: no limit; `meanwhile()` every round), `before_registering()`
     (what raises in either ends this worker before its peers wait for it in the constructor), then
     MultiWorkerMirroredStrategy(); exit 75 (or SIGALRM) at the deadline."""
-    from mwms_trainer.tfenv import tensorflow
-
     tf = tensorflow()  # first: a worker that answers the rendezvous is ready to register at once
-    rendezvous(cluster, deadline, peers_by, meanwhile)
+    meet(cluster, deadline, peers_by, meanwhile)
     before_registering()
     with registration_backstop(deadline, on_backstop):
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -267,8 +253,6 @@ def backstopped_user_strategy(deadline: float, on_backstop: Callable[[str], None
     The class's own __init__ is wrapped, not the name tf.distribute.MultiWorkerMirroredStrategy: the
     experimental class (a subclass) and names the user's module bound at import time reach it too.
     """
-    from mwms_trainer.tfenv import tensorflow
-
     strategy_class = tensorflow().distribute.MultiWorkerMirroredStrategy
     original = strategy_class.__dict__["__init__"]
 

@@ -1,7 +1,6 @@
-"""Pure, no TensorFlow: TF_CONFIG -> who am I, how many workers, am I the chief.
+"""TF_CONFIG -> who am I, how many workers, am I the chief (no TensorFlow).
 
-The operator writes `{"cluster": {"worker": [...]}, "task": {"type": "worker", "index": i}}`; with no
-`chief` task, worker 0 is the chief (TensorFlow's own rule). A `chief` task, if present, ranks first.
+With no `chief` task worker 0 is the chief (TensorFlow's own rule); a `chief` task, if present, ranks first.
 """
 
 from __future__ import annotations

@@ -1,31 +1,5 @@
-"""The large-data path (`sharding: files`): each worker streams only its own files from disk or a bucket.
-
-For csv/parquet data larger than a worker's memory. Not N workers == 1 worker exact (data.py is): each worker
-trains on its own rows, so the batches depend on the number of workers.
-
-- Split: the last round(testSize * files) files (at least one) in name order are held out; the chief alone
-  reads them: once before any peer is waited for (checks, so bad rows there exit 2 before a fit is spent) and
-  after the fit for the held-out metrics. The other files are for training.
-- Columns: read by name, so each file's column order does not matter; the model's features are in column-name
-  order, the one order every worker knows without reading another worker's files (the logged model keeps
-  them and takes a serving DataFrame's columns by name). Every file must hold the columns its worker's
-  first file holds, of the same types (parquet's declared types; csv declares none, so its features are
-  "double"), checked before its rows are read. Workers may open no other worker's files, so across workers
-  the first files' columns are compared after the workers meet, in the exchange before the statistics' one.
-- Shards: with at least as many training files as workers, training file i goes to worker i mod N and no
-  worker opens another worker's files. With fewer, every worker streams all training files and keeps every
-  N-th row (row i to worker i mod N).
-- Scaler: each worker counts its rows and computes their mean and squared deviations in one streaming pass
-  (before any peer is waited for, so bad data exits 2 early); one all-reduce then gathers every worker's
-  statistics, and every worker combines them in rank order: the mean and variance of all training rows,
-  identical on every worker.
-- Steps per epoch: the fewest full per-worker batches any worker holds, so every worker takes the same number
-  of steps and none waits in a collective for a peer that ran out of rows. The rows past them are left out of
-  that epoch (logged, and the chief's run has param rowsLeftOutPerEpoch). Files cannot be balanced by rows
-  instead: the row counts are in each file's footer, which only its worker may open.
-- Order: epoch k reads the files in an order drawn from (seed, k) and shuffles rows within a buffer of
-  SHUFFLE_ROWS rows drawn from (seed, k, worker); a resumed fit replays epoch k's order. Rows flow from a
-  Python generator through tf.data, never into the graph as constants.
+"""`sharding: files`: each worker streams only its own csv/parquet files, for data larger than its
+memory; not N workers == 1 worker. The rules: docs/trainer.md; why: docs/design/file-sharding.md.
 """
 
 from __future__ import annotations
@@ -38,16 +12,25 @@ from typing import Any
 
 import numpy as np
 
-from mwms_trainer import data
-from mwms_trainer.config import TrainerConfig
+from mwms_contract import names
 from mwms_trainer.errors import ConfigError
+from mwms_trainer.input.readers import (
+    DataFile,
+    check_finite,
+    file_columns,
+    read_file,
+    table_files,
+    table_rows,
+)
+from mwms_trainer.input.scaler import Agreed, scaler_variance
 from mwms_trainer.tfenv import tensorflow
+from mwms_trainer.trainer_config import TrainerConfig
 
 log = logging.getLogger("mwms_trainer")
 
 CHUNK_ROWS = 65536  # rows per read from disk
 SHUFFLE_ROWS = 262144  # rows shuffled together (about 32 MiB for 32 float32 features)
-_SETTING = "MWMS_TRAINER_CONFIG"
+_SETTING = names.ENV_TRAINER_CONFIG
 
 
 @dataclass(frozen=True)
@@ -55,10 +38,10 @@ class Shard:
     """What one worker reads: its training files (rows row_offset, row_offset + stride, ...) and, for the
     chief, the held-out files."""
 
-    files: tuple[data.DataFile, ...]
+    files: tuple[DataFile, ...]
     stride: int
     offset: int
-    validation_files: tuple[data.DataFile, ...]
+    validation_files: tuple[DataFile, ...]
     training_files: int  # of all workers together
 
 
@@ -88,7 +71,8 @@ class Columns:
     types: dict[str, str]
 
     def features(self, label: str) -> tuple[str, ...]:
-        """The model's features: every column but the label, in name order (see the module's docstring)."""
+        """The model's features: every column but the label, in name order (the one order every worker knows
+        without reading another worker's files)."""
         return tuple(sorted(name for name in self.types if name != label))
 
     def check(self, file: str, types: dict[str, str]) -> None:
@@ -110,41 +94,18 @@ class Columns:
             )
 
 
-def _arrow_type(arrow: Any) -> str:
-    """The MLflow type of a parquet column (as data._column_type names a pandas one); others by name."""
-    import pyarrow as pa
-
-    if pa.types.is_boolean(arrow):
-        return "boolean"
-    if pa.types.is_integer(arrow):
-        return "long"
-    if pa.types.is_floating(arrow):
-        return "double"
-    return str(arrow)  # not numeric: table_rows refuses it as a feature
-
-
-def file_columns(file: data.DataFile, dataset: str) -> dict[str, str]:
-    """A file's columns and their types, from its header alone (parquet: the footer's declared types)."""
-    with data.source(file, dataset) as where, data.readable(file, dataset):
-        if dataset == "parquet":
-            import pyarrow.parquet as pq
-
-            return {field.name: _arrow_type(field.type) for field in pq.read_schema(where)}
-        import pandas as pd
-
-        # csv declares no types (pandas guesses per chunk): "double", which MLflow takes whole numbers for.
-        return {str(name): "double" for name in pd.read_csv(where, nrows=0).columns}
-
-
 @dataclass(frozen=True)
 class FileShards:
-    """This worker's part of a file-sharded table, known before any peer is waited for."""
+    """`sharding: files` as a TrainingInput (input/__init__.py): this worker's part of a file-sharded table,
+    known before any peer is waited for."""
 
     cfg: TrainerConfig
     shard: Shard
     own: Stats
     columns: Columns  # this worker's first training file's
     held_out_rows: int  # on the chief; 0 elsewhere
+    num_workers: int
+    rank: int
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -154,9 +115,48 @@ class FileShards:
     def num_features(self) -> int:
         return len(self.feature_names)
 
+    def sizes(self) -> dict[str, Any]:
+        """The training row counts are known only once the workers have met (agree logs them)."""
+        return {
+            "trainFiles": self.shard.training_files,
+            "heldOutFiles": len(self.shard.validation_files),
+            "testRows": self.held_out_rows,
+        }
 
-def plan(files: list[data.DataFile], test_size: float, num_workers: int, rank: int) -> Shard:
-    """Which files this worker trains on and which the chief holds out (see the module's docstring)."""
+    def agree(self, strategy: Any) -> Agreed:
+        """Every worker's statistics, gathered in a collective: the scaler of all rows and equal steps."""
+        every = gather_stats(strategy, self, self.num_workers, self.rank)
+        mean, variance = scaler(every)
+        steps = steps_per_epoch(every, self.cfg)
+        left_out = rows_left_out(every, steps, self.cfg)
+        log.info(
+            "worker %d: %d training rows on %d workers, %d steps per epoch; each epoch leaves out %d rows "
+            "(per worker: %s), as every worker takes the steps of the one with the fewest rows",
+            self.rank,
+            sum(s.rows for s in every),
+            len(every),
+            steps,
+            sum(left_out),
+            ", ".join(map(str, left_out)),
+        )
+        params = {
+            "trainRows": sum(s.rows for s in every),
+            "stepsPerEpoch": steps,
+            "rowsLeftOutPerEpoch": sum(left_out),
+        }
+        return Agreed(mean, variance, steps, params)
+
+    def dataset(self, strategy: Any, steps: int, first_epoch: int) -> Any:
+        return train_dataset(strategy, self, self.rank, steps, first_epoch)
+
+    def held_out(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        return held_out_rows(self)
+
+
+def plan(files: list[DataFile], test_size: float, num_workers: int, rank: int) -> Shard:
+    """Which files this worker trains on and which the chief holds out: training file i goes to worker i mod N
+    (with fewer training files than workers, each takes every N-th row of them all); the last
+    round(testSize * files) files, at least one, are held out."""
     if len(files) < 2:
         raise ConfigError(
             f"{_SETTING}.dataPath",
@@ -170,7 +170,7 @@ def plan(files: list[data.DataFile], test_size: float, num_workers: int, rank: i
 
 
 def _rows(
-    files: tuple[data.DataFile, ...], columns: Columns, cfg: TrainerConfig, stride: int = 1, offset: int = 0
+    files: tuple[DataFile, ...], columns: Columns, cfg: TrainerConfig, stride: int = 1, offset: int = 0
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Checked chunks of rows (x float64 in feature-name order, y) of `files` in that order, each file's
     columns checked against `columns` first; with a stride, only rows offset, offset + stride, ... counted
@@ -179,20 +179,20 @@ def _rows(
     seen = 0
     for file in files:
         columns.check(str(file), file_columns(file, cfg.dataset))
-        for frame in data.read_file(file, cfg.dataset, CHUNK_ROWS):
-            x, y, _ = data.table_rows(frame[[*names, cfg.labelColumn]], cfg, str(file))
+        for frame in read_file(file, cfg.dataset, CHUNK_ROWS):
+            x, y, _ = table_rows(frame[[*names, cfg.labelColumn]], cfg, str(file))
             keep = slice((offset - seen) % stride, None, stride)
             seen += len(x)
             x, y = x[keep], y[keep]
             if len(x):
                 try:
-                    data.check_finite(x, names)
+                    check_finite(x, names)
                 except ConfigError as e:
                     raise ConfigError(e.setting, f"{str(file)!r}: {str(e).split(': ', 1)[1]}") from None
                 yield x, y
 
 
-def first_columns(file: data.DataFile, cfg: TrainerConfig) -> Columns:
+def first_columns(file: DataFile, cfg: TrainerConfig) -> Columns:
     """The columns of a worker's first training file, which its other files are checked against."""
     columns = Columns(str(file), file_columns(file, cfg.dataset))
     if cfg.labelColumn not in columns.types:
@@ -205,7 +205,7 @@ def first_columns(file: data.DataFile, cfg: TrainerConfig) -> Columns:
 
 def prepare(cfg: TrainerConfig, num_workers: int, rank: int) -> FileShards:
     """Plan this worker's shard and scan it once (checks and statistics), before any peer is waited for."""
-    files = data.table_files(cfg.dataPath or "", cfg.dataset)
+    files = table_files(cfg.dataPath or "", cfg.dataset)
     shard = plan(files, cfg.testSize, num_workers, rank)
     columns = first_columns(shard.files[0], cfg)
     stats: Stats | None = None
@@ -231,7 +231,7 @@ def prepare(cfg: TrainerConfig, num_workers: int, rank: int) -> FileShards:
         f", the rows i with i mod {shard.stride} = {shard.offset}" if shard.stride > 1 else "",
         f"; {held_out} held-out rows checked" if rank == 0 else "",
     )
-    return FileShards(cfg, shard, stats, columns, held_out)
+    return FileShards(cfg, shard, stats, columns, held_out, num_workers, rank)
 
 
 def _gather(strategy: Any, own: np.ndarray, num_workers: int, rank: int) -> np.ndarray:
@@ -271,11 +271,11 @@ def gather_stats(strategy: Any, shards: FileShards, num_workers: int, rank: int)
 
 
 def scaler(every: list[Stats]) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and variance of all training rows, the variance as the exact path's (data.scaler_variance)."""
+    """Mean and variance of all training rows, the variance as the exact path's (scaler_variance)."""
     total = every[0]
     for s in every[1:]:
         total = total.combine(s)
-    return total.mean, data.scaler_variance(total.mean, total.m2 / total.rows, total.rows)
+    return total.mean, scaler_variance(total.mean, total.m2 / total.rows, total.rows)
 
 
 def steps_per_epoch(every: list[Stats], cfg: TrainerConfig) -> int:
@@ -309,7 +309,9 @@ def _cut(x: np.ndarray, y: np.ndarray, size: int, count: int) -> Iterator[tuple[
 def batches(
     shards: FileShards, rank: int, per_worker: int, steps: int, first_epoch: int
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """This worker's batches, `steps` per epoch, from `first_epoch` on, streamed from its files."""
+    """This worker's batches, `steps` per epoch, from `first_epoch` on, streamed from its files. Epoch k
+    reads the files in an order drawn from (seed, k) and shuffles rows within SHUFFLE_ROWS drawn from (seed,
+    k, rank), so a resumed fit replays epoch k's batches."""
     cfg, shard = shards.cfg, shards.shard
     for epoch in range(first_epoch, cfg.epochs):
         # The file order is the same on every worker, so every-N-th-row shards stay a partition.
@@ -352,7 +354,7 @@ def train_dataset(strategy: Any, shards: FileShards, rank: int, steps: int, firs
                 tf.TensorSpec([per_worker], tf.float32),
             ),
         )
-        # Infinite, as data.train_dataset, so no "still has data" all-reduce per step; fit takes `steps`.
+        # Infinite, as exact.train_dataset, so no "still has data" all-reduce per step; fit takes `steps`.
         return dataset.repeat().prefetch(2)
 
     return strategy.distribute_datasets_from_function(dataset_fn)

@@ -1,9 +1,7 @@
 """The trainer's settings, read once from the environment and validated before anything else happens.
 
-MWMS_TRAINER_CONFIG is the TrainJob's `spec.trainer` (camelCase JSON). The trainer owns the defaults: they
-reproduce the seed (breast_cancer, testSize 0.3, seed 42, one sigmoid unit, Adam 0.001, batch 32), except
-`epochs`: the seed ran Keras' default of one epoch, which leaves the model underfit (see docs/migration.md);
-60 epochs of 12 steps reach held-out accuracy >= 0.95 on every worker count.
+MWMS_TRAINER_CONFIG is the TrainJob's `spec.trainer`. The defaults reproduce the seed, except 60 epochs for
+its underfit one (docs/migration.md).
 """
 
 from __future__ import annotations
@@ -15,13 +13,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mwms_contract import names
-from mwms_trainer import cluster as cluster_mod
-from mwms_trainer import cpus, objectstore
+from mwms_trainer import cluster_spec, cpus, objectstore
 from mwms_trainer.errors import ConfigError
 
 DATASETS = ("breast_cancer", "synthetic", "csv", "parquet")
-# exact: every worker holds every row in memory, N workers == 1 worker (data.py). files: each worker streams
-# only its own files from disk, for data larger than a worker's memory; not N == 1 exact (streaming.py).
+# exact: every worker holds every row, N workers == 1 worker (input/exact.py); files: each worker streams only
+# its own files, for data larger than its memory (input/files.py).
 SHARDINGS = ("exact", "files")
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 300
 
@@ -139,7 +136,7 @@ def parse_trainer_config(raw_json: str | None, num_workers: int = 1) -> TrainerC
 
 @dataclass(frozen=True)
 class Settings:
-    cluster: cluster_mod.Cluster
+    cluster: cluster_spec.Cluster
     trainer: TrainerConfig
     tracking_uri: str
     experiment_name: str
@@ -170,7 +167,7 @@ def _env_number(environ: Mapping[str, str], name: str, default: int, minimum: in
 
 def load(environ: Mapping[str, str]) -> Settings:
     """Everything the trainer reads from its environment, validated; raises ConfigError naming the setting."""
-    cluster = cluster_mod.from_tf_config(environ.get(names.ENV_TF_CONFIG))
+    cluster = cluster_spec.from_tf_config(environ.get(names.ENV_TF_CONFIG))
     trainer = parse_trainer_config(environ.get(names.ENV_TRAINER_CONFIG), cluster.num_workers)
     job_name = environ.get(names.ENV_JOB_NAME, "").strip() or "mwms-job"
     tracking_uri = environ.get(names.ENV_TRACKING_URI, "").strip()

@@ -1,19 +1,11 @@
-"""A drop-in for spark-tensorflow-distributor's MirroredStrategyRunner, plus the helpers its users lacked.
-
-    from mwms_trainer import MirroredStrategyRunner, is_chief, log_model, mlflow_callback
-    MirroredStrategyRunner(num_slots=4, use_custom_strategy=True).run(train)
-
-Inside a worker pod (TF_CONFIG set) `run` calls `train_fn` on this worker, after waiting for the peers, and
-returns its result on the chief (None on the other workers). Outside a cluster it starts `num_slots` local
-worker processes on free 127.0.0.1 ports and returns the chief's result. `train_fn` travels to those
-processes with cloudpickle: a function defined in `__main__` goes by value, any other by reference (the
-workers get this process's sys.path). With MLFLOW_TRACKING_URI set, the chief (only) has one MLflow run open
-while `train_fn` runs; `log_model` and `mlflow_callback` write to it, and do nothing on other workers.
+"""A drop-in for spark-tensorflow-distributor's MirroredStrategyRunner (in a worker pod, or as local
+processes), plus `is_chief`, `log_model` and `mlflow_callback`, which write to the chief's one MLflow run.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -23,16 +15,23 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
+
 from mwms_contract import names, termination
 from mwms_contract.tf_config import tf_config
-from mwms_trainer import cluster as cluster_mod
+from mwms_trainer import cluster_spec, local, mlflow_run, rendezvous, train
+from mwms_trainer import result as job_result
+from mwms_trainer.cpus import thread_count
 from mwms_trainer.errors import TrainerError
+from mwms_trainer.model import plain_copy
+from mwms_trainer.tfenv import size_thread_pools, tensorflow
+from mwms_trainer.trainer_config import peer_wait_seconds
 
 _state: dict[str, Any] = {}  # this worker's tracker while run() is inside train_fn
 
 
-def _cluster() -> cluster_mod.Cluster:
-    return cluster_mod.from_tf_config(os.environ.get(names.ENV_TF_CONFIG))
+def _cluster() -> cluster_spec.Cluster:
+    return cluster_spec.from_tf_config(os.environ.get(names.ENV_TF_CONFIG))
 
 
 def is_chief() -> bool:
@@ -46,16 +45,13 @@ def log_model(model: Any, name: str = "model", **kwargs: Any) -> Any:
     Collective-safe: the chief logs a plain copy built from the weights (model.plain_copy), so no worker has
     to take part and nothing blocks. Call it on every worker anyway: the code stays the same everywhere.
     Inside run_here MLflow's transient failures are retried and a restarted group reuses the READY model of
-    that name (tracking.MlflowTracker.models_logged_once; plain mlflow.<flavor>.log_model calls get it too).
+    that name (mlflow_run.MlflowTracker.models_logged_once; plain mlflow.<flavor>.log_model calls get it too).
     """
     if not is_chief():
         return None
-    import mlflow
+    import mlflow  # on the chief only; the other workers never import it
 
-    from mwms_trainer.model import plain_copy
-    from mwms_trainer.tracking import serving_requirements
-
-    kwargs.setdefault("pip_requirements", serving_requirements())
+    kwargs.setdefault("pip_requirements", mlflow_run.serving_requirements())
     info = mlflow.tensorflow.log_model(plain_copy(model), name=name, **kwargs)
     _state["model_uri"] = info.model_uri  # for the chief's termination message
     return info
@@ -63,21 +59,17 @@ def log_model(model: Any, name: str = "model", **kwargs: Any) -> Any:
 
 def mlflow_callback() -> Any:
     """A Keras callback: per-epoch progress in every worker's log, per-epoch metrics in the chief's run."""
-    from mwms_trainer import tracking, train
-
-    tracker = _state.get("tracker") or tracking.NullTracker()
+    tracker = _state.get("tracker") or mlflow_run.NullTracker()
     return train.epoch_logger(_cluster().rank, None, tracker)
 
 
-def _open_tracker(environ: Mapping[str, str], cluster: cluster_mod.Cluster) -> Any:
+def _open_tracker(environ: Mapping[str, str], cluster: cluster_spec.Cluster) -> Any:
     """The chief's run logs `replicas` as the built-in trainer's does, so runs of either path compare."""
-    from mwms_trainer import tracking
-
     uri = environ.get(names.ENV_TRACKING_URI, "").strip()
     if not cluster.is_chief or not uri:
-        return tracking.NullTracker()
+        return mlflow_run.NullTracker()
     name = environ.get(names.ENV_JOB_NAME) or "mirrored-strategy-runner"
-    return tracking.MlflowTracker(
+    return mlflow_run.MlflowTracker(
         tracking_uri=uri,
         experiment_name=environ.get(names.ENV_EXPERIMENT_NAME) or name,
         job_name=name,
@@ -106,23 +98,16 @@ def run_here(
         if use_custom_strategy:
             result = train_fn(**kwargs)
         else:  # the outer run's backstop covers this constructor too
-            from mwms_trainer.tfenv import tensorflow
-
             with tensorflow().distribute.MultiWorkerMirroredStrategy().scope():
                 result = train_fn(**kwargs)
         _state["result"] = result if _cluster().is_chief else None
         return _state["result"]
-    from mwms_trainer import startup
-    from mwms_trainer.config import peer_wait_seconds
-    from mwms_trainer.cpus import thread_count
-    from mwms_trainer.tfenv import size_thread_pools, tensorflow
-
     tensorflow()  # TF_USE_LEGACY_KERAS before the user's code imports TensorFlow
     size_thread_pools(thread_count(os.environ))
     cluster = _cluster()
     started = time.monotonic()
     deadline = started + float(os.environ.get(names.ENV_STARTUP_TIMEOUT) or 300)
-    peers_by = startup.peer_deadline(started, peer_wait_seconds(os.environ))
+    peers_by = rendezvous.peer_deadline(started, peer_wait_seconds(os.environ))
     path = os.environ.get(names.ENV_TERMINATION_LOG, "").strip() or names.TERMINATION_MESSAGE_PATH
 
     def note(message: str) -> None:
@@ -135,25 +120,23 @@ def run_here(
         if use_custom_strategy:
             # train_fn creates the strategy itself; make sure its peers are there first, and give its
             # constructor the built-in trainer's backstop.
-            startup.rendezvous(cluster, deadline, peers_by)
+            rendezvous.meet(cluster, deadline, peers_by)
             with (
-                startup.backstopped_user_strategy(deadline, note),
-                startup.peer_loss_is_retryable("in train_fn"),
+                rendezvous.backstopped_user_strategy(deadline, note),
+                rendezvous.peer_loss_is_retryable("in train_fn"),
                 tracker.models_logged_once(),
             ):
                 result = train_fn(**kwargs)
         else:
-            strategy = startup.create_strategy(cluster, deadline, note, peers_by)
+            strategy = rendezvous.create_strategy(cluster, deadline, note, peers_by)
             with (
                 strategy.scope(),
-                startup.peer_loss_is_retryable("in train_fn"),
+                rendezvous.peer_loss_is_retryable("in train_fn"),
                 tracker.models_logged_once(),
             ):
                 result = train_fn(**kwargs)
         if summary is not None:
             if cluster.is_chief:  # the job's result: checked before the run is marked FINISHED
-                from mwms_trainer import result as job_result
-
                 summary.update(job_result.summary_fields(result, tracker.log_text))
             fields = {
                 "runId": tracker.run_id,
@@ -200,10 +183,8 @@ class MirroredStrategyRunner:
         return self._run_local(train_fn, kwargs)
 
     def _run_local(self, train_fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
-        import cloudpickle
-
-        from mwms_trainer import local
-
+        """`num_slots` local workers on free 127.0.0.1 ports; `train_fn` travels to them with cloudpickle (by
+        value from `__main__`, else by reference: they get this process's sys.path)."""
         with tempfile.TemporaryDirectory(prefix="mwms-runner-") as tmp:
             work = Path(tmp)
             result = work / "result.pkl"
@@ -226,12 +207,8 @@ class MirroredStrategyRunner:
                     }
                 )
                 envs.append(env)
-            procs = [
-                local.spawn(
-                    [sys.executable, "-m", "mwms_trainer.runner", str(work / "fn.pkl"), str(result)], env
-                )
-                for env in envs
-            ]
+            worker = [sys.executable, "-m", "mwms_trainer.strategy_runner", str(work / "fn.pkl"), str(result)]
+            procs = [local.spawn(worker, env) for env in envs]
             codes = local.wait_workers(procs, work, show=sys.stderr, show_all=True)
             if codes[0] != 0:
                 tail = (work / "worker-0.log").read_text(errors="replace")[-3000:]
@@ -241,13 +218,7 @@ class MirroredStrategyRunner:
 
 
 def _worker_main(argv: list[str]) -> int:
-    """python -m mwms_trainer.runner FN.pkl RESULT.pkl: one local worker of MirroredStrategyRunner."""
-    import logging
-
-    import cloudpickle
-
-    from mwms_trainer.tfenv import tensorflow
-
+    """`python -m mwms_trainer.strategy_runner FN.pkl RESULT.pkl`: one local worker of the runner."""
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
     tensorflow()  # before unpickling: the user's module may import TensorFlow, and tf.keras must be tf-keras
@@ -266,6 +237,6 @@ def _worker_main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     # Through the imported module: the helpers train_fn calls must see the same _state as run_here.
-    from mwms_trainer import runner
+    from mwms_trainer import strategy_runner
 
-    sys.exit(runner._worker_main(sys.argv[1:]))
+    sys.exit(strategy_runner._worker_main(sys.argv[1:]))

@@ -1,7 +1,5 @@
-"""MLflow, on the chief only. Other workers get NullTracker and never import mlflow.
-
-One run per TrainJob: the run carries the job's uid as a tag and the chief always looks it up before creating
-one, so a restarted group (or an operator-retried chief) continues the same run instead of opening another.
+"""The chief's MLflow run, one per TrainJob (found again by the job's uid tag after a restart), and
+its one model. Other workers get NullTracker and never import mlflow.
 """
 
 from __future__ import annotations
@@ -12,6 +10,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from importlib.metadata import version
 from typing import Any, TypeVar
 
 import numpy as np
@@ -323,11 +322,8 @@ def register_once(client: Any, name: str, run_id: str, model_id: str) -> None:
 
 def model_signature() -> Any:
     """Outputs only: the model checks its input itself (serving_model.py, against the training columns in its
-    model_config). MLflow 3.17 enforces an input schema before the model sees the input, and no column-based
-    schema takes both arrays and frames by name: with named columns it turns an array or a list into a frame
-    of columns 0..n-1 and refuses it (missing inputs); without names it keeps a frame's first n columns by
-    position, so a feature placed after an extra column (the label) is dropped. A tensor schema takes one
-    dtype only: float32 refuses float64 rows (and the reverse), and it refuses lists."""
+    model_config), since no input schema of MLflow's takes both rows and frames by name
+    (docs/design/serving-model-signature.md)."""
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, Schema
 
@@ -335,9 +331,7 @@ def model_signature() -> Any:
 
 
 def serving_requirements() -> list[str]:
-    """What loading the model needs, stated: inferring it re-imports TensorFlow in a subprocess (~10 s)."""
-    from importlib.metadata import version
-
+    """What loading the model needs, stated: inferring it re-imports TensorFlow in a subprocess."""
     return [f"{name}=={version(name)}" for name in ("tensorflow", "tf-keras", "mlflow", "numpy")]
 
 
