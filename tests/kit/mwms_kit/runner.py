@@ -2,10 +2,11 @@
 every tier.
 
 The `cluster` lane runs the tiers on a real cluster (integration, node, e2e, kind, multikueue: they wait on
-pods, and one real node runs per machine); the `compute` lane runs the CPU-bound tiers (unit, images, tf, scale,
-static) at a lower CPU priority. The Go builds a few tests need (and the kind node image) and the MLflow-S3
-environment are built meanwhile; their tests wait on the build's lock. The integration tier runs in shards on
-one shared cluster (mwms_kit.shards), then its `exclusive` tests alone; `--shards 1` runs it as one session.
+pods, and one real node runs per machine); the `compute` lane runs the CPU-bound tiers (unit, images, tf,
+scale, static) at a lower CPU priority. The Go builds a few tests need (and the kind node image) and the
+MLflow-S3 environment are built meanwhile; their tests wait on the build's lock. The integration tier runs in
+shards on one shared cluster (mwms_kit.shards), then its `exclusive` tests alone; `--shards 1` runs it as one
+session.
 
 Each pytest session's output is streamed with its name in front and kept in build/test-results/<name>.log,
 its tiers' counts in <name>.json (mwms_kit.tiers). Exit status 0 only if every session and build passed; a
