@@ -9,6 +9,7 @@ gone too, `describe --run RUN_ID` reads it alone.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import re
 from collections.abc import Mapping, Sequence
@@ -65,14 +66,19 @@ class Description:
     workers: tuple[WorkerState, ...] = ()
     events: tuple[Event, ...] = field(default_factory=tuple)
     kept: str = ""  # what came from the run's post-mortem (or why it could not be read)
+    # worker index -> its peaks of names.SYSTEM_METRICS_PEAKS, from the system metrics in the run
+    peaks: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
+    peaks_note: str = ""  # why the peaks could not be read
 
     def to_dict(self) -> dict[str, Any]:
-        """For `-o json|yaml`: the object as the API server gave it, the workers and the Events."""
+        """For `-o json|yaml`: the object as the API server gave it, the workers, the Events, the peaks."""
         return {
             "trainjob": self.job.raw,
             "workers": [asdict(w) for w in self.workers],
             "events": [asdict(e) for e in self.events],
             **({"kept": self.kept} if self.kept else {}),
+            **({"peaks": {str(i): dict(p) for i, p in self.peaks.items()}} if self.peaks else {}),
+            **({"peaksNote": self.peaks_note} if self.peaks_note else {}),
         }
 
 
@@ -225,6 +231,27 @@ def describe_job(api: JobClient, job: Job, server: TrackingServer | None = None)
     return Description(job, tuple(workers), tuple(events), line)
 
 
+def with_peaks(d: Description, server: TrackingServer | None) -> Description:
+    """`d` with each worker's peaks from the system metrics it logged into the job's run (the highest value
+    of each of names.SYSTEM_METRICS_PEAKS), or with why they could not be read."""
+    run_id = d.job.mlflow.run_id
+    if server is None or not run_id:
+        return d
+    peaks: dict[int, dict[str, float]] = {}
+    try:
+        for worker in d.workers:
+            prefix = f"{names.SYSTEM_METRICS_PREFIX}{names.system_metrics_node_id(worker.index)}/"
+            for metric in names.SYSTEM_METRICS_PEAKS:
+                query = {"run_id": run_id, "metric_key": prefix + metric, "max_results": 25000}
+                history = server.api_json("metrics/get-history", query) or {}
+                values = [float(m["value"]) for m in history.get("metrics") or [] if "value" in m]
+                if values:
+                    peaks.setdefault(worker.index, {})[metric] = max(values)
+    except SubmitError as e:
+        return dataclasses.replace(d, peaks_note=f"the workers' system metrics could not be read: {e}")
+    return dataclasses.replace(d, peaks=peaks)
+
+
 def job_events_or_kept(api: JobClient, job: Job, server: TrackingServer | None) -> list[Event]:
     """The job's events, or, once the API server has forgotten them, those its run's post-mortems kept."""
     events = job_events(api, job.name, job.uid)
@@ -339,6 +366,18 @@ def render(d: Description, now: datetime.datetime) -> str:
     lines += ["  " + row for row in table(rows).splitlines()]
     if d.kept:
         lines.append(f"Kept: {d.kept}")
+    if d.peaks or d.peaks_note:
+        lines.append(
+            "Peaks (each worker's system metrics in the run):" + (f"  {d.peaks_note}" if d.peaks_note else "")
+        )
+        rows = [["WORKER", "CPU (cores)", "MEMORY (MB)"]]
+        for index, peak in sorted(d.peaks.items()):
+            cpu, memory = (peak.get(metric) for metric in names.SYSTEM_METRICS_PEAKS)
+            rows.append(
+                [str(index), "" if cpu is None else f"{cpu:.2f}", "" if memory is None else f"{memory:.0f}"]
+            )
+        if d.peaks:
+            lines += ["  " + row for row in table(rows).splitlines()]
     recent = d.events[-RECENT_EVENTS:]
     lines.append("Events:" + ("  <none>" if not recent else ""))
     if recent:

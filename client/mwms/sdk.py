@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import IO, Any
 
 import mwms.submit as packing
-from mwms.describe import Description, Event, describe_job, describe_run, job_events_or_kept, known_servers
+from mwms.describe import (
+    Description,
+    Event,
+    describe_job,
+    describe_run,
+    job_events_or_kept,
+    known_servers,
+    with_peaks,
+)
 from mwms.follow import POD_RUNNING_TIMEOUT, Follower, chief_pod
 from mwms.jobs import Job, NoResult, Run, chief_summary, chiefs_value, job_from
 from mwms.kube import Cluster, JobClient, SubmitError
@@ -244,7 +252,8 @@ class Client:
         """The job, its conditions, each worker's pod state and last reason, its recent Events and run; a
         worker whose pod is gone, and Events the API server forgot, as its run's post-mortems keep them."""
         job = self.get(name)
-        return describe_job(self.api, job, self.tracking_server(job, tracking_uri))
+        server = self.tracking_server(job, tracking_uri)
+        return with_peaks(describe_job(self.api, job, server), server)
 
     def describe_run(self, run_id: str, tracking_uri: str | None = None) -> Description:
         """A job known by its MLflow run alone (the TrainJob may be deleted), from the post-mortems the run

@@ -86,6 +86,12 @@ class Cluster:
             "logs/group-0/worker-1.log": b"worker 1 line 1\nworker 1 line 2\n",
             "postmortem/group-0.json": json.dumps(kept_document()).encode(),
         }
+        self.system_metrics = {  # what each worker logged under its node id
+            "system/worker-0/cpu_usage_cores": [0.5, 1.75, 1.2],
+            "system/worker-0/system_memory_peak_megabytes": [400.0, 912.4, 912.4],
+            "system/worker-1/cpu_usage_cores": [0.9, 0.25],
+            "system/worker-1/system_memory_peak_megabytes": [800.0, 850.6],
+        }
 
     def __call__(self, seen: Seen) -> tuple[Any, ...]:
         url = urllib.parse.urlparse(seen.path)
@@ -123,6 +129,11 @@ class Cluster:
             )
         if path == "/api/2.0/mlflow/artifacts/list" and query.get("path") == "postmortem":
             return 200, {"files": [{"path": "postmortem/group-0.json", "is_dir": False}]}
+        if path == "/api/2.0/mlflow/metrics/get-history" and query.get("run_id") == "r1":
+            values = self.system_metrics.get(query.get("metric_key", ""), [])
+            return 200, {
+                "metrics": [{"key": query["metric_key"], "value": v, "step": i} for i, v in enumerate(values)]
+            }
         if path == "/api/2.0/mlflow/runs/get" and query.get("run_id") == "r1":
             return 200, {"run": {"info": {"run_id": "r1", "experiment_id": "4"}, "data": {}}}
         if path in ("", "/"):
@@ -210,6 +221,22 @@ def test_describe_of_a_job_whose_pods_and_events_are_gone_shows_what_its_run_kep
         ("pod/j-worker-1", "Started"),
         ("trainjob/j", "ChiefSucceeded"),
     ]
+
+
+def test_describe_shows_each_workers_peaks_from_its_system_metrics_in_the_run(cluster):
+    _, answers, kubeconfig = cluster
+    code, out, err = mwms(kubeconfig, "describe", "j")
+    assert code == 0, err
+    peaks = out.split("Peaks (each worker's system metrics in the run):")[1].split("Events:")[0]
+    assert [row.split() for row in peaks.strip().splitlines()[1:]] == [
+        ["0", "1.75", "912"],
+        ["1", "0.90", "851"],
+    ]
+    code, out, _ = mwms(kubeconfig, "describe", "j", "-o", "json")
+    assert json.loads(out)["peaks"]["1"] == {"cpu_usage_cores": 0.9, "system_memory_peak_megabytes": 850.6}
+    answers.system_metrics = {}  # sampling turned off: no section
+    code, out, _ = mwms(kubeconfig, "describe", "j")
+    assert code == 0 and "Peaks" not in out
 
 
 def test_describe_run_finds_a_deleted_jobs_run_on_the_bundled_mlflow(cluster):
