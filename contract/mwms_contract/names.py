@@ -25,6 +25,18 @@ ANNOTATION_KUEUE_RETRIABLE_IN_GROUP = "kueue.x-k8s.io/retriable-in-group"
 # group, which the workers name in spec.schedulingGroup.podGroupName; the version 1.37's scheduler reads.
 POD_GROUP_API_VERSION = "scheduling.k8s.io/v1beta1"
 POD_GROUP_PLURAL = "podgroups"
+# spec.scheduling.gang: place the group all or nothing with a native PodGroup (Kubernetes' gang scheduling)
+# when the API server serves it (Auto), fail the job where it does not (Required), or never (Off).
+GANG_MODES = ("Auto", "Required", "Off")
+DEFAULT_GANG = "Auto"
+# MultiKueue labels the copy of a job it makes on a worker cluster with the name of the job's Workload there:
+# the job is admitted through that Workload, so its workers are no pod group of their own.
+LABEL_KUEUE_PREBUILT_WORKLOAD = "kueue.x-k8s.io/prebuilt-workload-name"
+# spec.managedBy: which controller runs a TrainJob. Absent, this operator, which claims this value (as the
+# batch/v1 Job controller claims kubernetes.io/job-controller); any other, that controller, and the operator
+# creates nothing for the job and never writes its status. MultiKueue's value is Kueue's own name for it.
+CONTROLLER_NAME = "mwms.dev/trainjob-controller"
+MULTIKUEUE_CONTROLLER_NAME = "kueue.x-k8s.io/multikueue"
 ROLE_CHIEF = "chief"
 ROLE_WORKER = "worker"
 
@@ -76,6 +88,8 @@ ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 ENV_EXPERIMENT_NAME = "MLFLOW_EXPERIMENT_NAME"
 # Not injected by the operator (pods use terminationMessagePath); local mode and tests point it elsewhere.
 ENV_TERMINATION_LOG = "MWMS_TERMINATION_LOG"
+# spec.mlflow.systemMetrics.periodSeconds: each worker's CPU, memory, network, disk into the run; 0: off.
+ENV_SYSTEM_METRICS_SECONDS = "MWMS_SYSTEM_METRICS_SECONDS"
 RESERVED_ENV = frozenset(
     {
         ENV_TF_CONFIG,
@@ -90,6 +104,7 @@ RESERVED_ENV = frozenset(
         ENV_REGISTERED_MODEL_NAME,
         ENV_TRACKING_URI,
         ENV_EXPERIMENT_NAME,
+        ENV_SYSTEM_METRICS_SECONDS,
         ENV_CODE_DIR,
         ENV_CODE_ENTRYPOINT,
         ENV_CODE_ARGS,
@@ -145,6 +160,17 @@ LOG_ARTIFACT_DIR = "logs"
 LOG_CAP_BYTES = 8 * 1024 * 1024
 ENV_LOG_CAP = "MWMS_LOG_CAP_BYTES"
 LOG_CUT_MARKER = "[mwms: log cut]"
+
+
+# Each worker's system metrics in the job's run, as MLflow names a node's: system/worker-<index>/<metric>.
+SYSTEM_METRICS_PREFIX = "system/"
+DEFAULT_SYSTEM_METRICS_SECONDS = 15
+# What `mwms describe` shows each worker's peak of.
+SYSTEM_METRICS_PEAKS = ("cpu_usage_cores", "system_memory_peak_megabytes")
+
+
+def system_metrics_node_id(index: int) -> str:
+    return f"worker-{index}"
 
 
 def log_artifact_path(restart: int, index: int) -> str:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mwms_contract import names
+from mwms_contract.ownership import own_workload
+from mwms_contract.spec_error import SpecError
 from mwms_contract.tf_config import tf_config
 
 MAX_REPLICAS = 256
@@ -31,21 +33,15 @@ DEFAULT_CONTAINER_ERROR_GRACE_SECONDS = 120
 VOLUME_SOURCES = ("persistentVolumeClaim", "hostPath", "nfs")  # spec.checkpoint, spec.code.volume
 # spec.code.entrypoint: `package.module:function`, or a relative path to a script.
 ENTRYPOINT_FUNCTION = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
-# spec.scheduling.gang: place the group all or nothing with a native PodGroup (Kubernetes' gang scheduling)
-# when the API server serves it (Auto), fail the job where it does not (Required), or never (Off).
-GANG_MODES = ("Auto", "Required", "Off")
-DEFAULT_GANG = "Auto"
 CONFIGMAP_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 URI_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")  # spec.trainer.dataPath: a URI, not a path
-
-
-class SpecError(ValueError):
-    """The TrainJob spec is invalid; `field` is the path of the offending field."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
+# spec.managedBy: a domain-prefixed path (`kueue.x-k8s.io/multikueue`), at most 63 characters, as batch/v1
+# Job's managedBy; the CRD says the same.
+MANAGED_BY_MAX_LENGTH = 63
+MANAGED_BY = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9/._~%!$&'()*+,;=:-]+",
+    re.ASCII,
+)
 
 
 @dataclass(frozen=True)
@@ -78,10 +74,14 @@ class TrainJobSpec:
     suspend: bool = False
     startup_timeout_seconds: int = DEFAULT_STARTUP_TIMEOUT_SECONDS
     container_error_grace_seconds: int = DEFAULT_CONTAINER_ERROR_GRACE_SECONDS
-    # The TrainJob's kueue.x-k8s.io/queue-name label: its workers become one Kueue pod group in that queue.
+    # The TrainJob's kueue.x-k8s.io/queue-name label: its workers become one Kueue pod group in that queue
+    # (not where the job has a Workload of its own: own_workload).
     queue_name: str | None = None
     code: CodeSpec | None = None
-    gang: str = DEFAULT_GANG  # spec.scheduling.gang: one of GANG_MODES
+    gang: str = names.DEFAULT_GANG  # spec.scheduling.gang: one of names.GANG_MODES
+    # spec.mlflow.systemMetrics: every worker's system metrics into the run this often; 0: off.
+    system_metrics_seconds: int = names.DEFAULT_SYSTEM_METRICS_SECONDS
+    managed_by: str = names.CONTROLLER_NAME  # spec.managedBy; any other value: not this operator's job
 
 
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:
@@ -211,6 +211,21 @@ def _code(value: Any) -> CodeSpec | None:
     )
 
 
+def _system_metrics(value: Any) -> int:
+    """spec.mlflow.systemMetrics ({enabled, periodSeconds}) as the sampling period; 0 when turned off."""
+    given = _mapping(value, "spec.mlflow.systemMetrics")
+    enabled = given.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise SpecError("spec.mlflow.systemMetrics.enabled", f"must be true or false, got {enabled!r}")
+    period = _int(
+        given.get("periodSeconds", names.DEFAULT_SYSTEM_METRICS_SECONDS),
+        "spec.mlflow.systemMetrics.periodSeconds",
+        minimum=1,
+        maximum=3600,
+    )
+    return period if enabled else 0
+
+
 def _check_data_path(data_path: object) -> None:
     """Refuse a dataPath URI the trainer cannot read (the trainer's own check, mwms_trainer.objectstore, says
     the same), so the job fails as InvalidSpec before any pod starts."""
@@ -224,6 +239,17 @@ def _check_data_path(data_path: object) -> None:
         )
 
 
+def _managed_by(value: Any) -> str:
+    text = _str(value, "spec.managedBy")
+    if len(text) > MANAGED_BY_MAX_LENGTH or not MANAGED_BY.fullmatch(text):
+        raise SpecError(
+            "spec.managedBy",
+            f"must be a domain-prefixed path of at most {MANAGED_BY_MAX_LENGTH} characters (such as "
+            f"{names.MULTIKUEUE_CONTROLLER_NAME}), got {text!r}",
+        )
+    return text
+
+
 def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJobSpec:
     """Parse a TrainJob (the whole object, or at least its `spec`) and apply every default once; tracking_uri
     and image are the defaults of spec.mlflow.trackingUri and spec.image (the operator's settings)."""
@@ -231,6 +257,8 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
     metadata = _mapping(body.get("metadata"), "metadata")
     name = metadata.get("name")
     queue = _mapping(metadata.get("labels"), "metadata.labels").get(names.LABEL_KUEUE_QUEUE)
+    if own_workload(body) is not None:
+        queue = None  # admitted through a Workload of its own: its workers form no pod group (queued twice)
 
     if "replicas" not in spec:
         raise SpecError("spec.replicas", "is required")
@@ -259,6 +287,7 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
     # One experiment per TrainJob name by default, so reruns of a job land side by side.
     experiment = mlflow.get("experiment", name or "Default")
     registered = mlflow.get("registeredModelName")
+    system_metrics = _system_metrics(mlflow.get("systemMetrics"))
 
     template = copy.deepcopy(dict(_mapping(spec.get("template"), "spec.template")))
     _check_template(template)
@@ -270,9 +299,9 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
     suspend = run_policy.get("suspend", False)
     if not isinstance(suspend, bool):
         raise SpecError("spec.runPolicy.suspend", f"must be true or false, got {suspend!r}")
-    gang = _mapping(spec.get("scheduling"), "spec.scheduling").get("gang", DEFAULT_GANG)
-    if gang not in GANG_MODES:
-        raise SpecError("spec.scheduling.gang", f"must be one of {', '.join(GANG_MODES)}, got {gang!r}")
+    gang = _mapping(spec.get("scheduling"), "spec.scheduling").get("gang", names.DEFAULT_GANG)
+    if gang not in names.GANG_MODES:
+        raise SpecError("spec.scheduling.gang", f"must be one of {', '.join(names.GANG_MODES)}, got {gang!r}")
 
     return TrainJobSpec(
         replicas=replicas,
@@ -308,7 +337,9 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
         suspend=suspend,
         gang=gang,
         code=code,
+        system_metrics_seconds=system_metrics,
         queue_name=None if queue is None else _str(queue, f"metadata.labels.{names.LABEL_KUEUE_QUEUE}"),
+        managed_by=_managed_by(spec.get("managedBy", names.CONTROLLER_NAME)),
         startup_timeout_seconds=_int(
             run_policy.get("startupTimeoutSeconds", DEFAULT_STARTUP_TIMEOUT_SECONDS),
             "spec.runPolicy.startupTimeoutSeconds",
@@ -349,6 +380,7 @@ def trainer_env(
         names.ENV_TRACKING_URI: spec.tracking_uri,
         names.ENV_EXPERIMENT_NAME: spec.experiment,
         names.ENV_STARTUP_TIMEOUT: str(spec.startup_timeout_seconds),
+        names.ENV_SYSTEM_METRICS_SECONDS: str(spec.system_metrics_seconds),
     }
     if spec.registered_model_name:
         env[names.ENV_REGISTERED_MODEL_NAME] = spec.registered_model_name

@@ -6,7 +6,6 @@ and carry the uid they mean, so a retried reconcile is harmless and never touche
 
 from __future__ import annotations
 
-import dataclasses
 import http.client
 import json
 import logging
@@ -23,7 +22,7 @@ import kopf
 from mwms_contract import names
 from mwms_contract.status import MAX_MESSAGE, format_time
 from mwms_operator import __version__
-from mwms_operator.kube.connection import login
+from mwms_operator.kube.connection import Endpoint, login
 from mwms_operator.kube.events import EventBook, new_event
 from mwms_operator.kube.refusals import TRANSIENT_ERRORS, ApiError, NamespaceEnding, NameTaken, refusal
 from mwms_operator.telemetry import metrics
@@ -39,41 +38,11 @@ DRY_RUN = "&dryRun=All"  # admission (quota, LimitRange, webhooks) answers; noth
 # A collection's answer as the objects' metadata only (a deletecollection answers with what it deleted).
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 TRAINJOBS_PATH = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{{namespace}}/{names.PLURAL}"
+# Kueue's Workloads: the operator makes a MultiKueue job's (decide/managed_by.py) and ends a worker copy's.
+WORKLOADS_PATH = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads"
 
 # What a keep-alive connection the server has closed meanwhile raises: sent again on a new connection.
 _STALE_CONNECTION = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Endpoint:
-    """Where and how to connect, made once per login (the SSL context is shared by all connections)."""
-
-    https: bool
-    host: str
-    port: int
-    prefix: str  # a server URL may have a path (an API proxy); requests go below it
-    headers: dict[str, str]
-    ssl_context: Any
-
-    @classmethod
-    def of(cls, info: kopf.ConnectionInfo) -> _Endpoint:
-        url = urllib.parse.urlsplit(info.server)
-        https = url.scheme == "https"
-        return cls(
-            https=https,
-            host=url.hostname or "localhost",
-            port=url.port or (443 if https else 80),
-            prefix=url.path.rstrip("/"),
-            headers=info.as_http_headers(),  # bearer token or basic auth; client certificates go in ssl
-            ssl_context=info.as_ssl_context() if https else None,
-        )
-
-    def connect(self) -> http.client.HTTPConnection:
-        if self.https:
-            return http.client.HTTPSConnection(
-                self.host, self.port, timeout=TIMEOUT_SECONDS, context=self.ssl_context
-            )
-        return http.client.HTTPConnection(self.host, self.port, timeout=TIMEOUT_SECONDS)
 
 
 class Kube:
@@ -91,17 +60,17 @@ class Kube:
     def connect(cls, settings: kopf.OperatorSettings) -> Kube:
         return cls(lambda: login(settings=settings))
 
-    def _login(self) -> _Endpoint:
+    def _login(self) -> Endpoint:
         info = self._credentials()
         if info is None:
             raise kopf.LoginError("no credentials: neither a ServiceAccount (in a pod) nor $KUBECONFIG")
-        return _Endpoint.of(info)
+        return Endpoint.of(info)
 
     def _connection(self) -> http.client.HTTPConnection:
         endpoint = self._endpoint
         if getattr(self._local, "endpoint", None) is not endpoint:
             self._drop_connection()
-            self._local.connection, self._local.endpoint = endpoint.connect(), endpoint
+            self._local.connection, self._local.endpoint = endpoint.connect(TIMEOUT_SECONDS), endpoint
         connection: http.client.HTTPConnection = self._local.connection
         return connection
 
@@ -250,14 +219,22 @@ class Kube:
         uid = (pod.get("metadata") or {}).get("uid")
         return str(uid) if uid else None
 
-    def pod_events(self, namespace: str, name: str, uid: str) -> list[dict[str, Any]]:
-        """The events of this pod (not of an earlier pod of the same name): its pulls, probes, mounts."""
-        selector = f"involvedObject.kind=Pod,involvedObject.name={name},involvedObject.uid={uid}"
+    def pod_events(self, namespace: str, name: str, uid: str, kind: str = "Pod") -> list[dict[str, Any]]:
+        """The events of this pod (not of an earlier pod of the same name): its pulls, probes, mounts; or of
+        another object of this `kind` (the TrainJob)."""
+        selector = f"involvedObject.kind={kind},involvedObject.name={name},involvedObject.uid={uid}"
         # resourceVersion 0: from the API server's cache, not a quorum read of every event in the namespace
         # from etcd (a moment stale at most: a pull's end seen a moment late)
         query = urllib.parse.urlencode({"fieldSelector": selector, "resourceVersion": "0"})
         answer = self._request("GET", f"{_core(namespace, 'events')}?{query}")
         return list(answer.get("items") or [])
+
+    def job_pods(self, namespace: str, job_uid: str, restart: int) -> list[dict[str, Any]]:
+        """The job's worker pods of the group's `restart`-th (re)start, whole (a group's post-mortem)."""
+        labels = urllib.parse.urlencode(
+            {"labelSelector": f"{names.LABEL_JOB_UID}={job_uid},{names.LABEL_RESTART}={restart}"}
+        )
+        return list(self._request("GET", f"{_core(namespace, 'pods')}?{labels}").get("items") or [])
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any] | None:
         """JSON merge patch of status (None values remove fields); None if the TrainJob is gone."""
@@ -313,6 +290,15 @@ class Kube:
             if error.status != 409:
                 raise
             log.info("TrainJob %s/%s is no longer the one with uid %s: left alone", namespace, name, uid)
+
+    def create_workload(self, namespace: str, body: Mapping[str, Any]) -> str | None:
+        """The new Workload's uid, None if the job's Workload is there already."""
+        return self._create(_workloads(namespace), body)
+
+    def apply_workload_status(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        """Server-side apply of the fields of a Workload's status that `body` holds (Kueue keeps the rest)."""
+        path = f"{_workloads(namespace)}/{_quote(name)}/status?fieldManager={names.MANAGED_BY}&force=true"
+        self._request_unless_gone("PATCH", path, body, content_type="application/apply-patch+yaml")
 
     # The leader-election Lease (coordination.k8s.io/v1) in the operator's own namespace: see kube/leader.py.
 
@@ -375,6 +361,10 @@ def _pod_groups(namespace: str) -> str:
 def _lease(namespace: str, name: str | None = None) -> str:
     path = f"/apis/coordination.k8s.io/v1/namespaces/{_quote(namespace)}/leases"
     return f"{path}/{_quote(name)}" if name is not None else path
+
+
+def _workloads(namespace: str) -> str:
+    return WORKLOADS_PATH.format(namespace=_quote(namespace))
 
 
 def _trainjob(namespace: str, name: str) -> str:
