@@ -45,8 +45,7 @@ from mwms_operator.observe.pod_states import as_created, worker_pod
 from mwms_operator.observe.state import JobKey, State, owner_key
 from mwms_operator.render.kueue_workload import build_workload, finished_status
 from mwms_operator.render.labels import deletion_selector
-from mwms_operator.render.pod import build_worker_pod
-from mwms_operator.render.pod_group import build_pod_group, pod_group_name, pod_group_selector
+from mwms_operator.render.pod_group import build_group, pod_group_selector
 from mwms_operator.render.service import build_service
 from mwms_operator.render.spec import parse_for_group
 from mwms_operator.settings import OperatorConfig
@@ -376,29 +375,17 @@ class Reconciler:
         """After a refusal, every pod of the group is first tried as a dry run (admission only, nothing
         stored): a group that would be refused again (its quota still full, the webhook still down) is not
         created in part only to be deleted."""
-        hosts = worker_hosts(meta.name, meta.namespace, spec.replicas, spec.port, self.config.cluster_domain)
-        group = pod_group_name(meta.name, action.restart_count) if action.gang else None
-        pods = [
-            build_worker_pod(
-                spec,
-                job_name=meta.name,
-                namespace=meta.namespace,
-                uid=meta.uid,
-                index=i,
-                hosts=hosts,
-                restart_count=action.restart_count,
-                pod_group=group,
-            )
-            for i in action.indices
-        ]
-        if action.gang:  # first: a worker that names a PodGroup not there waits without a word
-            group_body = build_pod_group(
-                job_name=meta.name,
-                namespace=meta.namespace,
-                uid=meta.uid,
-                restart_count=action.restart_count,
-                replicas=spec.replicas,
-            )
+        pods, group_body = build_group(
+            spec,
+            job_name=meta.name,
+            namespace=meta.namespace,
+            uid=meta.uid,
+            indices=action.indices,
+            restart_count=action.restart_count,
+            gang=action.gang,
+            cluster_domain=self.config.cluster_domain,
+        )
+        if group_body is not None:  # first: a worker that names a PodGroup not there waits without a word
             await self.pod_groups.create(meta.namespace, group_body)
         if dry_run_first:
             await create_all(self.kube, meta.namespace, pods, dry_run=True)
