@@ -33,6 +33,8 @@ VOLUME_SOURCES = ("persistentVolumeClaim", "hostPath", "nfs")  # spec.checkpoint
 ENTRYPOINT_FUNCTION = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
 CONFIGMAP_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 URI_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")  # spec.trainer.dataPath: a URI, not a path
+# spec.checkpoint.store: the job's run, or s3://bucket[/prefix] without credentials (the CRD says the same).
+CHECKPOINT_S3_STORE = re.compile(r"s3://[^/@\s]+(/\S*)?")
 
 
 class SpecError(ValueError):
@@ -57,6 +59,19 @@ class CodeSpec:
 
 
 @dataclass(frozen=True)
+class CheckpointSpec:
+    """spec.checkpoint: where the group's training state is kept, so a restarted group resumes where the last
+    save left it. Exactly one of `volume` and `store`."""
+
+    volume: Mapping[str, Any] | None = None  # a pod volume source (VOLUME_SOURCES) every worker mounts
+    store: str | None = None  # names.CHECKPOINT_STORE_RUN or an s3:// prefix; the chief alone uses it
+    every_steps: int | None = None  # also save every this many steps (None: at epochs' ends only)
+    # The pods' terminationGracePeriodSeconds: how long the group has to save after SIGTERM (None: the
+    # template's, else Kubernetes' default).
+    termination_grace_period_seconds: int | None = None
+
+
+@dataclass(frozen=True)
 class TrainJobSpec:
     replicas: int
     image: str
@@ -66,7 +81,7 @@ class TrainJobSpec:
     template: Mapping[str, Any] = field(default_factory=dict)  # a PodTemplateSpec
     registered_model_name: str | None = None
     port: int = names.DEFAULT_PORT
-    checkpoint: Mapping[str, Any] | None = None  # a volume source: {"persistentVolumeClaim": {...}} etc.
+    checkpoint: CheckpointSpec | None = None
     backoff_limit: int = DEFAULT_BACKOFF_LIMIT
     active_deadline_seconds: int | None = None
     ttl_seconds_after_finished: int | None = None
@@ -158,6 +173,61 @@ def _volume_source(value: Any, path: str) -> Mapping[str, Any] | None:
     if len(present) != 1:
         raise SpecError(path, f"must set exactly one of {', '.join(VOLUME_SOURCES)}")
     return copy.deepcopy(dict(source))
+
+
+CHECKPOINT_KEYS = ("store", "everySteps", "terminationGracePeriodSeconds")
+
+
+def _checkpoint(value: Any, code: CodeSpec | None, template: Mapping[str, Any]) -> CheckpointSpec | None:
+    """spec.checkpoint: a volume source (as before) or a store, with how often to save and the grace to save
+    in; the built-in fit alone saves to a store, within an epoch or on SIGTERM."""
+    if value is None:
+        return None
+    given = _mapping(value, "spec.checkpoint")
+    store = given.get("store")
+    unknown = sorted(set(given) - set(CHECKPOINT_KEYS) - set(VOLUME_SOURCES))
+    if unknown:
+        raise SpecError(
+            f"spec.checkpoint.{unknown[0]}",
+            f"unsupported; use store or a volume source ({', '.join(VOLUME_SOURCES)}), with everySteps and "
+            "terminationGracePeriodSeconds",
+        )
+    source = {key: v for key, v in given.items() if key in VOLUME_SOURCES}
+    if (store is not None) == bool(source):
+        raise SpecError("spec.checkpoint", f"must set exactly one of store, {', '.join(VOLUME_SOURCES)}")
+    if store is not None:
+        store = _str(store, "spec.checkpoint.store")
+        if store != names.CHECKPOINT_STORE_RUN and not CHECKPOINT_S3_STORE.fullmatch(store):
+            raise SpecError(
+                "spec.checkpoint.store",
+                f"must be {names.CHECKPOINT_STORE_RUN!r} (the job's MLflow run) or s3://bucket/prefix "
+                f"without credentials, got {store!r}",
+            )
+    every = _optional_int(given.get("everySteps"), "spec.checkpoint.everySteps", minimum=1)
+    grace = _optional_int(
+        given.get("terminationGracePeriodSeconds"),
+        "spec.checkpoint.terminationGracePeriodSeconds",
+        minimum=0,
+        maximum=MAX_SECONDS,
+    )
+    if code is not None and (store is not None or every is not None or grace is not None):
+        raise SpecError(
+            "spec.checkpoint",
+            "store, everySteps and terminationGracePeriodSeconds work with the built-in fit (spec.trainer); "
+            "with spec.code give a volume and use BackupAndRestore in your code",
+        )
+    pod = _mapping(template.get("spec"), "spec.template.spec")
+    if grace is not None and "terminationGracePeriodSeconds" in pod:
+        raise SpecError(
+            "spec.template.spec.terminationGracePeriodSeconds",
+            "is set by spec.checkpoint.terminationGracePeriodSeconds: set it there only",
+        )
+    return CheckpointSpec(
+        volume=_volume_source(source, "spec.checkpoint") if store is None else None,
+        store=store,
+        every_steps=every,
+        termination_grace_period_seconds=grace,
+    )
 
 
 def _relative_path(value: Any, path: str) -> str:
@@ -277,7 +347,7 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
         if registered is None
         else _str(registered, "spec.mlflow.registeredModelName"),
         port=_int(spec.get("port", names.DEFAULT_PORT), "spec.port", minimum=1, maximum=65535),
-        checkpoint=_volume_source(spec.get("checkpoint"), "spec.checkpoint"),
+        checkpoint=_checkpoint(spec.get("checkpoint"), code, template),
         backoff_limit=_int(
             run_policy.get("backoffLimit", DEFAULT_BACKOFF_LIMIT),
             "spec.runPolicy.backoffLimit",
@@ -345,6 +415,10 @@ def trainer_env(
         env[names.ENV_REGISTERED_MODEL_NAME] = spec.registered_model_name
     if spec.checkpoint is not None:
         env[names.ENV_CHECKPOINT_DIR] = names.CHECKPOINT_MOUNT_PATH
+        if spec.checkpoint.store is not None:
+            env[names.ENV_CHECKPOINT_STORE] = spec.checkpoint.store
+        if spec.checkpoint.every_steps is not None:
+            env[names.ENV_CHECKPOINT_EVERY_STEPS] = str(spec.checkpoint.every_steps)
     if spec.code is not None:
         env[names.ENV_CODE_DIR] = names.CODE_MOUNT_PATH
         env[names.ENV_CODE_ENTRYPOINT] = spec.code.entrypoint
