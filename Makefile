@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml contract/pyproject.toml client/pyproject.toml tests/kit/pyproject.toml VERSION | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml contract/pyproject.toml client/pyproject.toml tests/kit/pyproject.toml bench/pyproject.toml VERSION | sha1sum | cut -c1-12)
 # Every cache the builds fill lives under one folder (hack/build/cache.sh lists them): MWMS_CACHE=$(mktemp -d)
 # is a cold run. pip's cache follows it for the venv too.
 export MWMS_CACHE ?= $(HOME)/.cache/mwms
@@ -12,7 +12,7 @@ export PIP_CACHE_DIR := $(MWMS_CACHE)/pip
 .DEFAULT_GOAL := help
 
 .PHONY: help deps-demo deps-test setup builds venv tools control-plane images lock kueue kwok versitygw mlflow-s3 \
-	promtool node demo test test-unit test-static test-integration test-node test-kueue lint clean
+	promtool node demo test test-unit test-static test-integration test-node test-kueue bench lint clean
 
 help: ## this list
 	@awk -F ':.*## ' '/^[a-z][a-z0-9-]*:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -28,10 +28,10 @@ setup: venv tools control-plane ## .venv, Helm and kubectl, the control plane's 
 
 venv: $(STAMP) ## .venv with the packages of this checkout, editable
 
-$(STAMP): pyproject.toml contract/pyproject.toml client/pyproject.toml tests/kit/pyproject.toml VERSION
+$(STAMP): pyproject.toml contract/pyproject.toml client/pyproject.toml tests/kit/pyproject.toml bench/pyproject.toml VERSION
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
-	$(PY) -m pip install --quiet -e ./contract -e ./client -e ./tests/kit -e ".[operator,trainer,dev]" --group test --group lint --group lock
+	$(PY) -m pip install --quiet -e ./contract -e ./client -e ./tests/kit -e ./bench -e ".[operator,trainer,dev]" --group test --group lint --group lock
 	rm -f $(VENV)/.installed-* && touch $@
 
 tools: venv ## the pinned Helm and kubectl, linked into .venv/bin
@@ -93,6 +93,10 @@ test-node: setup images node ## the node and e2e tiers: the images on a real kub
 
 test-kueue: setup kueue ## the Kueue tests alone: real Kueue beside the local control plane
 	$(PY) -m pytest -m kueue tests/integration $(PYTEST_ARGS)
+
+# Scenarios and their options: `make bench` alone lists them; each run appends its record to bench/results/.
+bench: venv ## one benchmark: make bench SCENARIO=scale BENCH_ARGS='--pods 1000'; SCENARIO=report renders the page
+	$(PY) -m mwms_bench $(or $(SCENARIO),--help) $(BENCH_ARGS)
 
 lint: venv ## ruff and mypy
 	$(VENV)/bin/ruff check contract operator trainer dev client tests bench

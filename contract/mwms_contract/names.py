@@ -81,6 +81,8 @@ ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 ENV_EXPERIMENT_NAME = "MLFLOW_EXPERIMENT_NAME"
 # Not injected by the operator (pods use terminationMessagePath); local mode and tests point it elsewhere.
 ENV_TERMINATION_LOG = "MWMS_TERMINATION_LOG"
+# spec.mlflow.systemMetrics.periodSeconds: each worker's CPU, memory, network, disk into the run; 0: off.
+ENV_SYSTEM_METRICS_SECONDS = "MWMS_SYSTEM_METRICS_SECONDS"
 RESERVED_ENV = frozenset(
     {
         ENV_TF_CONFIG,
@@ -97,6 +99,7 @@ RESERVED_ENV = frozenset(
         ENV_REGISTERED_MODEL_NAME,
         ENV_TRACKING_URI,
         ENV_EXPERIMENT_NAME,
+        ENV_SYSTEM_METRICS_SECONDS,
         ENV_CODE_DIR,
         ENV_CODE_ENTRYPOINT,
         ENV_CODE_ARGS,
@@ -155,6 +158,17 @@ LOG_ARTIFACT_DIR = "logs"
 LOG_CAP_BYTES = 8 * 1024 * 1024
 ENV_LOG_CAP = "MWMS_LOG_CAP_BYTES"
 LOG_CUT_MARKER = "[mwms: log cut]"
+
+
+# Each worker's system metrics in the job's run, as MLflow names a node's: system/worker-<index>/<metric>.
+SYSTEM_METRICS_PREFIX = "system/"
+DEFAULT_SYSTEM_METRICS_SECONDS = 15
+# What `mwms describe` shows each worker's peak of.
+SYSTEM_METRICS_PEAKS = ("cpu_usage_cores", "system_memory_peak_megabytes")
+
+
+def system_metrics_node_id(index: int) -> str:
+    return f"worker-{index}"
 
 
 def log_artifact_path(restart: int, index: int) -> str:

@@ -92,6 +92,8 @@ class TrainJobSpec:
     # The TrainJob's kueue.x-k8s.io/queue-name label: its workers become one Kueue pod group in that queue.
     queue_name: str | None = None
     code: CodeSpec | None = None
+    # spec.mlflow.systemMetrics: every worker's system metrics into the run this often; 0: off.
+    system_metrics_seconds: int = names.DEFAULT_SYSTEM_METRICS_SECONDS
 
 
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:
@@ -276,6 +278,21 @@ def _code(value: Any) -> CodeSpec | None:
     )
 
 
+def _system_metrics(value: Any) -> int:
+    """spec.mlflow.systemMetrics ({enabled, periodSeconds}) as the sampling period; 0 when turned off."""
+    given = _mapping(value, "spec.mlflow.systemMetrics")
+    enabled = given.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise SpecError("spec.mlflow.systemMetrics.enabled", f"must be true or false, got {enabled!r}")
+    period = _int(
+        given.get("periodSeconds", names.DEFAULT_SYSTEM_METRICS_SECONDS),
+        "spec.mlflow.systemMetrics.periodSeconds",
+        minimum=1,
+        maximum=3600,
+    )
+    return period if enabled else 0
+
+
 def _check_data_path(data_path: object) -> None:
     """Refuse a dataPath URI the trainer cannot read (the trainer's own check, mwms_trainer.objectstore, says
     the same), so the job fails as InvalidSpec before any pod starts."""
@@ -324,6 +341,7 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
     # One experiment per TrainJob name by default, so reruns of a job land side by side.
     experiment = mlflow.get("experiment", name or "Default")
     registered = mlflow.get("registeredModelName")
+    system_metrics = _system_metrics(mlflow.get("systemMetrics"))
 
     template = copy.deepcopy(dict(_mapping(spec.get("template"), "spec.template")))
     _check_template(template)
@@ -369,6 +387,7 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
         clean_pod_policy=clean,
         suspend=suspend,
         code=code,
+        system_metrics_seconds=system_metrics,
         queue_name=None if queue is None else _str(queue, f"metadata.labels.{names.LABEL_KUEUE_QUEUE}"),
         startup_timeout_seconds=_int(
             run_policy.get("startupTimeoutSeconds", DEFAULT_STARTUP_TIMEOUT_SECONDS),
@@ -410,6 +429,7 @@ def trainer_env(
         names.ENV_TRACKING_URI: spec.tracking_uri,
         names.ENV_EXPERIMENT_NAME: spec.experiment,
         names.ENV_STARTUP_TIMEOUT: str(spec.startup_timeout_seconds),
+        names.ENV_SYSTEM_METRICS_SECONDS: str(spec.system_metrics_seconds),
     }
     if spec.registered_model_name:
         env[names.ENV_REGISTERED_MODEL_NAME] = spec.registered_model_name

@@ -32,7 +32,7 @@ from mwms_operator.kube.client import Kube
 from mwms_operator.kube.event_lookups import PodEventLookups
 from mwms_operator.kube.workqueue import WorkQueue
 from mwms_operator.mlflow.runwatch import RunWatch
-from mwms_operator.observe.pod_states import worker_pod
+from mwms_operator.observe.pod_states import WorkerPod, worker_pod
 from mwms_operator.observe.state import JobKey, State, owner_key
 from mwms_operator.render.labels import deletion_selector
 from mwms_operator.render.pod import build_worker_pod
@@ -108,6 +108,7 @@ class Reconciler:
             return
         if type_ == "DELETED" and (pod := worker_pod(body)) is not None:
             self.state.pod_deleted(key, pod)
+        self.state.observed(key, str(body.get("metadata", {}).get("uid") or ""))
         self.queue.add(key)
 
     def bind(self, pod_index: Mapping[Any, Any], service_index: Mapping[Any, Any]) -> None:
@@ -322,7 +323,9 @@ class Reconciler:
         if dry_run_first:
             await self._create_all(meta.namespace, pods, dry_run=True)
         created = await self._create_all(meta.namespace, pods, dry_run=False)
-        self.state.creation_accepted(JobKey(meta.namespace, meta.name, meta.uid))
+        key = JobKey(meta.namespace, meta.name, meta.uid)
+        self.state.creation_accepted(key)
+        self.state.expect(key, _as_created(pods, dict(created)))
         if created:
             pod_names = ", ".join(name for name, _ in created)
             message = f"created worker pods {pod_names} (restart {action.restart_count})"
@@ -349,6 +352,16 @@ class Reconciler:
             await self._delete_pods(namespace, created)
             raise _worst(errors)
         return created
+
+
+def _as_created(pods: list[dict[str, Any]], uids: Mapping[str, str]) -> list[WorkerPod]:
+    """The pods the API server just stored (name -> uid), as the watch will show them: Pending."""
+    found = []
+    for pod in pods:
+        uid = uids.get(pod["metadata"]["name"])
+        if uid and (worker := worker_pod({**pod, "metadata": {**pod["metadata"], "uid": uid}})) is not None:
+            found.append(worker)
+    return found
 
 
 def _worst(errors: list[BaseException]) -> BaseException:

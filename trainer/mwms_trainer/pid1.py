@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from mwms_trainer import worker_log
+from mwms_trainer import system_metrics, worker_log
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 KILL_AFTER_SECONDS = 2  # well inside the 5 s a deleted pod may take to go
@@ -142,12 +142,25 @@ def fork_unless_pid1_is_taken(
         if capture is not None:
             capture.in_child()
         return None
-    if capture is None:
-        return supervise(child, on_signalled, grace_fd)
-    capture.in_parent()
+    return _supervise_with_companions(child, on_signalled, capture, grace_fd)
+
+
+def _supervise_with_companions(
+    child: int, on_signalled: Callable[[int], None], capture: worker_log.Capture | None, grace_fd: int
+) -> int:
+    """supervise(), with the worker's log kept (capture) and its system metrics sampled meanwhile."""
+    metrics = system_metrics.reporter(os.environ)
+    if capture is not None:
+        capture.in_parent()
+    if metrics is not None:
+        metrics.start()
     forwarded: list[int] = []
     code = supervise(child, on_signalled, grace_fd, forwarded)
-    capture.finish(stopped=bool(forwarded))  # told to stop: the log goes up quickly, within the grace
+    stopped = bool(forwarded)  # told to stop: what goes up goes quickly, within the grace period
+    if metrics is not None:
+        metrics.stop(final=not stopped)
+    if capture is not None:
+        capture.finish(stopped=stopped)
     return code
 
 
@@ -168,13 +181,7 @@ def main(argv: Sequence[str]) -> int:
         except OSError as e:
             print(f"cannot run {argv[0]!r}: {e}", file=sys.stderr)
         os._exit(127)
-    if capture is None:
-        return supervise(child, grace_fd=grace_fd)
-    capture.in_parent()
-    forwarded: list[int] = []
-    code = supervise(child, grace_fd=grace_fd, forwarded=forwarded)
-    capture.finish(stopped=bool(forwarded))
-    return code
+    return _supervise_with_companions(child, lambda _: None, capture, grace_fd)
 
 
 def _capture_wanted() -> worker_log.Capture | None:

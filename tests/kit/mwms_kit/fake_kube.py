@@ -61,7 +61,8 @@ class FakeKube:
             raise self.refuse_for_now[name]
         if not dry_run:
             self.calls.append(("create_pod", name))
-        return f"uid-of-{name}"
+        labels = body["metadata"]["labels"]  # the uid pod_body gives the pod the watch then reports
+        return f"pod-{labels['mwms.dev/replica-index']}-{labels['mwms.dev/restart']}"
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         self.calls.append(("delete_pod", name))
