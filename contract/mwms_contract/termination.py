@@ -96,4 +96,3 @@ def parse_failure(message: str) -> tuple[str, str] | None:
     """(kind, what) of a failure line; None for anything else (a summary, or a message of no kind of ours)."""
     kind, sep, what = message.strip().partition(": ")
     return (kind, what) if sep and kind in FAILURE_KINDS else None
-

@@ -16,11 +16,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mwms_contract import names
+from mwms_contract.checkpoint_spec import CheckpointSpec, parse_checkpoint
+from mwms_contract.spec_values import MAX_SECONDS, SpecError
+from mwms_contract.spec_values import integer as _int
+from mwms_contract.spec_values import list_of_objects as _list_of_objects
+from mwms_contract.spec_values import mapping as _mapping
+from mwms_contract.spec_values import optional_integer as _optional_int
+from mwms_contract.spec_values import string as _str
+from mwms_contract.spec_values import volume_source as _volume_source
 from mwms_contract.tf_config import tf_config
 
 MAX_REPLICAS = 256
-# Durations beyond ten years are surely mistakes (and would overflow date arithmetic); the CRD says the same.
-MAX_SECONDS = 10 * 365 * 24 * 3600
 CLEAN_POD_POLICIES = ("Running", "All", "None")
 DEFAULT_BACKOFF_LIMIT = 3
 DEFAULT_CLEAN_POD_POLICY = "Running"
@@ -28,22 +34,10 @@ DEFAULT_STARTUP_TIMEOUT_SECONDS = 300
 # How long a container may fail to start for a reason that can heal (an image pull, a Secret created later)
 # before the job fails with ContainerError: long enough for a registry hiccup, short enough to be told.
 DEFAULT_CONTAINER_ERROR_GRACE_SECONDS = 120
-VOLUME_SOURCES = ("persistentVolumeClaim", "hostPath", "nfs")  # spec.checkpoint, spec.code.volume
 # spec.code.entrypoint: `package.module:function`, or a relative path to a script.
 ENTRYPOINT_FUNCTION = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
 CONFIGMAP_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 URI_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")  # spec.trainer.dataPath: a URI, not a path
-# spec.checkpoint.store: the job's run, or s3://bucket[/prefix] without credentials (the CRD says the same).
-CHECKPOINT_S3_STORE = re.compile(r"s3://[^/@\s]+(/\S*)?")
-
-
-class SpecError(ValueError):
-    """The TrainJob spec is invalid; `field` is the path of the offending field."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -56,19 +50,6 @@ class CodeSpec:
     args: tuple[str, ...] = ()
     items: tuple[tuple[str, str], ...] = ()  # (ConfigMap key, relative path); empty: every key as is
     requirements: str | None = None  # a pip requirements file in the code directory
-
-
-@dataclass(frozen=True)
-class CheckpointSpec:
-    """spec.checkpoint: where the group's training state is kept, so a restarted group resumes where the last
-    save left it. Exactly one of `volume` and `store`."""
-
-    volume: Mapping[str, Any] | None = None  # a pod volume source (VOLUME_SOURCES) every worker mounts
-    store: str | None = None  # names.CHECKPOINT_STORE_RUN or an s3:// prefix; the chief alone uses it
-    every_steps: int | None = None  # also save every this many steps (None: at epochs' ends only)
-    # The pods' terminationGracePeriodSeconds: how long the group has to save after SIGTERM (None: the
-    # template's, else Kubernetes' default).
-    termination_grace_period_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -94,45 +75,6 @@ class TrainJobSpec:
     code: CodeSpec | None = None
     # spec.mlflow.systemMetrics: every worker's system metrics into the run this often; 0: off.
     system_metrics_seconds: int = names.DEFAULT_SYSTEM_METRICS_SECONDS
-
-
-def _mapping(value: Any, path: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise SpecError(path, f"must be an object, got {type(value).__name__}")
-    return value
-
-
-def _int(value: Any, path: str, *, minimum: int, maximum: int | None = None) -> int:
-    # bool is an int in Python; a YAML `true` is not a count.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(path, f"must be an integer, got {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-        raise SpecError(path, f"must be {bound}, got {value}")
-    return value
-
-
-def _optional_int(value: Any, path: str, *, minimum: int, maximum: int | None = None) -> int | None:
-    return None if value is None else _int(value, path, minimum=minimum, maximum=maximum)
-
-
-def _str(value: Any, path: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise SpecError(path, f"must be a non-empty string, got {value!r}")
-    return value
-
-
-def _list_of_objects(value: Any, path: str) -> list[Mapping[str, Any]]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise SpecError(path, f"must be a list, got {type(value).__name__}")
-    for k, item in enumerate(value):
-        if not isinstance(item, Mapping):
-            raise SpecError(f"{path}[{k}]", f"must be an object, got {type(item).__name__}")
-    return value
 
 
 def _check_template(template: Mapping[str, Any]) -> None:
@@ -161,75 +103,6 @@ def _check_template(template: Mapping[str, Any]) -> None:
                     f"{name} is set by the operator for the {names.CONTAINER_NAME!r} container and may "
                     f"not be set in the template (reserved: {', '.join(sorted(names.RESERVED_ENV))})",
                 )
-
-
-def _volume_source(value: Any, path: str) -> Mapping[str, Any] | None:
-    """spec.checkpoint or spec.code.volume: exactly one of the VOLUME_SOURCES."""
-    if value is None:
-        return None
-    source = _mapping(value, path)
-    present = [key for key in VOLUME_SOURCES if key in source]
-    unknown = sorted(set(source) - set(VOLUME_SOURCES))
-    if unknown:
-        raise SpecError(f"{path}.{unknown[0]}", f"unsupported volume source; use one of {VOLUME_SOURCES}")
-    if len(present) != 1:
-        raise SpecError(path, f"must set exactly one of {', '.join(VOLUME_SOURCES)}")
-    return copy.deepcopy(dict(source))
-
-
-CHECKPOINT_KEYS = ("store", "everySteps", "terminationGracePeriodSeconds")
-
-
-def _checkpoint(value: Any, code: CodeSpec | None, template: Mapping[str, Any]) -> CheckpointSpec | None:
-    """spec.checkpoint: a volume source (as before) or a store, with how often to save and the grace to save
-    in; the built-in fit alone saves to a store, within an epoch or on SIGTERM."""
-    if value is None:
-        return None
-    given = _mapping(value, "spec.checkpoint")
-    store = given.get("store")
-    unknown = sorted(set(given) - set(CHECKPOINT_KEYS) - set(VOLUME_SOURCES))
-    if unknown:
-        raise SpecError(
-            f"spec.checkpoint.{unknown[0]}",
-            f"unsupported; use store or a volume source ({', '.join(VOLUME_SOURCES)}), with everySteps and "
-            "terminationGracePeriodSeconds",
-        )
-    source = {key: v for key, v in given.items() if key in VOLUME_SOURCES}
-    if (store is not None) == bool(source):
-        raise SpecError("spec.checkpoint", f"must set exactly one of store, {', '.join(VOLUME_SOURCES)}")
-    if store is not None:
-        store = _str(store, "spec.checkpoint.store")
-        if store != names.CHECKPOINT_STORE_RUN and not CHECKPOINT_S3_STORE.fullmatch(store):
-            raise SpecError(
-                "spec.checkpoint.store",
-                f"must be {names.CHECKPOINT_STORE_RUN!r} (the job's MLflow run) or s3://bucket/prefix "
-                f"without credentials, got {store!r}",
-            )
-    every = _optional_int(given.get("everySteps"), "spec.checkpoint.everySteps", minimum=1)
-    grace = _optional_int(
-        given.get("terminationGracePeriodSeconds"),
-        "spec.checkpoint.terminationGracePeriodSeconds",
-        minimum=0,
-        maximum=MAX_SECONDS,
-    )
-    if code is not None and (store is not None or every is not None or grace is not None):
-        raise SpecError(
-            "spec.checkpoint",
-            "store, everySteps and terminationGracePeriodSeconds work with the built-in fit (spec.trainer); "
-            "with spec.code give a volume and use BackupAndRestore in your code",
-        )
-    pod = _mapping(template.get("spec"), "spec.template.spec")
-    if grace is not None and "terminationGracePeriodSeconds" in pod:
-        raise SpecError(
-            "spec.template.spec.terminationGracePeriodSeconds",
-            "is set by spec.checkpoint.terminationGracePeriodSeconds: set it there only",
-        )
-    return CheckpointSpec(
-        volume=_volume_source(source, "spec.checkpoint") if store is None else None,
-        store=store,
-        every_steps=every,
-        termination_grace_period_seconds=grace,
-    )
 
 
 def _relative_path(value: Any, path: str) -> str:
@@ -365,7 +238,7 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
         if registered is None
         else _str(registered, "spec.mlflow.registeredModelName"),
         port=_int(spec.get("port", names.DEFAULT_PORT), "spec.port", minimum=1, maximum=65535),
-        checkpoint=_checkpoint(spec.get("checkpoint"), code, template),
+        checkpoint=parse_checkpoint(spec.get("checkpoint"), code is not None, template),
         backoff_limit=_int(
             run_policy.get("backoffLimit", DEFAULT_BACKOFF_LIMIT),
             "spec.runPolicy.backoffLimit",
