@@ -39,6 +39,17 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
+@pytest.fixture(scope="module")
+def undisturbed(mlflow_server, tmp_path_factory: pytest.TempPathFactory) -> list[np.ndarray]:
+    """The weights of the fit no signal stopped (the same for either store: the store only keeps state)."""
+    spec = trainjob_spec(
+        "store-undisturbed", 2, TRAINER, checkpoint={"store": "run", "everySteps": EVERY_STEPS}
+    )
+    fit = group(spec, mlflow_server.url, tmp_path_factory.mktemp("undisturbed")).start()
+    assert fit.wait(timeout=400) == {0: 0, 1: 0}, fit.log(0)[-3000:]
+    return _weights(mlflow_server, fit.summary())
+
+
 def _weights(server, summary):
     import mlflow
 
@@ -62,18 +73,13 @@ def _stored(store: str, request, run_id: str, uid: str) -> list[str]:
 
 @pytest.mark.parametrize("store", ["run", "s3"])
 def test_a_group_stopped_by_sigterm_mid_epoch_resumes_from_the_store_with_the_undisturbed_weights(
-    store, request, mlflow_server, mlflow_client, tmp_path
+    store, request, undisturbed, mlflow_server, mlflow_client, tmp_path
 ):
     env = request.getfixturevalue("s3").env if store == "s3" else {}
     checkpoint = {
         "store": "run" if store == "run" else f"s3://{BUCKET}/checkpoints",
         "everySteps": EVERY_STEPS,
     }
-    spec = trainjob_spec(f"store-undisturbed-{store}", 2, TRAINER, checkpoint=checkpoint)
-    undisturbed = group(spec, mlflow_server.url, tmp_path / "undisturbed", **env).start()
-    assert undisturbed.wait(timeout=400) == {0: 0, 1: 0}, undisturbed.log(0)[-3000:]
-    expected = _weights(mlflow_server, undisturbed.summary())
-
     spec = trainjob_spec(f"store-stopped-{store}", 2, TRAINER, checkpoint=checkpoint)
     uid = str(uuid.uuid4())
     job_dir = tmp_path / "stopped"
@@ -112,7 +118,7 @@ def test_a_group_stopped_by_sigterm_mid_epoch_resumes_from_the_store_with_the_un
     tags = mlflow_client.get_run(run_id).data.tags
     assert int(tags[names.MLFLOW_TAG_RESUMED_FROM_STEP]) == saved_step  # 0-based: the step after the save
     resumed = _weights(mlflow_server, second.summary())
-    worst = max(float(np.max(np.abs(a - b))) for a, b in zip(expected, resumed, strict=True))
+    worst = max(float(np.max(np.abs(a - b))) for a, b in zip(undisturbed, resumed, strict=True))
     print(f"largest weight difference to the undisturbed fit: {worst}")
     assert worst <= 1e-5, f"the resumed fit differs from the undisturbed one by {worst}"
     assert _stored(store, request, run_id, uid) == [], "the checkpoint was kept after the model was logged"
