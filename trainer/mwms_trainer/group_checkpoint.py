@@ -215,6 +215,9 @@ class GroupCheckpoint:
                     ckpt_saved_batch=self.saved_step,
                     train_counter=model._train_counter,
                 )
+                # Created on every worker now (creating a variable is a collective), not by the chief's
+                # restore alone.
+                checkpoint.save_counter  # noqa: B018
                 own = CHIEF_DIR if owner.is_chief else f"workertemp_{owner.rank}"
                 self.own_dir = os.path.join(owner.directory, own)
                 # Saving runs collectives: every worker saves; only the chief's copy is kept.
