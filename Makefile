@@ -11,8 +11,9 @@ export MWMS_CACHE ?= $(HOME)/.cache/mwms
 export PIP_CACHE_DIR := $(MWMS_CACHE)/pip
 .DEFAULT_GOAL := help
 
-.PHONY: help deps-demo deps-test setup builds venv tools control-plane images lock kueue kwok versitygw mlflow-s3 \
-	promtool node demo test test-unit test-static test-integration test-node test-kueue bench lint clean
+.PHONY: help deps-demo deps-test setup builds venv tools control-plane images lock kueue kwok kind kind-node \
+	versitygw mlflow-s3 promtool node demo test test-unit test-static test-integration test-node test-kueue \
+	test-multikueue bench lint clean
 
 help: ## this list
 	@awk -F ':.*## ' '/^[a-z][a-z0-9-]*:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -52,6 +53,12 @@ kueue: ## Kueue from its Go module, for the queueing test (cached by version)
 
 kwok: ## KWOK (fake nodes) for the scale bench and tests/scale (cached by version)
 	bash hack/build/build-kwok.sh
+
+kind: ## kind's CLI from its Go module, with its node's base files (cached by version)
+	bash hack/build/build-kind.sh
+
+kind-node: venv ## a kind node image of our Kubernetes build, as kind builds kindest/node (cached)
+	bash hack/build/build-kind-node.sh
 
 versitygw: ## the Versity S3 Gateway, the object-storage tests' S3 server (cached by version)
 	bash hack/build/build-versitygw.sh
@@ -93,6 +100,9 @@ test-node: setup images node ## the node and e2e tiers: the images on a real kub
 
 test-kueue: setup kueue ## the Kueue tests alone: real Kueue beside the local control plane
 	$(PY) -m pytest -m kueue tests/integration $(PYTEST_ARGS)
+
+test-multikueue: setup images node kueue ## the MultiKueue tier: a manager and a worker control plane
+	$(PY) -m pytest tests/multikueue $(PYTEST_ARGS)
 
 # Scenarios and their options: `make bench` alone lists them; each run appends its record to bench/results/.
 bench: venv ## one benchmark: make bench SCENARIO=scale BENCH_ARGS='--pods 1000'; SCENARIO=report renders the page

@@ -21,6 +21,14 @@ LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 LABEL_KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
 ANNOTATION_KUEUE_POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
 ANNOTATION_KUEUE_RETRIABLE_IN_GROUP = "kueue.x-k8s.io/retriable-in-group"
+# MultiKueue labels the copy of a job it makes on a worker cluster with the name of the job's Workload there:
+# the job is admitted through that Workload, so its workers are no pod group of their own.
+LABEL_KUEUE_PREBUILT_WORKLOAD = "kueue.x-k8s.io/prebuilt-workload-name"
+# spec.managedBy: which controller runs a TrainJob. Absent, this operator, which claims this value (as the
+# batch/v1 Job controller claims kubernetes.io/job-controller); any other, that controller, and the operator
+# creates nothing for the job and never writes its status. MultiKueue's value is Kueue's own name for it.
+CONTROLLER_NAME = "mwms.dev/trainjob-controller"
+MULTIKUEUE_CONTROLLER_NAME = "kueue.x-k8s.io/multikueue"
 ROLE_CHIEF = "chief"
 ROLE_WORKER = "worker"
 

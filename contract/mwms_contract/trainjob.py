@@ -17,6 +17,7 @@ from typing import Any
 
 from mwms_contract import names
 from mwms_contract.checkpoint_spec import CheckpointSpec, parse_checkpoint
+from mwms_contract.ownership import own_workload
 from mwms_contract.spec_values import MAX_SECONDS, SpecError
 from mwms_contract.spec_values import integer as _int
 from mwms_contract.spec_values import list_of_objects as _list_of_objects
@@ -38,6 +39,13 @@ DEFAULT_CONTAINER_ERROR_GRACE_SECONDS = 120
 ENTRYPOINT_FUNCTION = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
 CONFIGMAP_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 URI_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")  # spec.trainer.dataPath: a URI, not a path
+# spec.managedBy: a domain-prefixed path (`kueue.x-k8s.io/multikueue`), at most 63 characters, as batch/v1
+# Job's managedBy; the CRD says the same.
+MANAGED_BY_MAX_LENGTH = 63
+MANAGED_BY = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9/._~%!$&'()*+,;=:-]+",
+    re.ASCII,
+)
 
 
 @dataclass(frozen=True)
@@ -70,11 +78,13 @@ class TrainJobSpec:
     suspend: bool = False
     startup_timeout_seconds: int = DEFAULT_STARTUP_TIMEOUT_SECONDS
     container_error_grace_seconds: int = DEFAULT_CONTAINER_ERROR_GRACE_SECONDS
-    # The TrainJob's kueue.x-k8s.io/queue-name label: its workers become one Kueue pod group in that queue.
+    # The TrainJob's kueue.x-k8s.io/queue-name label: its workers become one Kueue pod group in that queue
+    # (not where the job has a Workload of its own: own_workload).
     queue_name: str | None = None
     code: CodeSpec | None = None
     # spec.mlflow.systemMetrics: every worker's system metrics into the run this often; 0: off.
     system_metrics_seconds: int = names.DEFAULT_SYSTEM_METRICS_SECONDS
+    managed_by: str = names.CONTROLLER_NAME  # spec.managedBy; any other value: not this operator's job
 
 
 def _check_template(template: Mapping[str, Any]) -> None:
@@ -179,6 +189,17 @@ def _check_data_path(data_path: object) -> None:
         )
 
 
+def _managed_by(value: Any) -> str:
+    text = _str(value, "spec.managedBy")
+    if len(text) > MANAGED_BY_MAX_LENGTH or not MANAGED_BY.fullmatch(text):
+        raise SpecError(
+            "spec.managedBy",
+            f"must be a domain-prefixed path of at most {MANAGED_BY_MAX_LENGTH} characters (such as "
+            f"{names.MULTIKUEUE_CONTROLLER_NAME}), got {text!r}",
+        )
+    return text
+
+
 def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJobSpec:
     """Parse a TrainJob (the whole object, or at least its `spec`) and apply every default once; tracking_uri
     and image are the defaults of spec.mlflow.trackingUri and spec.image (the operator's settings)."""
@@ -186,6 +207,8 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
     metadata = _mapping(body.get("metadata"), "metadata")
     name = metadata.get("name")
     queue = _mapping(metadata.get("labels"), "metadata.labels").get(names.LABEL_KUEUE_QUEUE)
+    if own_workload(body) is not None:
+        queue = None  # admitted through a Workload of its own: its workers form no pod group (queued twice)
 
     if "replicas" not in spec:
         raise SpecError("spec.replicas", "is required")
@@ -262,6 +285,7 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
         code=code,
         system_metrics_seconds=system_metrics,
         queue_name=None if queue is None else _str(queue, f"metadata.labels.{names.LABEL_KUEUE_QUEUE}"),
+        managed_by=_managed_by(spec.get("managedBy", names.CONTROLLER_NAME)),
         startup_timeout_seconds=_int(
             run_policy.get("startupTimeoutSeconds", DEFAULT_STARTUP_TIMEOUT_SECONDS),
             "spec.runPolicy.startupTimeoutSeconds",

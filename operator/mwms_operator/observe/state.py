@@ -152,6 +152,9 @@ class State:
         self._flush_at: dict[JobKey, float] = {}
         # Pod uid -> its events lookups (_Lookups), of a starting pod, by job.
         self._pod_events: dict[JobKey, dict[str, _Lookups]] = {}
+        # Jobs whose Kueue Workload this operator has made (MultiKueue's, on the manager cluster) or marked
+        # Finished (a worker cluster's copy): done once.
+        self.workload_done: set[JobKey] = set()
         # Pod uid -> (the pod as created, when) of pods created but not yet reported by the watch (expect).
         self._expected: dict[JobKey, dict[str, tuple[WorkerPod, float]]] = {}
 
@@ -170,6 +173,7 @@ class State:
             self._told.pop(key, None)
             self.settle(key)
             self._pod_events.pop(key, None)
+            self.workload_done.discard(key)
             self._expected.pop(key, None)
             for mark in [m for m in self._leaving_since if m[0] == key]:
                 del self._leaving_since[mark]
@@ -197,6 +201,10 @@ class State:
             return False
         told.add(reason)
         return True
+
+    def told(self, key: JobKey) -> frozenset[str]:
+        """The reasons this job was told of (tell_once)."""
+        return frozenset(self._told.get(key, ()))
 
     def namespace_ending(self, namespace: str) -> bool:
         return namespace in self._ending

@@ -249,6 +249,16 @@ def test_spec_is_frozen_and_does_not_share_the_body(make_trainjob, config):
             "set it there only",
         ),
         *(
+            ({"replicas": 2, "managedBy": value}, "spec.managedBy", text)
+            for value, text in (
+                ("", "non-empty"),
+                ("multikueue", "domain-prefixed path"),
+                ("Kueue.x-k8s.io/multikueue", "domain-prefixed path"),
+                ("kueue.x-k8s.io/multi kueue", "domain-prefixed path"),
+                ("example.com/" + "x" * 52, "at most 63 characters"),
+            )
+        ),
+        *(
             ({"replicas": 2, "trainer": {"dataset": "csv", "dataPath": uri}}, "spec.trainer.dataPath", text)
             for uri, text in (
                 ("gs://b/data/", "gs:// is not supported"),
