@@ -102,6 +102,24 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [{cri}.cni]
     bin_dir = "{cni_bin_dir}"
     conf_dir = "{node_dir / "cni/net.d"}"
+  # Each registry's hosts.toml (its server and CA); credentials come from the pods' imagePullSecrets only.
+  [{cri}.registry]
+    config_path = "{registry_hosts_dir(node_dir)}"
+"""
+
+
+def registry_hosts_dir(node_dir: Path) -> Path:
+    """containerd's registry `config_path`: one `<host[:port]>/hosts.toml` per registry it is told about."""
+    return node_dir / "registry-hosts"
+
+
+def registry_hosts_toml(address: str, ca_file: Path) -> str:
+    """A registry's hosts.toml: pull and resolve from `https://<address>`, trusting `ca_file`."""
+    return f"""server = "https://{address}"
+
+[host."https://{address}"]
+  capabilities = ["pull", "resolve"]
+  ca = "{ca_file}"
 """
 
 
