@@ -94,6 +94,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [{cri}.containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
+    # A pulled image's compressed layers go once unpacked (the unpacked copy is what runs): ~1 GB less disk
+    # for the trainer image. Images loaded from archives (ctr import) keep theirs.
+    discard_unpacked_layers = true
     [{cri}.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [{cri}.containerd.runtimes.runc.options]

@@ -12,6 +12,7 @@ import base64
 import json
 import os
 import secrets
+import shutil
 import ssl
 import subprocess
 import time
@@ -177,7 +178,9 @@ class OciRegistry:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
 
     def stop(self) -> None:
+        """Stop it and drop what was pushed (GBs; pytest keeps its tmp dirs), keeping the log."""
         stop_group(self.process, 5)
+        shutil.rmtree(self.root / "data", ignore_errors=True)
 
     def __enter__(self) -> OciRegistry:
         return self.start()
