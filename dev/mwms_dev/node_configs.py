@@ -165,15 +165,16 @@ def kubelet_config(
         "serializeImagePulls": False,
         "rotateCertificates": False,
         "serverTLSBootstrap": False,
-        # Images are loaded, never pulled: garbage collection would throw away what cannot come back,
-        # and a shared disk must not make the node evict the pods under test.
+        # Images are loaded (or pulled from a test's registry, gone after it): garbage collection would
+        # throw away what cannot come back, and a shared disk must not make the node evict the pods under
+        # test (1% of a large one is GBs, so the disk floors are absolute).
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "evictionHard": {
             "memory.available": "100Mi",
-            "nodefs.available": "1%",
+            "nodefs.available": "512Mi",
             "nodefs.inodesFree": "1%",
-            "imagefs.available": "1%",
+            "imagefs.available": "512Mi",
         },
         # No iptables chains: kube-proxy runs in nftables mode, and the host's iptables are not ours.
         "makeIPTablesUtilChains": False,
