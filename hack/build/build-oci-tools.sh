@@ -12,14 +12,10 @@ set -euo pipefail
 DISTRIBUTION_VERSION=${DISTRIBUTION_VERSION:-v3.1.2}
 CRANE_VERSION=${CRANE_VERSION:-v0.22.1}
 COSIGN_VERSION=${COSIGN_VERSION:-v3.1.3}
-here=$(dirname "${BASH_SOURCE[0]}")
-# cache.sh and go-install-cached.sh: beside this script, or one folder up until hack/'s scripts move here.
-lib=$here
-[ -f "$lib/cache.sh" ] || lib=$here/..
 # shellcheck disable=SC1091  # cache.sh is checked on its own
-source "$lib/cache.sh"  # CACHE_ROOT, Go caches under MWMS_CACHE
+source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"  # CACHE_ROOT, Go caches under MWMS_CACHE
 # shellcheck disable=SC1091  # go-install-cached.sh is checked on its own
-source "$lib/go-install-cached.sh"  # go_install_cached
+source "$(dirname "${BASH_SOURCE[0]}")/go-install-cached.sh"  # go_install_cached
 
 build() {
   local dir

@@ -9,11 +9,8 @@ set -euo pipefail
 
 REQUIREMENTS=(pypiserver==2.4.2 passlib==1.7.4 bcrypt==4.3.0 build==1.6.1 twine==7.0.0)
 PYTHON=${PYTHON:-python3}
-here=$(dirname "${BASH_SOURCE[0]}")
-lib=$here
-[ -f "$lib/cache.sh" ] || lib=$here/..  # until hack/'s scripts move to hack/build/
 # shellcheck disable=SC1091  # cache.sh is checked on its own
-source "$lib/cache.sh"  # CACHE_ROOT, pip's cache under MWMS_CACHE
+source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"  # CACHE_ROOT, pip's cache under MWMS_CACHE
 KEY=$(printf '%s\n' "${REQUIREMENTS[@]}" "$("$PYTHON" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-16)
 ENV_DIR="$CACHE_ROOT/release-tools/$KEY"
 

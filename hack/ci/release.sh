@@ -59,9 +59,7 @@ step_check() {
 # built by `make images` (see docs/install.md#images).
 step_images() {
   need_registry
-  local build=hack/build/build-images.sh
-  [ -f "$build" ] || build=hack/build-images.sh  # until hack/'s scripts move to hack/build/
-  bash "$build"
+  bash hack/build/build-images.sh
   mkdir -p "$DIST"
   REGISTRY=$REGISTRY bash hack/build/push-images.sh >"$DIST/images.txt"
   local ref
