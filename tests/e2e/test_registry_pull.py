@@ -31,10 +31,6 @@ from mwms_kit.oci_registry import OciRegistry
 from mwms_kit.trainjobs import trainjob
 
 pytestmark = [
-    pytest.mark.node,
-    pytest.mark.e2e,
-    pytest.mark.integration,
-    pytest.mark.tf,
     pytest.mark.waits_for_build,  # the registry, crane and cosign (`make oci-tools`, beside the tests)
     pytest.mark.timeout(2400),
 ]

@@ -36,10 +36,6 @@ from mwms_kit.package_index import PackageIndex
 from mwms_kit.submit import SEED_SCRIPT
 
 pytestmark = [
-    pytest.mark.node,
-    pytest.mark.e2e,
-    pytest.mark.integration,
-    pytest.mark.tf,
     pytest.mark.waits_for_build,  # the registry, crane and cosign (`make oci-tools`, beside the tests)
     pytest.mark.timeout(3600),
 ]
