@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from mwms_trainer import worker_log
+from mwms_trainer import system_metrics, worker_log
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 KILL_AFTER_SECONDS = 2  # well inside the 5 s a deleted pod may take to go
@@ -95,9 +95,18 @@ def fork_unless_pid1_is_taken(
         if capture is not None:
             capture.in_child()
         return None
-    if capture is None:
-        return supervise(child, on_signalled)
-    capture.in_parent()
+    return _supervise_with_companions(child, on_signalled, capture)
+
+
+def _supervise_with_companions(
+    child: int, on_signalled: Callable[[int], None], capture: worker_log.Capture | None
+) -> int:
+    """supervise(), with the worker's log kept (capture) and its system metrics sampled meanwhile."""
+    metrics = system_metrics.reporter(os.environ)
+    if capture is not None:
+        capture.in_parent()
+    if metrics is not None:
+        metrics.start()
     stopped: list[int] = []
 
     def signalled(code: int) -> None:
@@ -105,7 +114,10 @@ def fork_unless_pid1_is_taken(
         on_signalled(code)
 
     code = supervise(child, signalled)
-    capture.finish(stopped=bool(stopped))
+    if metrics is not None:
+        metrics.stop(final=not stopped)
+    if capture is not None:
+        capture.finish(stopped=bool(stopped))
     return code
 
 
@@ -126,13 +138,7 @@ def main(argv: Sequence[str]) -> int:
         except OSError as e:
             print(f"cannot run {argv[0]!r}: {e}", file=sys.stderr)
         os._exit(127)
-    if capture is None:
-        return supervise(child)
-    capture.in_parent()
-    stopped: list[int] = []
-    code = supervise(child, stopped.append)
-    capture.finish(stopped=bool(stopped))
-    return code
+    return _supervise_with_companions(child, lambda _: None, capture)
 
 
 def _capture_wanted() -> worker_log.Capture | None:

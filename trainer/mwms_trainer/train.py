@@ -118,8 +118,8 @@ def epoch_logger(rank: int, epochs: int | None, tracker: Any) -> Any:
 
         def on_train_begin(self, logs: Any = None) -> None:
             # The first call of the train function runs one step, so its end is the first optimizer step
-            # (startup latency, for bench/trainer_bench.py); later calls run whole epochs again. One more
-            # call in the first epoch, no sync per step.
+            # (startup latency, for `python -m mwms_bench trainer`); later calls run whole epochs again. One
+            # more call in the first epoch, no sync per step.
             self.whole_call = int(self.model.steps_per_execution.numpy())
             self.model.steps_per_execution = 1
 
@@ -144,7 +144,7 @@ def epoch_logger(rank: int, epochs: int | None, tracker: Any) -> Any:
             of = f"/{epochs}" if epochs else ""
             seconds = time.monotonic() - self.started
             print(f"worker {rank} epoch {epoch + 1}{of} {shown} seconds={seconds:.3f}", flush=True)
-            if not self.epoch_ended:  # beside the first step's line (bench/trainer_bench.py reads both)
+            if not self.epoch_ended:  # beside the first step's line (the trainer bench reads both)
                 self.epoch_ended = True
                 log.info("worker %d first epoch done at unix time %.3f", rank, time.time())
             tracker.log_epoch(epoch, logs)

@@ -161,7 +161,7 @@ def headers(environ: Mapping[str, str]) -> dict[str, str]:
     return {}
 
 
-def _call(
+def call(
     environ: Mapping[str, str],
     until: float,
     method: str,
@@ -186,10 +186,10 @@ def _transient(error: BaseException) -> bool:
     return isinstance(error, OSError)  # unreachable, reset, timed out
 
 
-def _retry(call: Callable[[], T], delays: tuple[float, ...], until: float) -> T:
+def _retry(attempt: Callable[[], T], delays: tuple[float, ...], until: float) -> T:
     for delay in (*delays, None):
         try:
-            return call()
+            return attempt()
         except Exception as e:
             if delay is None or not _transient(e) or time.monotonic() + delay >= until:
                 raise
@@ -204,7 +204,7 @@ def find_run(
     until = time.monotonic() + UPLOAD_SECONDS if until is None else until
     query = urllib.parse.urlencode({"experiment_name": environ[names.ENV_EXPERIMENT_NAME]})
     experiment = _retry(
-        lambda: _call(environ, until, "GET", f"/api/2.0/mlflow/experiments/get-by-name?{query}"),
+        lambda: call(environ, until, "GET", f"/api/2.0/mlflow/experiments/get-by-name?{query}"),
         delays,
         until,
     )
@@ -215,7 +215,7 @@ def find_run(
         "max_results": 1,
     }
     found = _retry(
-        lambda: _call(environ, until, "POST", "/api/2.0/mlflow/runs/search", json.dumps(search).encode()),
+        lambda: call(environ, until, "POST", "/api/2.0/mlflow/runs/search", json.dumps(search).encode()),
         delays,
         until,
     )
@@ -246,5 +246,5 @@ def upload(
         )
     location = urllib.parse.urlparse(root).path.lstrip("/")
     target = "/api/2.0/mlflow-artifacts/artifacts/" + urllib.parse.quote(f"{location}/{path}")
-    _retry(lambda: _call(environ, until, "PUT", target, text.encode(), kind="text"), delays, until)
+    _retry(lambda: call(environ, until, "PUT", target, text.encode(), kind="text"), delays, until)
     return f"runs:/{info['run_id']}/{path}"
