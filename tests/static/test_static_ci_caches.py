@@ -27,6 +27,7 @@ COMPONENTS = {
     "tools",
     "mlflow-s3",
     "pip",
+    "previous",
 }
 
 
