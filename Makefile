@@ -4,15 +4,16 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml contract/pyproject.toml client/pyproject.toml tests/kit/pyproject.toml VERSION | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml contract/pyproject.toml client/pyproject.toml tests/kit/pyproject.toml bench/pyproject.toml VERSION | sha1sum | cut -c1-12)
 # Every cache the builds fill lives under one folder (hack/build/cache.sh lists them): MWMS_CACHE=$(mktemp -d)
 # is a cold run. pip's cache follows it for the venv too.
 export MWMS_CACHE ?= $(HOME)/.cache/mwms
 export PIP_CACHE_DIR := $(MWMS_CACHE)/pip
 .DEFAULT_GOAL := help
 
-.PHONY: help deps-demo deps-test setup builds venv tools control-plane images lock kueue kwok versitygw mlflow-s3 \
-	promtool node demo test test-unit test-static test-integration test-node test-kueue lint clean
+.PHONY: help deps-demo deps-test setup builds venv tools control-plane images lock kueue kwok kind kind-node \
+	versitygw mlflow-s3 promtool node demo test test-unit test-static test-integration test-node test-kueue \
+	test-multikueue bench lint clean
 
 help: ## this list
 	@awk -F ':.*## ' '/^[a-z][a-z0-9-]*:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -28,10 +29,10 @@ setup: venv tools control-plane ## .venv, Helm and kubectl, the control plane's 
 
 venv: $(STAMP) ## .venv with the packages of this checkout, editable
 
-$(STAMP): pyproject.toml contract/pyproject.toml client/pyproject.toml tests/kit/pyproject.toml VERSION
+$(STAMP): pyproject.toml contract/pyproject.toml client/pyproject.toml tests/kit/pyproject.toml bench/pyproject.toml VERSION
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
-	$(PY) -m pip install --quiet -e ./contract -e ./client -e ./tests/kit -e ".[operator,trainer,dev]" --group test --group lint --group lock
+	$(PY) -m pip install --quiet -e ./contract -e ./client -e ./tests/kit -e ./bench -e ".[operator,trainer,dev]" --group test --group lint --group lock
 	rm -f $(VENV)/.installed-* && touch $@
 
 tools: venv ## the pinned Helm and kubectl, linked into .venv/bin
@@ -52,6 +53,12 @@ kueue: ## Kueue from its Go module, for the queueing test (cached by version)
 
 kwok: ## KWOK (fake nodes) for the scale bench and tests/scale (cached by version)
 	bash hack/build/build-kwok.sh
+
+kind: ## kind's CLI from its Go module, with its node's base files (cached by version)
+	bash hack/build/build-kind.sh
+
+kind-node: venv ## a kind node image of our Kubernetes build, as kind builds kindest/node (cached)
+	bash hack/build/build-kind-node.sh
 
 versitygw: ## the Versity S3 Gateway, the object-storage tests' S3 server (cached by version)
 	bash hack/build/build-versitygw.sh
@@ -93,6 +100,13 @@ test-node: setup images node ## the node and e2e tiers: the images on a real kub
 
 test-kueue: setup kueue ## the Kueue tests alone: real Kueue beside the local control plane
 	$(PY) -m pytest -m kueue tests/integration $(PYTEST_ARGS)
+
+test-multikueue: setup images node kueue ## the MultiKueue tier: a manager and a worker control plane
+	$(PY) -m pytest tests/multikueue $(PYTEST_ARGS)
+
+# Scenarios and their options: `make bench` alone lists them; each run appends its record to bench/results/.
+bench: venv ## one benchmark: make bench SCENARIO=scale BENCH_ARGS='--pods 1000'; SCENARIO=report renders the page
+	$(PY) -m mwms_bench $(or $(SCENARIO),--help) $(BENCH_ARGS)
 
 lint: venv ## ruff and mypy
 	$(VENV)/bin/ruff check contract operator trainer dev client tests bench

@@ -133,9 +133,9 @@ def cmd_list(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 def cmd_get(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     client = client_of(args)
     jobs = [client.get(name) for name in args.names]
-    show_jobs(jobs, args.output, out, single=len(jobs) == 1)
+    show_jobs(jobs, args.output, out, single=len(jobs) == 1, progress=True)
     if args.watch:
-        show_watched(client.watch(names=args.names), args.output, out, False)
+        show_watched(client.watch(names=args.names), args.output, out, False, progress=True)
     return EXIT_OK
 
 
@@ -149,6 +149,10 @@ def cmd_describe(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
 def cmd_events(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     return inspect_cli.run_events(client_of(args), args, out, dump)
+
+
+def cmd_ui(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    return inspect_cli.run_ui(client_of(args), args, out)
 
 
 def cmd_wait(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
@@ -188,9 +192,13 @@ def cmd_runs(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     if args.output in ("json", "yaml"):
         out.write(dump(fields[0] if len(args.names) == 1 else fields, args.output) + "\n")
         return EXIT_OK
-    rows = [["NAME", "PHASE", "RUN ID", "EXPERIMENT", "MODEL URI"]]
+    rows = [["NAME", "PHASE", "RUN ID", "EXPERIMENT", "MODEL URI", "TRACKING URI"]]
     rows += [
-        [job.name, job.phase, *(v or "<none>" for v in (run.run_id, run.experiment_id, run.model_uri))]
+        [
+            job.name,
+            job.phase,
+            *(v or "<none>" for v in (run.run_id, run.experiment_id, run.model_uri, run.tracking_uri)),
+        ]
         for job, run in ((job, job.mlflow) for job in jobs)
     ]
     out.write(table(rows) + "\n")
@@ -293,8 +301,13 @@ def parser(plugins: Mapping[str, importlib.metadata.EntryPoint]) -> argparse.Arg
     getting.add_argument("names", nargs="+")
     kubectl.add_list_flags(listing, getting)
     inspect_cli.logs_arguments(verb("logs", cmd_logs, inspect_cli.LOGS_HELP), seconds)
-    verb("describe", cmd_describe, inspect_cli.DESCRIBE_HELP, ("json", "yaml")).add_argument("name")
-    verb("events", cmd_events, inspect_cli.EVENTS_HELP, ("json", "yaml")).add_argument("name")
+    inspect_cli.describe_arguments(
+        verb("describe", cmd_describe, inspect_cli.DESCRIBE_HELP, ("json", "yaml"))
+    )
+    events = verb("events", cmd_events, inspect_cli.EVENTS_HELP, ("json", "yaml"))
+    events.add_argument("name")
+    inspect_cli.tracking_argument(events)
+    inspect_cli.ui_arguments(verb("ui", cmd_ui, inspect_cli.UI_HELP))
     wait = verb(
         "wait",
         cmd_wait,

@@ -3,17 +3,15 @@ of plain dicts)."""
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
-import os
-import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from mwms.kube import SubmitError
+from mwms.tracking_server import TrackingServer
+from mwms.tracking_server import tracking_headers as tracking_headers  # re-exported
 from mwms_contract import names, termination
 from mwms_contract.conditions import PENDING, SUCCEEDED, SUSPENDED, TERMINAL
 from mwms_contract.status import Condition as Condition  # re-exported: the SDK's types are the contract's
@@ -114,39 +112,30 @@ class NoResult(LookupError):
     """The job returned no value (it failed, its chief pod is gone, or the script returns nothing)."""
 
 
-def chiefs_value(summary: Mapping[str, Any], tracking_uri: str | None) -> Any:
+def chiefs_value(summary: Mapping[str, Any], tracking: Any) -> Any:
     """The chief's return value, whole: from its termination message, or, when it was too big for it, the
-    `runs:/RUN/PATH` artifact of the job's run, read through the tracking server's REST API (no mlflow)."""
+    `runs:/RUN/PATH` artifact of the job's run, read on `tracking` (a TrackingServer or its URI; None when
+    no server is known)."""
     if "resultArtifact" not in summary:
         if "result" not in summary:
             raise NoResult("the chief's termination message holds no result")
         return summary["result"]
     artifact = str(summary["resultArtifact"])
-    if not tracking_uri:
+    if tracking is None:
         raise RuntimeError(
             f"the chief's result is in MLflow ({artifact}): set MLFLOW_TRACKING_URI to the tracking server"
         )
+    if isinstance(tracking, str):
+        tracking = TrackingServer(tracking)
     run_id, _, path = artifact.removeprefix("runs:/").partition("/")
-    query = urllib.parse.urlencode({"run_uuid": run_id, "path": path})
-    request = urllib.request.Request(f"{tracking_uri.rstrip('/')}/get-artifact?{query}")
-    for header, value in tracking_headers(os.environ).items():
-        request.add_header(header, value)
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return json.loads(response.read().decode("utf-8"))
-    except (OSError, ValueError) as e:
+        text = tracking.artifact(run_id, path)
+        if text is None:
+            raise RuntimeError(f"run {run_id} has no {path}")
+        return json.loads(text)
+    except (SubmitError, RuntimeError, ValueError) as e:
         raise RuntimeError(
-            f"the chief's result is in MLflow ({artifact}) but could not be read from {tracking_uri}: "
+            f"the chief's result is in MLflow ({artifact}) but could not be read from {tracking.where}: "
             f"{type(e).__name__}: {e}. Set MLFLOW_TRACKING_URI to an address of that tracking server this "
             "machine reaches"
         ) from e
-
-
-def tracking_headers(environ: Mapping[str, str]) -> dict[str, str]:
-    """MLflow's own credential variables, as its client sends them."""
-    if environ.get("MLFLOW_TRACKING_TOKEN"):
-        return {"Authorization": f"Bearer {environ['MLFLOW_TRACKING_TOKEN']}"}
-    user, password = environ.get("MLFLOW_TRACKING_USERNAME"), environ.get("MLFLOW_TRACKING_PASSWORD")
-    if user and password:
-        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
-    return {}

@@ -5,15 +5,14 @@ Plain dicts go in and out; a refusal or an unreachable server becomes a SubmitEr
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mwms.log_lines import lines_of, unseen
 from mwms_contract import names
 
 # Where the kubelet mounts a pod's service account: token, ca.crt, namespace.
@@ -22,6 +21,8 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # node); one more break and `stream_log` names it.
 STREAM_RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0)
 LOG_RIGHT = "get pods/log"  # the RBAC right a pod's log needs
+PROXY_RIGHT = "get services/proxy"  # the RBAC right the API server's service proxy needs
+PROXY_CONNECT_SECONDS = 10.0
 
 
 class SubmitError(RuntimeError):
@@ -34,6 +35,17 @@ class NotFound(SubmitError):
 
 class LogRefused(SubmitError):
     """The API server refused a pod's log (the message names the right it needs)."""
+
+
+@dataclass
+class Proxied:
+    """A Service's answer through the API server's service proxy: its status and headers, and its body
+    (`body`), or, when asked to stream, the open response to read it from (`stream`, urllib3's)."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes = b""
+    stream: Any = None
 
 
 @dataclass(frozen=True)
@@ -230,7 +242,7 @@ class JobClient:
                     **lines,
                 )
                 try:
-                    for line in _unseen(_lines(response.stream(decode_content=True)), last):
+                    for line in unseen(lines_of(response.stream(decode_content=True)), last):
                         last, breaks = line, 0
                         on_line(line.partition(" ")[2])
                         if stop.is_set():
@@ -252,17 +264,86 @@ class JobClient:
                 raise SubmitError(f"{what} broke off {breaks} times in a row, the last: {broke}")
             stop.wait(STREAM_RETRY_DELAYS[breaks - 1])
 
+    def service_proxy(
+        self,
+        namespace: str,
+        service: str,
+        path: str,
+        *,
+        method: str = "GET",
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 60.0,
+        stream: bool = False,
+    ) -> Proxied:
+        """A request to `service` ("[SCHEME:]NAME:PORT") in `namespace` through the API server's service
+        proxy, at `path` (with its query), on this kubeconfig's credentials: the Service's answer, whatever
+        its status; the API server's own refusals are SubmitErrors (a 403 names the right it needs)."""
+        import urllib.parse
+
+        import urllib3
+
+        api, quoted = self._core.api_client, urllib.parse.quote(service, safe=":")
+        resource = f"/api/v1/namespaces/{namespace}/services/{quoted}/proxy/{path.lstrip('/')}"
+        what = f"the service proxy to {service} in namespace {namespace}"
+        # The kubeconfig's token as every call of the package sends it (its client certificate is the pool's).
+        sent = {**api.default_headers, **dict(headers or {})}
+        for auth in api.configuration.auth_settings().values():
+            if auth["in"] == "header" and auth["value"]:
+                sent[auth["key"]] = auth["value"]
+        url = api.configuration.host + resource
+        try:
+            timeouts = urllib3.Timeout(connect=PROXY_CONNECT_SECONDS, read=timeout)
+            response = api.rest_client.pool_manager.request(
+                method, url, body=body, headers=sent, preload_content=False, redirect=False, timeout=timeouts
+            )
+        except (self._unreachable, OSError) as e:
+            raise SubmitError(f"cannot reach the API server at {self.server} ({what}): {e}") from None
+        answer = Proxied(response.status, {k.lower(): v for k, v in response.headers.items()})
+        if stream and answer.status < 400:  # an error's body is read: it may be the API server's own
+            answer.stream = response
+            return answer
+        try:
+            answer.body = response.read()
+        finally:
+            response.release_conn()
+        message = _status_message(answer.body) if answer.status >= 400 else ""
+        if message and answer.status == 503:
+            raise SubmitError(f"the API server refused {what}: {message} (is a pod of it ready?)")
+        if message:  # a Status object: the API server's own answer, not the Service's
+            raise self._refused(what, answer.status, message, PROXY_RIGHT, namespace)
+        return answer
+
+    def list_services(self, selector: str) -> list[dict[str, Any]]:
+        """The Services with these labels in every namespace, else in this client's namespace, as far as
+        this user may list them (none where neither is allowed)."""
+        for call in (
+            lambda: self._core.list_service_for_all_namespaces(label_selector=selector),
+            lambda: self._core.list_namespaced_service(self.namespace, label_selector=selector),
+        ):
+            try:
+                listed = self._ask("listing Services", call, right="list services")
+                return [service.to_dict() for service in listed.items or []]
+            except LogRefused:
+                continue
+        return []
+
     def _refusal(self, what: str, error: Any, right: str | None = None) -> SubmitError:
+        return self._refused(what, error.status, _message(error), right)
+
+    def _refused(
+        self, what: str, status: int, message: str, right: str | None = None, namespace: str | None = None
+    ) -> SubmitError:
         """The API server's refusal of `what`; a 403 of a call that needs the RBAC `right` ("VERB RESOURCE")
         is LogRefused, naming that right as a Role grants it."""
-        refused = f"the API server refused {what}: {_message(error)}"
-        if error.status != 403 or right is None:
+        refused, namespace = f"the API server refused {what}: {message}", namespace or self.namespace
+        if status != 403 or right is None:
             return SubmitError(refused)
         verb, resource = right.split()
         return LogRefused(
             f"{refused} (this needs the RBAC right to {verb} {resource} in namespace "
-            f'{self.namespace}: a Role with apiGroups [""], resources ["{resource}"], verbs ["{verb}"]; '
-            f"`kubectl auth can-i {verb} {resource} -n {self.namespace}` checks it)"
+            f'{namespace}: a Role with apiGroups [""], resources ["{resource}"], verbs ["{verb}"]; '
+            f"`kubectl auth can-i {verb} {resource} -n {namespace}` checks it)"
         )
 
 
@@ -299,49 +380,19 @@ def _service_account_client() -> Any:
     return kubernetes.client.ApiClient(configuration)
 
 
+def _status_message(body: bytes | None) -> str:
+    """The message of a Status object (the API server's own answers), else ""."""
+    try:
+        answer = json.loads(body or b"")
+    except ValueError:
+        return ""
+    if isinstance(answer, dict) and answer.get("kind") == "Status":
+        return str(answer.get("message") or answer.get("reason") or "")
+    return ""
+
+
 def _message(error: Any) -> str:
     try:
         return str(json.loads(error.body).get("message") or error.reason)
     except (TypeError, ValueError, AttributeError):
         return str(error.reason)
-
-
-# The timestamp `timestamps=true` puts before each line of a log (RFC 3339, up to nanoseconds).
-_STAMP = re.compile(r"(\S+?)(?:\.(\d+))?(Z|[+-]\d\d:\d\d) ")
-_EARLIEST = (datetime.datetime.min.replace(tzinfo=datetime.UTC), "")
-
-
-def _stamp(line: str) -> tuple[datetime.datetime, str]:
-    """A timestamped log line's time, to compare (the earliest when it has none)."""
-    found = _STAMP.match(line)
-    if found is None:
-        return _EARLIEST
-    try:
-        return datetime.datetime.fromisoformat(found[1] + found[3]), (found[2] or "").ljust(9, "0")
-    except ValueError:
-        return _EARLIEST
-
-
-def _unseen(lines: Iterable[str], last: str | None) -> Iterator[str]:
-    """The timestamped lines of a log read again after a break, from the one after `last`, the last one
-    given (None: all): up to it, or, should it be gone (the log rotated), up to the first later one."""
-    for line in lines:
-        if last is not None:
-            if line == last:
-                last = None
-                continue
-            if _stamp(line) <= _stamp(last):
-                continue
-            last = None
-        yield line
-
-
-def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
-    buffer = b""
-    for chunk in chunks:
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        for line in lines:
-            yield line.decode(errors="replace")
-    if buffer:
-        yield buffer.decode(errors="replace")

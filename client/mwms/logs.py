@@ -2,8 +2,8 @@
 
 Each worker uploads its log when it exits (mwms_trainer.worker_log) to logs/group-<restart>/worker-<i>.log of
 the job's run, so a restarted group's logs and a cleaned-up job's logs stay readable. The pod is read when it
-is the asked group's (its mwms.dev/restart label), else the run, at this machine's MLFLOW_TRACKING_URI, else
-the job's spec.mlflow.trackingUri, else the URI its pods ran with.
+is the asked group's (its mwms.dev/restart label), else the run, on the job's tracking server as this machine
+reaches it (tracking_server.py: through the API server's service proxy where it is a Service of the cluster).
 """
 
 from __future__ import annotations
@@ -11,15 +11,13 @@ from __future__ import annotations
 import os
 import queue
 import threading
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from mwms.follow import POD_RUNNING_TIMEOUT, chief_log, worker_pod
-from mwms.jobs import TERMINAL, Job, JobSuspended, chief_tracking_uri, job_from, tracking_headers
+from mwms.jobs import TERMINAL, Job, JobSuspended, chief_tracking_uri, job_from
 from mwms.kube import JobClient, LogRefused, NotFound, SubmitError
+from mwms.tracking_server import TrackingServer
 from mwms_contract import names
 
 
@@ -54,38 +52,29 @@ def group_of(job: Job, group: int | None, previous: bool) -> int:
     return group
 
 
-def tracking_uri(api: JobClient, job: Job, environ: Mapping[str, str]) -> str:
-    uri = environ.get(names.ENV_TRACKING_URI) or ((job.raw.get("spec") or {}).get("mlflow") or {}).get(
-        "trackingUri"
-    )
-    if not uri:
-        for pod in api.list_pods(f"{names.LABEL_JOB_NAME}={job.name}"):
-            uri = chief_tracking_uri(pod)
-            if uri:
-                break
+def job_tracking_uri(api: JobClient | None, job: Job, environ: Mapping[str, str]) -> str | None:
+    """This machine's MLFLOW_TRACKING_URI, else the server the job's status (status.mlflow.trackingUri),
+    spec or chief pod names."""
+    spec_mlflow = (job.raw.get("spec") or {}).get("mlflow") or {}
+    uri = environ.get(names.ENV_TRACKING_URI) or job.mlflow.tracking_uri or spec_mlflow.get("trackingUri")
+    if not uri and api is not None:
+        uri = next(
+            filter(None, map(chief_tracking_uri, api.list_pods(f"{names.LABEL_JOB_NAME}={job.name}"))), None
+        )
+    return str(uri) if uri else None
+
+
+def tracking_server(
+    api: JobClient, job: Job, environ: Mapping[str, str], explicit: str | None = None
+) -> TrackingServer:
+    """The job's tracking server: `explicit` (--tracking-uri), else job_tracking_uri's."""
+    uri = explicit or job_tracking_uri(api, job, environ)
     if not uri:
         raise NoLog(
-            f"trainjob/{job.name}'s pods are gone and it names no tracking server (the operator's default): "
-            "set MLFLOW_TRACKING_URI to it to read the logs its workers left in MLflow"
+            f"trainjob/{job.name}'s pods are gone and neither it nor its status names a tracking server: "
+            "set MLFLOW_TRACKING_URI (or pass --tracking-uri) to the server its workers left their logs in"
         )
-    return str(uri)
-
-
-def read_artifact(uri: str, run_id: str, path: str, environ: Mapping[str, str]) -> str | None:
-    """An artifact of the run, as text, through the tracking server (None when the run has none there)."""
-    query = urllib.parse.urlencode({"run_uuid": run_id, "path": path})
-    request = urllib.request.Request(f"{uri.rstrip('/')}/get-artifact?{query}")
-    for header, value in tracking_headers(environ).items():
-        request.add_header(header, value)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return str(response.read().decode("utf-8", errors="replace"))
-    except urllib.error.HTTPError as e:
-        if e.code == 404:
-            return None
-        raise NoLog(f"MLflow at {uri} refused {path} of run {run_id}: HTTP {e.code} {e.reason}") from None
-    except OSError as e:
-        raise NoLog(f"cannot read {path} of run {run_id} from MLflow at {uri}: {e}") from None
+    return TrackingServer(uri, api, environ)
 
 
 def tail_of(lines: list[str], tail: int | None) -> list[str]:
@@ -96,14 +85,23 @@ def tail_of(lines: list[str], tail: int | None) -> list[str]:
 
 
 def stored_log(
-    api: JobClient, job: Job, index: int, group: int, tail: int | None, environ: Mapping[str, str]
+    api: JobClient,
+    job: Job,
+    index: int,
+    group: int,
+    tail: int | None,
+    environ: Mapping[str, str],
+    explicit: str | None = None,
 ) -> list[str]:
-    """Worker `index`'s log of `group` from the job's run."""
+    """Worker `index`'s log of `group` from the job's run (on `explicit`, else the job's tracking server)."""
     path = names.log_artifact_path(group, index)
     if not job.mlflow.run_id:
         raise NoLog(f"no log of worker {index} in group {group}: trainjob/{job.name} has no MLflow run")
-    uri = tracking_uri(api, job, environ)
-    text = read_artifact(uri, job.mlflow.run_id, path, environ)
+    server = tracking_server(api, job, environ, explicit)
+    try:
+        text = server.artifact(job.mlflow.run_id, path)
+    except SubmitError as e:
+        raise NoLog(f"cannot read {path} of run {job.mlflow.run_id}: {e}") from None
     if text is None:
         raise NoLog(
             f"no log of worker {index} in group {group}: its pod is gone and run {job.mlflow.run_id} has no "
@@ -129,9 +127,11 @@ def worker_lines(
     say: Callable[[str], None] = lambda _: None,
     pod_running_timeout: float = POD_RUNNING_TIMEOUT,
     environ: Mapping[str, str] = os.environ,
+    explicit: str | None = None,
 ) -> Iterator[str]:
     """One worker's log lines: the pod's while it is the group's (followed until its container ends, with
-    `follow`), else the copy in the job's run (a finished group's log does not grow: `follow` reads it)."""
+    `follow`), else the copy in the job's run (a finished group's log does not grow: `follow` reads it);
+    `explicit`: the tracking server to read it from (--tracking-uri)."""
     if follow and group == job.restarts and not job.done:
         yield from chief_log(api, job.name, say, pod_running_timeout, index=index, tail=tail)
         return
@@ -143,7 +143,7 @@ def worker_lines(
         except SubmitError:
             if group == job.restarts and not job.done:
                 raise  # its container has not started: the API server's message says so
-    yield from stored_log(api, job, index, group, tail, environ)
+    yield from stored_log(api, job, index, group, tail, environ, explicit)
 
 
 def all_lines(
@@ -196,6 +196,7 @@ def job_logs(
     follow: bool = False,
     say: Callable[[str], None] = lambda _: None,
     pod_running_timeout: float = POD_RUNNING_TIMEOUT,
+    tracking_uri: str | None = None,
 ) -> Iterator[str]:
     job = job_from(api.get_trainjob(name))
     chosen = group_of(job, group, previous)
@@ -203,7 +204,9 @@ def job_logs(
         raise NoLog(f"trainjob/{name} has workers 0 to {job.replicas - 1}, not {worker}")
 
     def source(index: int) -> Callable[[Callable[[str], None]], Iterator[str]]:
-        return lambda tell: worker_lines(api, job, index, chosen, tail, follow, tell, pod_running_timeout)
+        return lambda tell: worker_lines(
+            api, job, index, chosen, tail, follow, tell, pod_running_timeout, os.environ, tracking_uri
+        )
 
     if not all_workers:
         yield from source(worker)(say)

@@ -12,7 +12,7 @@ import yaml
 
 import mwms.kubectl as kubectl
 from mwms.jobs import Job
-from mwms_contract.status import RUN_KEYS, parse_time
+from mwms_contract.status import RUN_KEYS, Progress, parse_time
 
 
 def age(created: str | None, now: datetime.datetime) -> str:
@@ -27,6 +27,25 @@ def age(created: str | None, now: datetime.datetime) -> str:
     return f"{max(seconds, 0)}s"
 
 
+def duration(seconds: int) -> str:
+    """A time left for people: 45s, 3m20s, 1h05m."""
+    hours, rest = divmod(max(seconds, 0), 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+
+
+def progress_text(progress: Progress) -> str:
+    """`epoch 12/60 (20%), 3m20s left`: as far as the status knows."""
+    text = f"epoch {progress.epoch}/{progress.epochs or '?'}"
+    if progress.percentage is not None:
+        text += f" ({progress.percentage}%)"
+    if progress.remaining_seconds is not None:
+        text += f", {duration(progress.remaining_seconds)} left"
+    return text
+
+
 def table(rows: Sequence[Sequence[str]]) -> str:
     """Columns padded to their widest cell, three spaces apart (kubectl's look)."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -35,25 +54,31 @@ def table(rows: Sequence[Sequence[str]]) -> str:
     )
 
 
-def job_rows(jobs: Sequence[Job], wide: bool, all_namespaces: bool, now: datetime.datetime) -> str:
+def progress_cells(progress: Progress | None) -> list[str]:
+    """EPOCH, PROGRESS and TIME LEFT of a job's row."""
+    if progress is None or progress.epoch is None:
+        return ["<none>", "<none>", "<none>"]
+    epoch = f"{progress.epoch}/{progress.epochs}" if progress.epochs else str(progress.epoch)
+    percent = "<none>" if progress.percentage is None else f"{progress.percentage}%"
+    left = "<none>" if progress.remaining_seconds is None else duration(progress.remaining_seconds)
+    return [epoch, percent, left]
+
+
+def job_rows(
+    jobs: Sequence[Job], wide: bool, all_namespaces: bool, now: datetime.datetime, progress: bool = False
+) -> str:
+    """kubectl's table; `progress` (`mwms get`) or `wide` adds EPOCH, PROGRESS and TIME LEFT."""
     head = ["NAME", "REPLICAS", "PHASE", "RESTARTS", "RUN ID", "AGE"]
-    head = (
-        (["NAMESPACE"] if all_namespaces else []) + head + (["EPOCH", "MODEL URI", "MESSAGE"] if wide else [])
-    )
+    head = (["NAMESPACE"] if all_namespaces else []) + head
+    head += ["EPOCH", "PROGRESS", "TIME LEFT"] if wide or progress else []
+    head += ["MODEL URI", "MESSAGE"] if wide else []
     rows = [head]
     for job in jobs:
         row = [job.name, str(job.replicas), job.phase, str(job.restarts), job.mlflow.run_id or "<none>"]
         row = ([job.namespace] if all_namespaces else []) + row + [age(job.created, now)]
+        row += progress_cells(job.progress) if wide or progress else []
         if wide:
-            progress = job.progress
-            epoch = "<none>" if progress is None or progress.epoch is None else str(progress.epoch)
-            if progress is not None and progress.epochs:
-                epoch += f"/{progress.epochs}"
-            row += [
-                epoch,
-                job.mlflow.model_uri or "<none>",
-                job.message.splitlines()[0] if job.message else "",
-            ]
+            row += [job.mlflow.model_uri or "<none>", job.message.splitlines()[0] if job.message else ""]
         rows.append(row)
     return table(rows)
 
@@ -65,10 +90,16 @@ def dump(data: Any, output: str) -> str:
 
 
 def show_jobs(
-    jobs: Sequence[Job], output: str | None, out: IO[str], all_namespaces: bool = False, single: bool = False
+    jobs: Sequence[Job],
+    output: str | None,
+    out: IO[str],
+    all_namespaces: bool = False,
+    single: bool = False,
+    progress: bool = False,
 ) -> None:
     """`-o` as kubectl: the object itself for one named job (`single`), else a v1 List; `name`:
-    trainjob.mwms.dev/NAME; `wide`: the table with epoch, model and message."""
+    trainjob.mwms.dev/NAME; `wide`: the table with progress, model and message (`progress`: with
+    progress)."""
     if output in ("json", "yaml"):
         items = [job.raw for job in jobs]
         out.write(dump(items[0] if single else {"apiVersion": "v1", "kind": "List", "items": items}, output))
@@ -83,7 +114,7 @@ def show_jobs(
         out.write("No TrainJobs found.")
     else:
         now = datetime.datetime.now(datetime.UTC)
-        out.write(job_rows(jobs, output == "wide", all_namespaces, now))
+        out.write(job_rows(jobs, output == "wide", all_namespaces, now, progress))
     out.write("\n")
 
 
@@ -93,12 +124,15 @@ def run_fields(job: Job) -> dict[str, Any]:
     return {"name": job.name, "namespace": job.namespace, "phase": job.phase, **run}
 
 
-def show_watched(jobs: Iterable[Job], output: str | None, out: IO[str], all_namespaces: bool) -> None:
+def show_watched(
+    jobs: Iterable[Job], output: str | None, out: IO[str], all_namespaces: bool, progress: bool = False
+) -> None:
     """`-w`: a line (or an object) for each change, as it comes; the table's rows without its header."""
     for job in jobs:
         if output is None or output == "wide":
             now = datetime.datetime.now(datetime.UTC)
-            out.write(job_rows([job], output == "wide", all_namespaces, now).splitlines()[1] + "\n")
+            row = job_rows([job], output == "wide", all_namespaces, now, progress).splitlines()[1]
+            out.write(row + "\n")
         else:
             show_jobs([job], output, out, single=True)
         out.flush()

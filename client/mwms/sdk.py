@@ -17,13 +17,22 @@ from pathlib import Path
 from typing import IO, Any
 
 import mwms.submit as packing
-from mwms.describe import Description, Event, describe_job, job_events
+from mwms.describe import (
+    Description,
+    Event,
+    describe_job,
+    describe_run,
+    job_events_or_kept,
+    known_servers,
+    with_peaks,
+)
 from mwms.follow import POD_RUNNING_TIMEOUT, Follower, chief_pod
-from mwms.jobs import Job, NoResult, Run, chief_summary, chief_tracking_uri, chiefs_value, job_from
+from mwms.jobs import Job, NoResult, Run, chief_summary, chiefs_value, job_from
 from mwms.kube import Cluster, JobClient, SubmitError
-from mwms.logs import job_logs
+from mwms.logs import job_logs, job_tracking_uri
 from mwms.placement import Placement
-from mwms_contract import names
+from mwms.tracking_server import TrackingServer
+from mwms.ui import RunPage, run_page
 from mwms_contract.conditions import FAILED, PHASES, SUCCEEDED, SUSPENDED
 
 # What `wait` returns on whatever it waits for: a job that ended, or one that waits for someone to resume it.
@@ -201,6 +210,7 @@ class Client:
         group: int | None = None,
         previous: bool = False,
         tail: int | None = None,
+        tracking_uri: str | None = None,
     ) -> Iterator[str]:
         """Worker `worker`'s (default: the chief's) log lines, or every worker's (`all_workers`, each line
         prefixed `[worker-I] `), of the current group, of group `group` (0: the first start) or of the one
@@ -211,7 +221,8 @@ class Client:
         says what it waits for, and why the log ended (a new group started), through `say` (default: a line
         on stderr); NotFound when the job is deleted, JobSuspended when it is suspended, LogRefused without
         the right to read pods' logs. With `all_workers`, the others' lines still come when one worker's log
-        fails (said through `say`), then NoLog."""
+        fails (said through `say`), then NoLog. The run is read on `tracking_uri`, else on the job's tracking
+        server as this machine reaches it (through the API server's service proxy where it is a Service)."""
         yield from job_logs(
             self.api,
             name,
@@ -223,16 +234,45 @@ class Client:
             follow=follow,
             say=say or _on_stderr,
             pod_running_timeout=pod_running_timeout,
+            tracking_uri=tracking_uri,
         )
 
-    def events(self, name: str) -> builtins.list[Event]:
-        """The Events of the job and of its pods, oldest first (as Kubeflow's get_job_events)."""
-        job = self.get(name)
-        return job_events(self.api, job.name, job.uid)
+    def tracking_server(self, job: Job, tracking_uri: str | None = None) -> TrackingServer | None:
+        """The job's tracking server as this machine reaches it (`tracking_uri` over the one it names)."""
+        uri = tracking_uri or job_tracking_uri(self.api, job, os.environ)
+        return None if uri is None else TrackingServer(uri, self.api)
 
-    def describe(self, name: str) -> Description:
-        """The job, its conditions, each worker's pod state and last reason, its recent Events and run."""
-        return describe_job(self.api, self.get(name))
+    def events(self, name: str, tracking_uri: str | None = None) -> builtins.list[Event]:
+        """The Events of the job and of its pods, oldest first (as Kubeflow's get_job_events); once the API
+        server has forgotten them (after an hour), those the post-mortems in the job's run kept."""
+        job = self.get(name)
+        return job_events_or_kept(self.api, job, self.tracking_server(job, tracking_uri))
+
+    def describe(self, name: str, tracking_uri: str | None = None) -> Description:
+        """The job, its conditions, each worker's pod state and last reason, its recent Events and run; a
+        worker whose pod is gone, and Events the API server forgot, as its run's post-mortems keep them."""
+        job = self.get(name)
+        server = self.tracking_server(job, tracking_uri)
+        return with_peaks(describe_job(self.api, job, server), server)
+
+    def describe_run(self, run_id: str, tracking_uri: str | None = None) -> Description:
+        """A job known by its MLflow run alone (the TrainJob may be deleted), from the post-mortems the run
+        keeps: on `tracking_uri`, else MLFLOW_TRACKING_URI, the servers this namespace's jobs name and the
+        chart's bundled MLflow, the first that has the run."""
+        uris = [tracking_uri] if tracking_uri else known_servers(self.api, os.environ)
+        return describe_run(run_id, [TrackingServer(uri, self.api) for uri in uris])
+
+    def ui(
+        self, name: str, port: int = 0, address: str = "127.0.0.1", tracking_uri: str | None = None
+    ) -> RunPage:
+        """The job's run in the MLflow UI: `.url`; served on `address`:`port` (0: a free one) through the API
+        server's service proxy when this machine does not reach the tracking server, until `.close()`."""
+        job = self.get(name)
+        server = self.tracking_server(job, tracking_uri)
+        if server is None or not job.mlflow.run_id:
+            missing = "no MLflow run yet" if server else "no tracking server named (pass tracking_uri)"
+            raise SubmitError(f"trainjob/{name} has {missing}")
+        return run_page(server, job.mlflow.experiment_id, job.mlflow.run_id, address, port)
 
     def runs(self, name: str) -> Run:
         """The job's MLflow run and model."""
@@ -252,12 +292,12 @@ class Client:
 
     def result(self, name: str) -> Any:
         """The chief's return value of a succeeded job, whole, read from MLflow when it was too big for the
-        termination message (at this machine's MLFLOW_TRACKING_URI, else the chief's); NoResult otherwise."""
+        termination message (at this machine's MLFLOW_TRACKING_URI, else the job's tracking server as this
+        machine reaches it); NoResult otherwise."""
         job = self.get(name)
         if not job.succeeded:
             raise NoResult(f"TrainJob {self.namespace}/{name} is {job.phase}: {job.message}".rstrip(": "))
         pod = self.api.get_pod(chief_pod(name))
         if pod is None:
             raise NoResult(f"the chief pod of {name} is gone (spec.cleanPodPolicy): its result went with it")
-        uri = os.environ.get(names.ENV_TRACKING_URI) or chief_tracking_uri(pod)
-        return chiefs_value(chief_summary(pod), uri)
+        return chiefs_value(chief_summary(pod), self.tracking_server(job))

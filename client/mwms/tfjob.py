@@ -267,10 +267,21 @@ def _run_policy(policy: Mapping[str, Any], group: Group, found: Conversion) -> d
     for key in ("activeDeadlineSeconds", "ttlSecondsAfterFinished", "suspend"):
         if policy.get(key) is not None:
             out[key] = policy[key]
-    managed = policy.get("managedBy")
-    if managed not in (None, "", TRAINING_OPERATOR):
-        found.lose(f"{path}.managedBy", f"{managed}: a TrainJob of this version has no managedBy")
     return out
+
+
+def _managed_by(policy: Mapping[str, Any], found: Conversion) -> str | None:
+    """runPolicy.managedBy as the TrainJob's spec.managedBy; training-operator's own name means this
+    operator, the TrainJob's default."""
+    managed = policy.get("managedBy")
+    if managed in (None, "", TRAINING_OPERATOR):
+        return None
+    found.note(
+        "spec.runPolicy.managedBy",
+        f"carried as spec.managedBy: {managed} runs the TrainJob (MultiKueue: on a worker cluster, with the "
+        "status copied back), and the operator creates nothing for it here",
+    )
+    return str(managed)
 
 
 def convert_tfjob(tfjob: Mapping[str, Any]) -> Conversion:
@@ -303,6 +314,9 @@ def convert_tfjob(tfjob: Mapping[str, Any]) -> Conversion:
     if mlflow:
         body["mlflow"] = mlflow
     body.update(template=template, runPolicy=_run_policy(policy, group, found))
+    managed = _managed_by(policy, found)
+    if managed is not None:
+        body["managedBy"] = managed
     job = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": metadata, "spec": body}
     scheduling = mapping(policy.get("schedulingPolicy"), "spec.runPolicy.schedulingPolicy")
     _scheduling(scheduling, group.replicas, job, found)

@@ -18,6 +18,9 @@ PROGRESS_UNAVAILABLE = "ProgressUnavailable"
 # Once the job has ended: True when its MLflow run has ended too (by the chief or the operator); False, naming
 # the run, while the operator could not end a run left RUNNING (reason: why, as for ProgressUnavailable).
 MLFLOW_RUN_ENDED = "MlflowRunEnded"
+# Once a group has ended (success, failure or restart): True when its post-mortem (postmortem/group-K.json:
+# the status, each worker's final state, the events) is kept in the job's MLflow run; False saying why not.
+POSTMORTEM_KEPT = "PostmortemKept"
 
 # Reasons while the group is made or waited for (Pending, Running).
 RESUMED = "Resumed"
@@ -72,10 +75,24 @@ TRACKING_REASONS = (
 PROGRESS_FLOWING = "ProgressFlowing"  # ProgressUnavailable is False again: a read worked
 RUN_ENDED_BY_CHIEF = "RunEndedByChief"  # MlflowRunEnded: the chief ended the run, as it should
 RUN_ENDED_BY_OPERATOR = "RunEndedByOperator"  # the run was left RUNNING: the operator ended it (an event too)
+# PostmortemKept (and MlflowRunEnded once a run named while the server was away turns out not to exist): the
+# post-mortem is in the run; the job has no run to keep it in (its chief never opened one); the run's
+# artifacts are not proxied by the tracking server (`mlflow server --no-serve-artifacts`), which the operator
+# writes through.
+POSTMORTEM_WRITTEN = "PostmortemWritten"
+NO_MLFLOW_RUN = "NoMlflowRun"
+ARTIFACTS_NOT_PROXIED = "ArtifactsNotProxied"
 # The one event that says the operator may not read a starting pod's events (RBAC: `list` on events).
 POD_EVENTS_FORBIDDEN = "PodEventsForbidden"
 # The one event that says a starting pod's events lookups keep failing otherwise (5xx, timeouts).
 POD_EVENTS_UNREADABLE = "PodEventsUnreadable"
+
+# spec.managedBy names another controller: the one event that says the operator leaves the job to it.
+MANAGED_ELSEWHERE = "ManagedElsewhere"
+# A job MultiKueue is to run has no kueue.x-k8s.io/queue-name label: no Workload is made, so nothing runs it.
+NO_QUEUE = "NoQueue"
+# The API server refused that job's Workload (Kueue's CRDs missing, its webhook's denial): tried again later.
+WORKLOAD_REFUSED = "WorkloadRefused"
 
 REASONS = (
     RESUMED,
@@ -104,4 +121,10 @@ REASONS = (
     PROGRESS_FLOWING,
     RUN_ENDED_BY_CHIEF,
     RUN_ENDED_BY_OPERATOR,
+    MANAGED_ELSEWHERE,
+    NO_QUEUE,
+    WORKLOAD_REFUSED,
+    POSTMORTEM_WRITTEN,
+    NO_MLFLOW_RUN,
+    ARTIFACTS_NOT_PROXIED,
 )

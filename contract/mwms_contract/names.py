@@ -21,6 +21,14 @@ LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 LABEL_KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
 ANNOTATION_KUEUE_POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
 ANNOTATION_KUEUE_RETRIABLE_IN_GROUP = "kueue.x-k8s.io/retriable-in-group"
+# MultiKueue labels the copy of a job it makes on a worker cluster with the name of the job's Workload there:
+# the job is admitted through that Workload, so its workers are no pod group of their own.
+LABEL_KUEUE_PREBUILT_WORKLOAD = "kueue.x-k8s.io/prebuilt-workload-name"
+# spec.managedBy: which controller runs a TrainJob. Absent, this operator, which claims this value (as the
+# batch/v1 Job controller claims kubernetes.io/job-controller); any other, that controller, and the operator
+# creates nothing for the job and never writes its status. MultiKueue's value is Kueue's own name for it.
+CONTROLLER_NAME = "mwms.dev/trainjob-controller"
+MULTIKUEUE_CONTROLLER_NAME = "kueue.x-k8s.io/multikueue"
 ROLE_CHIEF = "chief"
 ROLE_WORKER = "worker"
 
@@ -72,6 +80,8 @@ ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 ENV_EXPERIMENT_NAME = "MLFLOW_EXPERIMENT_NAME"
 # Not injected by the operator (pods use terminationMessagePath); local mode and tests point it elsewhere.
 ENV_TERMINATION_LOG = "MWMS_TERMINATION_LOG"
+# spec.mlflow.systemMetrics.periodSeconds: each worker's CPU, memory, network, disk into the run; 0: off.
+ENV_SYSTEM_METRICS_SECONDS = "MWMS_SYSTEM_METRICS_SECONDS"
 RESERVED_ENV = frozenset(
     {
         ENV_TF_CONFIG,
@@ -86,6 +96,7 @@ RESERVED_ENV = frozenset(
         ENV_REGISTERED_MODEL_NAME,
         ENV_TRACKING_URI,
         ENV_EXPERIMENT_NAME,
+        ENV_SYSTEM_METRICS_SECONDS,
         ENV_CODE_DIR,
         ENV_CODE_ENTRYPOINT,
         ENV_CODE_ARGS,
@@ -141,6 +152,17 @@ LOG_ARTIFACT_DIR = "logs"
 LOG_CAP_BYTES = 8 * 1024 * 1024
 ENV_LOG_CAP = "MWMS_LOG_CAP_BYTES"
 LOG_CUT_MARKER = "[mwms: log cut]"
+
+
+# Each worker's system metrics in the job's run, as MLflow names a node's: system/worker-<index>/<metric>.
+SYSTEM_METRICS_PREFIX = "system/"
+DEFAULT_SYSTEM_METRICS_SECONDS = 15
+# What `mwms describe` shows each worker's peak of.
+SYSTEM_METRICS_PEAKS = ("cpu_usage_cores", "system_memory_peak_megabytes")
+
+
+def system_metrics_node_id(index: int) -> str:
+    return f"worker-{index}"
 
 
 def log_artifact_path(restart: int, index: int) -> str:

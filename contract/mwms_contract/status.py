@@ -10,6 +10,7 @@ wrote, so a status read and rendered again is the same bytes.
 from __future__ import annotations
 
 import dataclasses
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,13 +25,20 @@ CONDITION_KEYS = {
     "observed_generation": "observedGeneration",
 }
 COUNT_KEYS = {"active": "active", "ready": "ready", "succeeded": "succeeded", "failed": "failed"}
-RUN_KEYS = {"run_id": "runId", "experiment_id": "experimentId", "model_uri": "modelUri"}
+RUN_KEYS = {
+    "run_id": "runId",
+    "experiment_id": "experimentId",
+    "model_uri": "modelUri",
+    "tracking_uri": "trackingUri",
+}
 PROGRESS_KEYS = {
     "run_id": "runId",
     "epoch": "epoch",
     "epochs": "epochs",
     "metrics": "metrics",
     "update_time": "updateTime",
+    "percentage": "progressPercentage",  # Kubeflow Trainer v2's names
+    "remaining_seconds": "estimatedRemainingSeconds",
 }
 # In the order the operator writes them.
 STATUS_KEYS = {
@@ -140,13 +148,23 @@ class ReplicaCounts:
         return _render(self, COUNT_KEYS)
 
 
+def shown_uri(uri: str) -> str:
+    """A tracking URI as the status may show it: without userinfo, query or fragment, where credentials
+    (user:password@, ?token=) would be."""
+    parts = urllib.parse.urlsplit(uri.strip())
+    netloc = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
 @dataclass(frozen=True)
 class MlflowRun:
-    """status.mlflow: the job's one MLflow run (None until the chief has opened it) and its model."""
+    """status.mlflow: the job's one MLflow run (None until the chief has opened it), its model, and the
+    tracking server that holds them (shown_uri: never credentials)."""
 
     run_id: str | None = None
     experiment_id: str | None = None
     model_uri: str | None = None
+    tracking_uri: str | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MlflowRun:
@@ -165,6 +183,8 @@ class Progress:
     metrics: Mapping[str, float] = field(default_factory=dict)  # each metric's latest value
     update_time: str | None = None  # when it was read
     run_id: str | None = None  # the run found by the job's uid tag
+    percentage: int | None = None  # 0-100: epochs finished of those in all (100 once Succeeded)
+    remaining_seconds: int | None = None  # estimated from the pace of this group's epochs so far
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Progress:
@@ -176,6 +196,8 @@ class Progress:
             metrics={str(name): value for name, value in metrics.items() if isinstance(value, int | float)},
             update_time=_text(data.get(k["update_time"])),
             run_id=_text(data.get(k["run_id"])),
+            percentage=_int(data.get(k["percentage"])),
+            remaining_seconds=_int(data.get(k["remaining_seconds"])),
         )
 
     def to_dict(self) -> dict[str, Any]:

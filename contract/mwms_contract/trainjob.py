@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mwms_contract import names
+from mwms_contract.ownership import own_workload
 from mwms_contract.tf_config import tf_config
 
 MAX_REPLICAS = 256
@@ -33,6 +34,13 @@ VOLUME_SOURCES = ("persistentVolumeClaim", "hostPath", "nfs")  # spec.checkpoint
 ENTRYPOINT_FUNCTION = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
 CONFIGMAP_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 URI_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")  # spec.trainer.dataPath: a URI, not a path
+# spec.managedBy: a domain-prefixed path (`kueue.x-k8s.io/multikueue`), at most 63 characters, as batch/v1
+# Job's managedBy; the CRD says the same.
+MANAGED_BY_MAX_LENGTH = 63
+MANAGED_BY = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9/._~%!$&'()*+,;=:-]+",
+    re.ASCII,
+)
 
 
 class SpecError(ValueError):
@@ -74,9 +82,13 @@ class TrainJobSpec:
     suspend: bool = False
     startup_timeout_seconds: int = DEFAULT_STARTUP_TIMEOUT_SECONDS
     container_error_grace_seconds: int = DEFAULT_CONTAINER_ERROR_GRACE_SECONDS
-    # The TrainJob's kueue.x-k8s.io/queue-name label: its workers become one Kueue pod group in that queue.
+    # The TrainJob's kueue.x-k8s.io/queue-name label: its workers become one Kueue pod group in that queue
+    # (not where the job has a Workload of its own: own_workload).
     queue_name: str | None = None
     code: CodeSpec | None = None
+    # spec.mlflow.systemMetrics: every worker's system metrics into the run this often; 0: off.
+    system_metrics_seconds: int = names.DEFAULT_SYSTEM_METRICS_SECONDS
+    managed_by: str = names.CONTROLLER_NAME  # spec.managedBy; any other value: not this operator's job
 
 
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:
@@ -206,6 +218,21 @@ def _code(value: Any) -> CodeSpec | None:
     )
 
 
+def _system_metrics(value: Any) -> int:
+    """spec.mlflow.systemMetrics ({enabled, periodSeconds}) as the sampling period; 0 when turned off."""
+    given = _mapping(value, "spec.mlflow.systemMetrics")
+    enabled = given.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise SpecError("spec.mlflow.systemMetrics.enabled", f"must be true or false, got {enabled!r}")
+    period = _int(
+        given.get("periodSeconds", names.DEFAULT_SYSTEM_METRICS_SECONDS),
+        "spec.mlflow.systemMetrics.periodSeconds",
+        minimum=1,
+        maximum=3600,
+    )
+    return period if enabled else 0
+
+
 def _check_data_path(data_path: object) -> None:
     """Refuse a dataPath URI the trainer cannot read (the trainer's own check, mwms_trainer.objectstore, says
     the same), so the job fails as InvalidSpec before any pod starts."""
@@ -219,6 +246,17 @@ def _check_data_path(data_path: object) -> None:
         )
 
 
+def _managed_by(value: Any) -> str:
+    text = _str(value, "spec.managedBy")
+    if len(text) > MANAGED_BY_MAX_LENGTH or not MANAGED_BY.fullmatch(text):
+        raise SpecError(
+            "spec.managedBy",
+            f"must be a domain-prefixed path of at most {MANAGED_BY_MAX_LENGTH} characters (such as "
+            f"{names.MULTIKUEUE_CONTROLLER_NAME}), got {text!r}",
+        )
+    return text
+
+
 def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJobSpec:
     """Parse a TrainJob (the whole object, or at least its `spec`) and apply every default once; tracking_uri
     and image are the defaults of spec.mlflow.trackingUri and spec.image (the operator's settings)."""
@@ -226,6 +264,8 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
     metadata = _mapping(body.get("metadata"), "metadata")
     name = metadata.get("name")
     queue = _mapping(metadata.get("labels"), "metadata.labels").get(names.LABEL_KUEUE_QUEUE)
+    if own_workload(body) is not None:
+        queue = None  # admitted through a Workload of its own: its workers form no pod group (queued twice)
 
     if "replicas" not in spec:
         raise SpecError("spec.replicas", "is required")
@@ -254,6 +294,7 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
     # One experiment per TrainJob name by default, so reruns of a job land side by side.
     experiment = mlflow.get("experiment", name or "Default")
     registered = mlflow.get("registeredModelName")
+    system_metrics = _system_metrics(mlflow.get("systemMetrics"))
 
     template = copy.deepcopy(dict(_mapping(spec.get("template"), "spec.template")))
     _check_template(template)
@@ -299,7 +340,9 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
         clean_pod_policy=clean,
         suspend=suspend,
         code=code,
+        system_metrics_seconds=system_metrics,
         queue_name=None if queue is None else _str(queue, f"metadata.labels.{names.LABEL_KUEUE_QUEUE}"),
+        managed_by=_managed_by(spec.get("managedBy", names.CONTROLLER_NAME)),
         startup_timeout_seconds=_int(
             run_policy.get("startupTimeoutSeconds", DEFAULT_STARTUP_TIMEOUT_SECONDS),
             "spec.runPolicy.startupTimeoutSeconds",
@@ -340,6 +383,7 @@ def trainer_env(
         names.ENV_TRACKING_URI: spec.tracking_uri,
         names.ENV_EXPERIMENT_NAME: spec.experiment,
         names.ENV_STARTUP_TIMEOUT: str(spec.startup_timeout_seconds),
+        names.ENV_SYSTEM_METRICS_SECONDS: str(spec.system_metrics_seconds),
     }
     if spec.registered_model_name:
         env[names.ENV_REGISTERED_MODEL_NAME] = spec.registered_model_name

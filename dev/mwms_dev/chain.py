@@ -306,9 +306,9 @@ def score_model(base_url: str, model_uri: str, trainer_settings: dict) -> float:
     unscaled rows: the scaler must be part of the model."""
     import mlflow
 
-    from mwms_trainer.config import parse_trainer_config
-    from mwms_trainer.data import load_split
+    from mwms_trainer.input.exact import load_split
     from mwms_trainer.tfenv import tensorflow
+    from mwms_trainer.trainer_config import parse_trainer_config
 
     tensorflow()  # the trainer's TensorFlow setup (tf-keras, quiet C++ logs) before MLflow imports it
     split = load_split(parse_trainer_config(json.dumps(trainer_settings)))

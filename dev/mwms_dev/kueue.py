@@ -8,6 +8,10 @@ removes the webhook configurations before it stops Kueue.
 
 Kueue v0.17 without its internal cert management reads its metrics serving cert from a fixed path,
 /etc/kueue/metrics/certs (main.go), so start() writes a self-signed pair there when none exists.
+
+`multikueue_kinds` (`Kind.version.group`) makes this Kueue a MultiKueue manager that dispatches those kinds
+with its generic adapter (multiKueue.externalFrameworks; the MultiKueue and MultiKueueAdaptersForCustomJobs
+feature gates are on by default since v0.15); `connect_worker` gives it a worker cluster.
 """
 
 from __future__ import annotations
@@ -80,8 +84,16 @@ def webhook_configurations(manifests: str, base_url: str, ca_pem: bytes) -> list
 
 
 class Kueue:
-    def __init__(self, kubeconfig: Path, kubectl: str, state_dir: Path, home: Path | None = None) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        kubectl: str,
+        state_dir: Path,
+        home: Path | None = None,
+        multikueue_kinds: tuple[str, ...] = (),
+    ) -> None:
         self.kubeconfig, self.kubectl, self.state_dir = kubeconfig, kubectl, state_dir
+        self.multikueue_kinds = multikueue_kinds
         self.home = home or build()
         self.process: subprocess.Popen[bytes] | None = None
         self.health_port = free_port()
@@ -141,6 +153,8 @@ class Kueue:
             "manageJobsWithoutQueueName": False,
             "integrations": {"frameworks": ["pod"]},
         }
+        if self.multikueue_kinds:
+            config["multiKueue"] = {"externalFrameworks": [{"name": kind} for kind in self.multikueue_kinds]}
         config_path = self.state_dir / "kueue-config.yaml"
         config_path.write_text(yaml.safe_dump(config))
         log = self.log_path.open("ab")
@@ -157,6 +171,30 @@ class Kueue:
             "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": configs})
         )
         return self
+
+    def connect_worker(self, name: str, kubeconfig: dict[str, Any]) -> None:
+        """A MultiKueueCluster `name` that reaches a worker cluster with `kubeconfig` (credentials inline, as
+        MultiKueue requires), from a Secret in Kueue's namespace."""
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": f"{name}-kubeconfig", "namespace": "kueue-system"},
+            "stringData": {"kubeconfig": yaml.safe_dump(kubeconfig)},
+        }
+        cluster = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "MultiKueueCluster",
+            "metadata": {"name": name},
+            "spec": {
+                "clusterSource": {"kubeConfig": {"locationType": "Secret", "location": f"{name}-kubeconfig"}}
+            },
+        }
+        self._kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [secret, cluster]}),
+        )
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

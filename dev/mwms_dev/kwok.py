@@ -5,12 +5,12 @@ controller manager.
     cluster = LocalCluster(state_dir=..., subnet_index=21).start()  # no real node needed
     kwok = Kwok(cluster.kubeconfig, state_dir / "kwok").start()
     kwok.add_nodes(fake_nodes(100, cpu="32", memory="256Gi", pods=110, gpus=8, zones=3))
-    ... TrainJobs whose pod template carries the annotations of bench/scale/stages/ (WorkerScript) ...
+    ... TrainJobs whose pod template carries the annotations of bench/kwok-stages/ (WorkerScript) ...
     kwok.stop()
 
 KWOK runs as a local process with the admin kubeconfig and manages only the nodes annotated
 FAKE_NODE_ANNOTATION. Nodes get Ready and keep a Lease through KWOK's own node Stages (copied from its
-module into the cache); pods follow ours (bench/scale/stages/*.yaml, each saying what it simulates).
+module into the cache); pods follow ours (bench/kwok-stages/*.yaml, each saying what it simulates).
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from mwms_dev.procs import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "v0.8.0"
-STAGES_DIR = REPO / "bench" / "scale" / "stages"
+STAGES_DIR = REPO / "bench" / "kwok-stages"
 # KWOK's own node Stages, in the module's kustomize/stage/ copied to <cache>/stage by hack/build/build-kwok.sh
 NODE_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml")
 FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 ZONE_LABEL = "topology.kubernetes.io/zone"
-# Pod annotations read by our Stages (bench/scale/stages/): what the simulated worker does.
+# Pod annotations read by our Stages (bench/kwok-stages/): what the simulated worker does.
 START_DELAY = "kwok.mwms.dev/start-delay"
 RUN_FOR = "kwok.mwms.dev/run-for"
 EXIT_CODE = "kwok.mwms.dev/exit-code"

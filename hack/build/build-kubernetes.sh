@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build every Go binary the local cluster runs but etcd (kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubelet, kube-proxy, CoreDNS, local-path-provisioner, the CNI plugins) in one `go build`, so
-# the packages they share compile once; cached by version. build-control-plane.sh and build-node.sh beside it
-# take their binaries from here.
+# kube-scheduler, kubelet, kube-proxy, CoreDNS, local-path-provisioner, the CNI plugins; kubeadm and kubectl
+# for the kind node) in one `go build`, so the packages they share compile once; cached by version.
+# build-control-plane.sh, build-node.sh and build-kind-node.sh beside it take their binaries from here.
 # A second run with everything present is a no-op. Prints the bin directory on stdout.
 set -euo pipefail
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build KWOK ("Kubernetes WithOut Kubelet") from its official Go module (sigs.k8s.io/kwok has no `replace`
 # directives, so `go install module@version` works) into a cache keyed by version, next to the control plane's.
-# The scale bench (bench/scale_bench.py) and its smoke test fake nodes and pod lifecycles with it.
-# Its default Stages (kustomize/stage) are copied beside it, for reference; ours are in bench/scale/stages.
+# The scale bench (python -m mwms_bench scale) and its smoke test fake nodes and pod lifecycles with it.
+# Its default Stages (kustomize/stage) are copied beside it, for reference; ours are in bench/kwok-stages.
 # A second run with the binary present is a no-op. Prints the install directory on stdout.
 set -euo pipefail
 

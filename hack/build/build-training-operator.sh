@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build Kubeflow's training-operator (the peer that bench/peer_bench.py measures ours against) from its
-# official Go module into a cache keyed by version. github.com/kubeflow/training-operator has no `replace`
+# Build Kubeflow's training-operator (the peer `python -m mwms_bench ... --peer` measures ours against) from
+# its official Go module into a cache keyed by version. github.com/kubeflow/training-operator has no `replace`
 # directives, so `go install module@version` works. Its CRDs come from the same module's manifests/.
 # No code of it is committed here. A second run with the binary present is a no-op.
 # Prints the install directory on stdout.

@@ -38,6 +38,13 @@ wanted=(
   "gcc:gcc"                            # the pause image is compiled (static) from kubernetes' pause.c
   "/usr/include/stdio.h:libc6-dev"
 )
+# `make test` only: the kind tier (tests/kind/) runs kind in Docker, on a node image it builds.
+if [[ " ${targets[*]} " == *" test "* ]]; then
+  wanted+=(
+    "dockerd:docker.io"                # Debian's Docker engine (hack/build/dockerd.sh starts it)
+    "setcap:libcap2-bin"               # the kind node's CoreDNS binds port 53 by a file capability
+  )
+fi
 
 missing_packages=()
 problems=()

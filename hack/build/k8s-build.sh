@@ -15,9 +15,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"  # CACHE_ROOT, Go and pip cache
 export GOFLAGS="-trimpath -mod=mod" CGO_ENABLED=0
 GO_LDFLAGS="-s -w"
 # What build-kubernetes.sh builds in one `go build`, so the packages they share (client-go above all) compile
-# once: the control plane's and the node's Kubernetes commands, CoreDNS, the volume provisioner and the CNI
-# plugins.
-K8S_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+# once: the control plane's and the node's Kubernetes commands (with kubeadm and kubectl for the kind node
+# image, build-kind-node.sh), CoreDNS, the volume provisioner and the CNI plugins.
+K8S_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubeadm kubectl)
 CNI_PLUGINS=(main/bridge ipam/host-local main/loopback meta/portmap)
 CLUSTER_BINARIES=("${K8S_COMMANDS[@]}" coredns local-path-provisioner "${CNI_PLUGINS[@]#*/}")
 # CoreDNS with the plugins our Corefiles and kind's use, not its cloud back-ends (CoreDNS's documented way to

@@ -38,6 +38,13 @@ helm upgrade mwms oci://ghcr.io/mwms-dev/charts/mwms-operator --version <new> -n
 - Values that moved under `operator` (and `global.imagePullSecrets`, `trainer.image`) are still read for one
   release; the upgrade's notes name each old key found. Prefer your own values file to `--reuse-values`.
 
+## Reading runs
+
+The bundled MLflow is a Service users' machines cannot resolve: `mwms logs`, `describe`, `events` and `ui`
+read a job's run through the API server's service proxy with each user's own rights, which need `get` (and,
+for `mwms ui`, `create`) on `services/proxy` of `<release>-mlflow` in the release namespace; add the API
+server's host to `mlflow.extraAllowedHosts` (`docs/install.md`, Reading runs through the API server).
+
 ## Uninstall
 
 ```sh

@@ -11,7 +11,8 @@ from typing import Any
 import kopf
 
 from mwms_contract import names
-from mwms_operator.kube.client import Kube, login, use_api_threads
+from mwms_operator.kube.client import Kube, use_api_threads
+from mwms_operator.kube.credentials import login
 from mwms_operator.observe.pod_states import worker_pod
 from mwms_operator.observe.state import owner_key
 from mwms_operator.reconciler import Reconciler

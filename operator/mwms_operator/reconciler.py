@@ -11,8 +11,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from mwms_contract.conditions import PENDING, PODS_CREATED, SUSPENDED, TERMINAL
-from mwms_contract.status import TrainJobStatus, parse_time, typed
+from mwms_contract import names, postmortem
+from mwms_contract.conditions import PENDING, PODS_CREATED, SUSPENDED, TERMINAL, WORKLOAD_REFUSED
+from mwms_contract.ownership import manager_of, own_workload
+from mwms_contract.status import TrainJobStatus, format_time, parse_time, typed
 from mwms_contract.tf_config import worker_hosts
 from mwms_contract.trainjob import SpecError, TrainJobSpec
 from mwms_operator.decide.job_status import (
@@ -21,19 +23,25 @@ from mwms_operator.decide.job_status import (
     Decision,
     DeleteJob,
     DeletePods,
+    FinishWorkload,
     JobMeta,
+    KeepPostmortem,
     deferrable,
     next_due,
 )
+from mwms_operator.decide.managed_by import decide_elsewhere
 from mwms_operator.decide.policy import decide
 from mwms_operator.decide.start import events_wanted
 from mwms_operator.kube import refusals
 from mwms_operator.kube.client import Kube
 from mwms_operator.kube.event_lookups import PodEventLookups
+from mwms_operator.kube.group_creation import create_all, delete_pods
+from mwms_operator.kube.group_remains import group_remains
 from mwms_operator.kube.workqueue import WorkQueue
 from mwms_operator.mlflow.runwatch import RunWatch
-from mwms_operator.observe.pod_states import worker_pod
+from mwms_operator.observe.pod_states import as_created, worker_pod
 from mwms_operator.observe.state import JobKey, State, owner_key
+from mwms_operator.render.kueue_workload import build_workload, finished_status
 from mwms_operator.render.labels import deletion_selector
 from mwms_operator.render.pod import build_worker_pod
 from mwms_operator.render.service import build_service
@@ -47,6 +55,7 @@ WORKERS = 8  # jobs reconciled at once; each mostly waits on the API server
 LEAVING_GRACE_SECONDS = 10.0
 AT_REST = (*TERMINAL, SUSPENDED)  # phases only an event can move a job out of: no resync
 DUE_MARGIN_SECONDS = 0.2  # status times have whole seconds; look a little after a deadline, not just before
+WORKLOAD_RETRY_SECONDS = 30.0  # a refused Workload (Kueue not installed yet, its webhook down) is tried again
 
 
 class Reconciler:
@@ -75,6 +84,7 @@ class Reconciler:
     def start(self) -> None:
         self.queue.start()
         self.runs.queue.start()
+        self.runs.postmortems.start()
         self._resync = asyncio.get_running_loop().create_task(self._resync_forever(), name="resync")
 
     async def stop(self) -> None:
@@ -82,6 +92,7 @@ class Reconciler:
             self._resync.cancel()
         await self.queue.stop()
         await self.runs.queue.stop()
+        await self.runs.postmortems.stop()
 
     # --- watch events -> state -> queue
 
@@ -108,6 +119,7 @@ class Reconciler:
             return
         if type_ == "DELETED" and (pod := worker_pod(body)) is not None:
             self.state.pod_deleted(key, pod)
+        self.state.observed(key, str(body.get("metadata", {}).get("uid") or ""))
         self.queue.add(key)
 
     def bind(self, pod_index: Mapping[Any, Any], service_index: Mapping[Any, Any]) -> None:
@@ -139,7 +151,11 @@ class Reconciler:
         ):
             return  # gone or going (its pods too, e.g. with its namespace): nothing to recreate
         try:
-            await self._reconcile(key, body)
+            manager = manager_of(body)
+            if manager == names.CONTROLLER_NAME:
+                await self._reconcile(key, body)
+            else:
+                await self._elsewhere(key, body, manager)
         except refusals.NamespaceEnding:  # a pod, the Service or an event refused (403, or 404 if gone)
             self._namespace_ending(key.namespace)
             self.queue.forget(key)  # a status write that waits too: nothing is written there any more
@@ -152,6 +168,31 @@ class Reconciler:
                 "namespace %s is being deleted or gone: its TrainJobs are left alone until they are gone",
                 namespace,
             )
+
+    async def _elsewhere(self, key: JobKey, body: Mapping[str, Any], manager: str) -> None:
+        """A job another controller runs (decide/managed_by.py): its status is never written here; for
+        MultiKueue, its Workload is made."""
+        spec = parse_for_group(body, self.config.spec_defaults())[0]
+        done = key in self.state.workload_done
+        decision = decide_elsewhere(manager, spec, told=self.state.told(key), workload_made=done)
+        for event in decision.events:
+            self.state.tell_once(key, event.reason)
+            await asyncio.to_thread(self.kube.post_event, body, event.type, event.reason, event.message)
+        if decision.actions and isinstance(spec, TrainJobSpec) and spec.queue_name:
+            hosts = worker_hosts(
+                key.name, key.namespace, spec.replicas, spec.port, self.config.cluster_domain
+            )
+            workload = build_workload(
+                spec, spec.queue_name, job_name=key.name, namespace=key.namespace, uid=key.uid, hosts=hosts
+            )
+            try:
+                await asyncio.to_thread(self.kube.create_workload, key.namespace, workload)
+            except (refusals.Rejected, refusals.Refused, refusals.ApiError) as error:
+                message = f"the API server refused the job's Kueue Workload: {error}"
+                await asyncio.to_thread(self.kube.post_event, body, "Warning", WORKLOAD_REFUSED, message)
+                self.queue.add_after(key, WORKLOAD_RETRY_SECONDS)
+                return
+            self.state.workload_done.add(key)
 
     async def _reconcile(self, key: JobKey, body: Mapping[str, Any]) -> None:
         started = time.monotonic()
@@ -176,6 +217,7 @@ class Reconciler:
             template_error=template_error,
             disrupted=self.state.disruptions(key),
             said=self.runs.said(key),
+            open_workload=None if key in self.state.workload_done else own_workload(body),
         )
         # Status first, then actions, then events: a crash in between is repaired by the next reconcile.
         if not await self._write(meta, key, decision, previous):
@@ -261,15 +303,39 @@ class Reconciler:
     ) -> None:
         kube, key = self.kube, JobKey(meta.namespace, meta.name, meta.uid)
         for action in decision.actions:
-            if isinstance(action, DeletePods):
+            if isinstance(spec, TrainJobSpec) and isinstance(action, KeepPostmortem):
+                document = await self._postmortem(body, key, decision, action.group)
+                self.runs.keep_postmortem(key, spec, document)
+            elif isinstance(action, DeletePods):
                 await self._delete_doomed(key, action.names)
             elif isinstance(action, DeleteJob):
                 await asyncio.to_thread(kube.delete_trainjob, meta.namespace, meta.name, meta.uid)
+            elif isinstance(action, FinishWorkload):
+                ended = finished_status(
+                    action.name,
+                    meta.namespace,
+                    succeeded=action.succeeded,
+                    message=action.message,
+                    time=action.time or format_time(datetime.now(UTC)),
+                )
+                await asyncio.to_thread(kube.apply_workload_status, meta.namespace, action.name, ended)
+                self.state.workload_done.add(key)
             elif isinstance(spec, TrainJobSpec) and isinstance(action, CreateService):
                 service = build_service(spec, job_name=meta.name, namespace=meta.namespace, uid=meta.uid)
                 await asyncio.to_thread(kube.create_service, meta.namespace, service)
             elif isinstance(spec, TrainJobSpec) and isinstance(action, CreatePods):
                 await self._create_pods(body, meta, spec, action, dry_run_first=dry_run_first)
+
+    async def _postmortem(
+        self, body: Mapping[str, Any], key: JobKey, decision: Decision, group: int
+    ) -> dict[str, Any]:
+        """The group's post-mortem (mwms_contract.postmortem.build): its pods and the events of the job and
+        of its pods as the API server has them now, with the events this decision posts next. What cannot be
+        read is said in it, and never stops the reconcile."""
+        pods, events, notes = await group_remains(self.kube, key, group)
+        posting = [(e.type, e.reason, e.message) for e in decision.events]
+        now = format_time(datetime.now(UTC))
+        return postmortem.build(body, group, decision.new.to_dict(), pods, events, now, notes, posting)
 
     async def _delete_doomed(self, key: JobKey, doomed: tuple[str, ...]) -> None:
         """The pods a decision deletes (cleanPodPolicy, a restart, a suspend), in one request whatever their
@@ -288,11 +354,7 @@ class Reconciler:
                 if not self._collections_forbidden:
                     self._collections_forbidden = True
                     log.warning("pods are deleted one by one: %s (grant `deletecollection` on pods)", error)
-        await self._delete_pods(key.namespace, [(p.name, p.uid) for p in pods if p.name in doomed])
-
-    async def _delete_pods(self, namespace: str, pods: list[tuple[str, str]]) -> None:
-        """(name, uid) pairs: each is deleted only while its name is still that uid's."""
-        await asyncio.gather(*(asyncio.to_thread(self.kube.delete_pod, namespace, n, u) for n, u in pods))
+        await delete_pods(self.kube, key.namespace, [(p.name, p.uid) for p in pods if p.name in doomed])
 
     async def _create_pods(
         self,
@@ -320,42 +382,12 @@ class Reconciler:
             for i in action.indices
         ]
         if dry_run_first:
-            await self._create_all(meta.namespace, pods, dry_run=True)
-        created = await self._create_all(meta.namespace, pods, dry_run=False)
-        self.state.creation_accepted(JobKey(meta.namespace, meta.name, meta.uid))
+            await create_all(self.kube, meta.namespace, pods, dry_run=True)
+        created = await create_all(self.kube, meta.namespace, pods, dry_run=False)
+        key = JobKey(meta.namespace, meta.name, meta.uid)
+        self.state.creation_accepted(key)
+        self.state.expect(key, as_created(pods, dict(created)))
         if created:
             pod_names = ", ".join(name for name, _ in created)
             message = f"created worker pods {pod_names} (restart {action.restart_count})"
             await asyncio.to_thread(self.kube.post_event, body, "Normal", PODS_CREATED, message)
-
-    async def _create_all(
-        self, namespace: str, pods: list[dict[str, Any]], *, dry_run: bool
-    ) -> list[tuple[str, str]]:
-        """Creates the pods at once: the (name, uid) of those really created (None = the job's pod was there
-        already: a retried or lagging reconcile, no event spam). If any is refused, those created are
-        deleted again (the others must not hold quota or wait for peers meanwhile) and the worst error is
-        raised."""
-        results = await asyncio.gather(
-            *(asyncio.to_thread(self.kube.create_pod, namespace, pod, dry_run=dry_run) for pod in pods),
-            return_exceptions=True,
-        )
-        created = [
-            (pod["metadata"]["name"], uid)
-            for pod, uid in zip(pods, results, strict=True)
-            if isinstance(uid, str) and not dry_run
-        ]
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            await self._delete_pods(namespace, created)
-            raise _worst(errors)
-        return created
-
-
-def _worst(errors: list[BaseException]) -> BaseException:
-    """The error that says most about a failed batch: a namespace being deleted beats invalid beats
-    refused-for-now beats the rest."""
-    for kind in (refusals.NamespaceEnding, refusals.Rejected, refusals.Refused):
-        for error in errors:
-            if isinstance(error, kind):
-                return error
-    return errors[0]

@@ -1,11 +1,12 @@
 """README's "On a real cluster" section, run as written: every shell command of its kubectl and Helm blocks,
 in order, against a local control plane of its own with a real kubelet node (containerd, CNI, CoreDNS, a
 default StorageClass) that runs the images `make images` built, loaded into the node's containerd as the
-section's `kind load` loads them into kind (that block is checked for its shape, not run). The kustomize path
-trains the seed sample to `Succeeded` on real trainer containers with the MLflow of `manifests/mlflow/` and
-waits as a user would, for the job's end and then its phase; the Helm path installs the chart and waits for
-its rollout. A README edit that breaks a command a user copies (a renamed Deployment, a missing manifest, a
-jsonpath that the shell would split) fails here.
+section's `kind load` loads them into kind (that block is checked for its shape here, and run on kind by
+tests/kind/). The kustomize path trains the seed sample to `Succeeded` on real trainer containers with the
+MLflow of `manifests/mlflow/` and waits as a user would, for the job's end and then its phase; the Helm path
+installs the chart, waits for its rollout and trains the sample again, waited for with `mwms`. A README edit
+that breaks a command a user copies (a renamed Deployment, a missing manifest, a jsonpath that the shell would
+split) fails here.
 
 Its cluster is its own (the cluster-wide operator these commands install would act on other tests' jobs) and
 lives for this module only. The real node is one per machine: this node ends with this module and the node
@@ -20,6 +21,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,9 +61,8 @@ def test_the_section_is_the_images_then_the_kustomize_then_the_helm_path():
     assert list(blocks) == ["", "With kubectl (kustomize)", "With Helm"]
     ((images,), (kustomize,), (helm,)) = blocks.values()
     # Not run here (the fixture loads the same archives into the node), but they must say how.
-    assert images[0] == "make images" and all(
-        c.startswith("kind load image-archive build/images/") for c in images[1:]
-    )
+    assert images[0] == "make images" and images[1].startswith("kind create cluster")  # run by tests/kind/
+    assert all(c.startswith("kind load image-archive build/images/") for c in images[2:])
     assert kustomize[0] == "kubectl apply -k manifests/"
     # Where Kubeflow Trainer v2 is installed too, a bare `trainjob(s)` may name its TrainJob, not ours.
     jobs = [c for c in kustomize if "trainjob" in c]
@@ -101,7 +102,8 @@ def test_every_command_of_the_real_cluster_section_works(own_cluster):
     env = {
         **os.environ,
         "KUBECONFIG": str(own_cluster.kubeconfig),
-        "PATH": f"{tools_bin()}{os.pathsep}{os.environ['PATH']}",
+        # helm and kubectl pinned, and the mwms client of this venv.
+        "PATH": os.pathsep.join([str(tools_bin()), str(Path(sys.executable).parent), os.environ["PATH"]]),
     }
 
     def sh(command: str, timeout: float = 1200) -> str:

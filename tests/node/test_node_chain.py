@@ -22,7 +22,7 @@ from mwms_contract import names
 from mwms_dev.chain import check_mlflow, runs_of_job, score_model
 from mwms_kit.trainjobs import trainjob
 from mwms_trainer.kept import KEPT_DIR
-from mwms_trainer.tracking import TAG_RESUMED_FROM_EPOCH
+from mwms_trainer.mlflow_run import TAG_RESUMED_FROM_EPOCH
 
 # Loading the trainer image (~1 GB) and the chart come first, on 2 shared cores: more than the default 600 s.
 pytestmark = pytest.mark.timeout(1500)
@@ -65,6 +65,12 @@ def test_seed_job_in_a_restricted_namespace_gives_one_run_and_one_model(
         for pod in pods:
             (status,) = pod["status"]["containerStatuses"]
             assert status["containerID"].startswith("containerd://") and "/mwms-trainer:" in status["image"]
+            # Each worker that ended on its own logged its container's use under its node id (a last sample
+            # at its end): a TensorFlow worker peaks at hundreds of MB, read from its container's cgroup.
+            if status["state"].get("terminated", {}).get("exitCode") == 0:
+                node_id = "worker-" + pod["metadata"]["labels"][names.LABEL_REPLICA_INDEX]
+                assert metrics[f"system/{node_id}/system_memory_peak_megabytes"] > 100, sorted(metrics)
+                assert f"system/{node_id}/cpu_usage_cores" in metrics
         chain.delete_job(name)
     except Exception:
         print(operator_log())

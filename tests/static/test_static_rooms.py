@@ -244,12 +244,6 @@ def test_the_operators_module_names_mean_one_thing_across_our_packages():
     assert {name: where for name, where in repeats.items() if "mwms_operator" in where} == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the trainer's cluster.py, config.py, runner.py, startup.py and tracking.py are renamed on the "
-    "`trainer` branch (cluster.py is dev's too, runner.py the client's); once it is merged this passes: "
-    "remove this mark",
-)
 def test_no_module_name_repeats_across_our_packages():
     repeats = {name: sorted(where) for name, where in basenames(PRODUCT).items() if len(where) > 1}
     assert repeats == {}

@@ -36,6 +36,10 @@ OTHER_OBJECTS: dict[str, frozenset[str]] = {
     "operator/mwms_operator/render/pod.py": frozenset({"type"}),  # the pod's seccompProfile
     "operator/mwms_operator/observe/pod_states.py": POD,
     "operator/mwms_operator/kube/events.py": EVENT,
+    # A Kueue Workload's status: the Finished condition the operator applies to it.
+    "operator/mwms_operator/render/kueue_workload.py": frozenset(
+        {"status", "conditions", "type", "reason", "message", "lastTransitionTime"}
+    ),
     "operator/mwms_operator/telemetry/log_format.py": frozenset({"message"}),  # a JSON log record
     "operator/mwms_operator/kube/client.py": frozenset({"status", "message"}),  # the patch's body; an Event's
     "operator/mwms_operator/kube/refusals.py": frozenset({"message"}),  # a Status reply (ApiError.of)
@@ -46,9 +50,9 @@ OTHER_OBJECTS: dict[str, frozenset[str]] = {
     "operator/mwms_operator/observe/state.py": frozenset({"status"}),
     "client/mwms/describe.py": POD | EVENT,
     "client/mwms/follow.py": POD,
-    "client/mwms/kube.py": frozenset({"type", "message"}),  # a watch event; a Status reply
+    "client/mwms/kube.py": frozenset({"type", "message", "reason"}),  # a watch event; a Status reply
     "client/mwms/submit.py": frozenset({"mlflow"}),  # spec.mlflow
-    "client/mwms/logs.py": frozenset({"mlflow"}),  # spec.mlflow
+    "client/mwms/logs.py": frozenset({"mlflow", "trackingUri"}),  # spec.mlflow.trackingUri
     "client/mwms/tfjob.py": frozenset({"mlflow"}),  # the converted TrainJob's spec.mlflow
     "client/mwms/jobs.py": frozenset({"status", "message"}),  # the chief pod's termination message
     "client/mwms/output.py": frozenset({"phase"}),  # `mwms runs -o json`'s own fields

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 
-from mwms_trainer import data
 from mwms_trainer import model as model_mod
-from mwms_trainer.config import TrainerConfig
+from mwms_trainer.input import exact
 from mwms_trainer.tfenv import tensorflow
+from mwms_trainer.trainer_config import TrainerConfig
 
 
 def collective_ops(tf_function) -> list[list[str]]:
@@ -29,13 +29,13 @@ def main() -> None:
     tf = tensorflow()
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     cfg = TrainerConfig(epochs=2, globalBatchSize=32)
-    split = data.load_split(cfg)
-    steps = data.steps_per_epoch(len(split.x_train), cfg.globalBatchSize)
+    split = exact.load_split(cfg)
+    steps = exact.steps_per_epoch(len(split.x_train), cfg.globalBatchSize)
     with strategy.scope():
         model = model_mod.build_model(
             split.num_features, split.mean, split.variance, steps_per_execution=steps
         )
-    history = model.fit(data.train_dataset(split, cfg), epochs=cfg.epochs, steps_per_epoch=steps, verbose=0)
+    history = model.fit(exact.train_dataset(split, cfg), epochs=cfg.epochs, steps_per_epoch=steps, verbose=0)
     report = {"collectiveOps": collective_ops(model.train_tf_function), "steps": steps, **history.history}
     print(json.dumps(report), flush=True)
 

@@ -18,13 +18,13 @@ import time
 import pytest
 
 from mwms_contract import names
-from mwms_trainer import config, runner, startup, tracking, train
-from mwms_trainer.cluster import Cluster
+from mwms_trainer import mlflow_run, rendezvous, strategy_runner, train, trainer_config
+from mwms_trainer.cluster_spec import Cluster
 from mwms_trainer.errors import RetryableError
 from mwms_trainer.local import free_ports
 from mwms_trainer.tfenv import keras, tensorflow
 
-CASES = [*((name, True) for name in startup.PEER_LOSS_ERRORS), ("InvalidArgumentError", False)]
+CASES = [*((name, True) for name in rendezvous.PEER_LOSS_ERRORS), ("InvalidArgumentError", False)]
 
 
 def _raiser(name):
@@ -38,21 +38,22 @@ def _raiser(name):
 
 def _in_constructor(monkeypatch, fail):
     monkeypatch.setattr(tensorflow().distribute, "MultiWorkerMirroredStrategy", fail)
-    startup.create_strategy(Cluster(hosts=(), rank=0), time.monotonic() + 60, lambda _: None, None)
+    rendezvous.create_strategy(Cluster(hosts=(), rank=0), time.monotonic() + 60, lambda _: None, None)
 
 
 def _in_fit(monkeypatch, fail):
     tf = tensorflow()
-    monkeypatch.setattr(train, "open_tracker", lambda *_: tracking.NullTracker())
-    monkeypatch.setattr(startup, "create_strategy", lambda *_: tf.distribute.get_strategy())
+    monkeypatch.setattr(train, "open_tracker", lambda *_: mlflow_run.NullTracker())
+    monkeypatch.setattr(rendezvous, "create_strategy", lambda *_: tf.distribute.get_strategy())
     monkeypatch.setattr(keras().Model, "fit", fail)
-    settings = config.load({names.ENV_TRACKING_URI: "http://127.0.0.1:1", "MWMS_TRAINER_CONFIG": "{}"})
+    environ = {names.ENV_TRACKING_URI: "http://127.0.0.1:1", "MWMS_TRAINER_CONFIG": "{}"}
+    settings = trainer_config.load(environ)
     train.run(settings)
 
 
 def _in_train_fn(monkeypatch, fail):
     monkeypatch.delenv(names.ENV_TRACKING_URI, raising=False)
-    runner.run_here(fail, {}, use_custom_strategy=True)
+    strategy_runner.run_here(fail, {}, use_custom_strategy=True)
 
 
 @pytest.mark.parametrize("where", [_in_constructor, _in_fit, _in_train_fn], ids=lambda f: f.__name__[1:])
@@ -120,21 +121,21 @@ def test_a_runners_own_strategy_gets_the_startup_backstop(tmp_path, constructor)
             proc.kill()
             proc.wait()
     assert code == -signal.SIGALRM
-    assert (tmp_path / "termination").read_text() == startup.REGISTRATION_BACKSTOP_NOTE
+    assert (tmp_path / "termination").read_text() == rendezvous.REGISTRATION_BACKSTOP_NOTE
 
 
 def _builtin_strategy() -> None:
-    startup.create_strategy(Cluster(hosts=(), rank=0), time.monotonic() + 60, lambda _: None, None)
+    rendezvous.create_strategy(Cluster(hosts=(), rank=0), time.monotonic() + 60, lambda _: None, None)
 
 
 def _runners_own_strategy() -> None:
-    runner.run_here(
+    strategy_runner.run_here(
         lambda: tensorflow().distribute.MultiWorkerMirroredStrategy(), {}, use_custom_strategy=True
     )
 
 
 def _runner_without_a_strategy() -> None:
-    runner.run_here(lambda: None, {}, use_custom_strategy=True)
+    strategy_runner.run_here(lambda: None, {}, use_custom_strategy=True)
 
 
 @pytest.mark.parametrize(
@@ -146,7 +147,7 @@ def test_a_worker_that_met_its_peers_has_joined_whoever_makes_the_strategy(monke
     """Its pod's readiness probe passes from then on: the built-in trainer, a runner's train_fn that makes its
     own strategy, or one that makes none."""
     state = tmp_path / "state"
-    monkeypatch.setattr(startup, "RENDEZVOUS_FILE", str(state))
+    monkeypatch.setattr(rendezvous, "RENDEZVOUS_FILE", str(state))
     monkeypatch.setenv(names.ENV_TERMINATION_LOG, str(tmp_path / "termination"))
     monkeypatch.delenv(names.ENV_TF_CONFIG, raising=False)
     monkeypatch.delenv(names.ENV_TRACKING_URI, raising=False)

@@ -11,7 +11,7 @@ import pytest
 from mwms_contract import names
 from mwms_operator.mlflow.progress import ProgressReader
 from mwms_operator.settings import OperatorConfig
-from mwms_trainer.tracking import TAG_DROPPED_METRICS, MlflowTracker
+from mwms_trainer.mlflow_run import TAG_DROPPED_METRICS, MlflowTracker
 
 DELAYS = (0.01, 0.01, 0.01)
 

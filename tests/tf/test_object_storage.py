@@ -154,7 +154,8 @@ def test_a_wrong_key_a_missing_bucket_or_an_empty_prefix_exits_2_at_once_naming_
 
 def test_throttling_and_5xx_answers_are_retried_with_backoff(s3, tmp_path, monkeypatch):
     """The first answers are 503 (AWS's SlowDown status): the listing still succeeds."""
-    from mwms_trainer import data, objectstore
+    from mwms_trainer import objectstore
+    from mwms_trainer.input import readers
 
     write_parts(tmp_path / "table.parquet", files=2)
     uri = upload_table(s3, tmp_path / "table.parquet")
@@ -169,7 +170,7 @@ def test_throttling_and_5xx_answers_are_retried_with_backoff(s3, tmp_path, monke
         for key, value in {**s3.env, "AWS_ENDPOINT_URL": proxy.url}.items():
             monkeypatch.setenv(key, value)
         objectstore.filesystem.cache_clear()
-        files = data.table_files(uri, "parquet")
+        files = readers.table_files(uri, "parquet")
     finally:
         objectstore.filesystem.cache_clear()
         proxy.close()

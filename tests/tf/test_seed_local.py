@@ -10,8 +10,8 @@ from tf_support import REPO, models_of, runs_of
 
 from mwms_contract import names
 from mwms_trainer import local
-from mwms_trainer.config import TrainerConfig
-from mwms_trainer.data import load_split
+from mwms_trainer.input.exact import load_split
+from mwms_trainer.trainer_config import TrainerConfig
 
 SAMPLE = REPO / "manifests" / "samples" / "seed-breast-cancer.yaml"
 

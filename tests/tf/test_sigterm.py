@@ -4,8 +4,8 @@ Each worker runs as PID 1 of its own PID namespace and is signalled from outside
 does when a pod is deleted. "Promptly" here is by its own doing, before the kubelet's default grace period
 (30 s) would end in a SIGKILL: exit 143 and its termination message, or PID 1's own SIGKILL of a child that
 ignores the signal (2 s after it). How fast that is, is measured, not asserted: the times go to the test
-output (-s) and bench/results/trainer_sigterm.json (bench/trainer_bench.py --sigterm); a cold CI run at load
-~11 once took more than 5 s.
+output (-s) and to `python -m mwms_bench trainer-sigterm`'s records; a cold CI run at load ~11 once took more
+than 5 s.
 """
 
 from __future__ import annotations

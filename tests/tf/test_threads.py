@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 CODE = """
-from mwms_trainer import config, tfenv
-settings = config.load({"MLFLOW_TRACKING_URI": "http://127.0.0.1:1", "MWMS_THREADS": "1"})
+from mwms_trainer import tfenv, trainer_config
+settings = trainer_config.load({"MLFLOW_TRACKING_URI": "http://127.0.0.1:1", "MWMS_THREADS": "1"})
 tfenv.size_thread_pools(settings.threads)
 tf = tfenv.tensorflow()
 tf.constant(1.0) + 1.0  # the runtime starts with the pools it was given

@@ -129,3 +129,43 @@ def test_the_trainer_uploads_the_users_prints_into_the_run_its_chief_opened(
     log = read(mlflow_client, run.info.run_id, "logs/group-0/worker-0.log", tmp_path / "dl")
     assert "opened MLflow run" in log  # the trainer's own logging
     assert json.dumps(g.summary()) in log  # the summary line it prints last
+
+
+BUSY = """
+import os, time
+end = time.monotonic() + float(os.environ["BUSY_SECONDS"])
+while time.monotonic() < end:
+    sum(range(10000))
+"""
+
+
+def test_each_worker_logs_its_system_metrics_into_the_chiefs_run_under_its_node_id(
+    mlflow_server, mlflow_client, tmp_path
+):
+    name = f"sysmetrics-{uuid.uuid4().hex[:6]}"
+    envs = job(name, 2, mlflow_server.url, tmp_path / "job")
+    run_id = open_run(mlflow_client, envs)
+    cmd = [sys.executable, "-m", "mwms_trainer.pid1", sys.executable, "-c", BUSY]
+    for env in envs:
+        env.update({names.ENV_SYSTEM_METRICS_SECONDS: "1", "BUSY_SECONDS": "3"})
+    procs = [subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True) for env in envs]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    metrics = mlflow_client.get_run(run_id).data.metrics
+    for worker in ("worker-0", "worker-1"):
+        cpu = mlflow_client.get_metric_history(run_id, f"system/{worker}/cpu_usage_cores")
+        assert len(cpu) >= 2, cpu  # sampled while it ran, and once at its end
+        assert max(m.value for m in cpu) > 0.2  # the busy loop, counted from the cgroup
+        assert metrics[f"system/{worker}/system_memory_usage_megabytes"] > 0
+        assert f"system/{worker}/network_receive_megabytes" in metrics
+    assert [r.info.run_id for r in runs_of(mlflow_client, name)] == [run_id]  # into the chief's run only
+
+
+def test_system_metrics_turned_off_log_none(mlflow_server, mlflow_client, tmp_path):
+    name = f"sysmetrics-off-{uuid.uuid4().hex[:6]}"
+    envs = job(name, 1, mlflow_server.url, tmp_path / "job")
+    run_id = open_run(mlflow_client, envs)
+    envs[0][names.ENV_SYSTEM_METRICS_SECONDS] = "0"
+    subprocess.run(standin_cmd(), env=envs[0], capture_output=True, timeout=120, check=True)
+    assert not [key for key in mlflow_client.get_run(run_id).data.metrics if key.startswith("system/")]

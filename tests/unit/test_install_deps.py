@@ -68,6 +68,15 @@ def test_not_root_without_tools_names_everything_in_one_message_and_builds_nothi
     assert not (bare_machine / "cache").exists(), "nothing may be built or cached before the check passes"
 
 
+def test_only_make_test_wants_the_kind_tiers_engine(bare_machine):
+    def missing(target: str) -> list[str]:
+        (apt_line,) = re.findall(r"apt-get install -y (.*)", run_as_nobody(bare_machine, target).stderr)
+        return apt_line.split()
+
+    assert {"docker.io", "libcap2-bin"} <= set(missing("test"))
+    assert {"docker.io", "libcap2-bin"}.isdisjoint(missing("demo"))
+
+
 def test_unknown_target_is_refused(bare_machine):
     done = run_as_nobody(bare_machine, "deploy")
     assert done.returncode == 2 and "unknown target 'deploy'" in done.stderr

@@ -13,12 +13,19 @@ from pathlib import Path
 import pytest
 
 from mwms_kit import runner
+from mwms_kit.tiers import TIERS
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def crash() -> int:
     raise RuntimeError("the runner's own bug")
+
+
+def test_every_tier_runs_in_a_lane_of_make_test():
+    """A tier left out of both lanes would never run in CI, green or not."""
+    lanes = ["tests/integration", *runner.AFTER_INTEGRATION, *runner.COMPUTE_TIERS]
+    assert sorted(lanes) == sorted(f"tests/{tier}" for tier in TIERS)
 
 
 def test_a_body_whose_thread_crashed_counts_as_failed_never_passed():

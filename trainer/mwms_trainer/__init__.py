@@ -1,7 +1,8 @@
-"""The MWMS trainer: `python -m mwms_trainer` in worker pods, and a migration API for
-spark-tensorflow-distributor users (local processes and in-pod; the cluster path is the `mwms` client's).
+"""The MWMS trainer: `python -m mwms_trainer` in worker pods, and MirroredStrategyRunner for
+spark-tensorflow-distributor users.
 
-Importing this package does not import TensorFlow; the names below load their modules on first use.
+Importing the package imports none of its modules (`python -m mwms_trainer` forks as PID 1 before any heavy
+import): the names below load their module on first use.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import importlib
 from typing import Any
 
 __all__ = ["MirroredStrategyRunner", "is_chief", "log_model", "mlflow_callback"]
-_EXPORTS = {name: "mwms_trainer.runner" for name in __all__}
+_EXPORTS = {name: "mwms_trainer.strategy_runner" for name in __all__}
 
 
 def __getattr__(name: str) -> Any:

@@ -13,12 +13,12 @@ import signal
 import sys
 import traceback
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from mwms_contract import names, termination
-
-if TYPE_CHECKING:
-    from mwms_trainer.errors import TrainerError
+from mwms_trainer import pid1, tfenv, trainer_config, worker_log
+from mwms_trainer.errors import TrainerError
 
 
 def main(environ: Mapping[str, str] | None = None) -> int:
@@ -27,8 +27,6 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-step collective chatter at INFO
     environ = os.environ if environ is None else environ
     path = environ.get(names.ENV_TERMINATION_LOG, "").strip() or names.TERMINATION_MESSAGE_PATH
-    from mwms_trainer import pid1, worker_log
-
     # First, before TensorFlow: as PID 1 this process becomes a small init and the trainer its child; the
     # parent also keeps the trainer's log and puts it into the job's MLflow run at the end.
     code = pid1.fork_unless_pid1_is_taken(
@@ -41,16 +39,11 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         return code
     if environ.get(names.ENV_CODE_ENTRYPOINT, "").strip():
         return run_user_code(environ, path)  # the user's code imports TensorFlow when and how it wants
-    from mwms_trainer import tfenv
-
     # Seconds of work that the config, the data and the peers do not wait for (after the fork: never fork
     # a process with an import half done in another thread).
     tfenv.import_in_background()
-    from mwms_trainer import config
-    from mwms_trainer.errors import TrainerError
-
     try:
-        settings = config.load(environ)
+        settings = trainer_config.load(environ)
         log.info(
             "worker %d of %d (%s), job %s/%s uid %s, restart %d",
             settings.cluster.rank,
@@ -61,7 +54,7 @@ def main(environ: Mapping[str, str] | None = None) -> int:
             settings.job_uid,
             settings.restart_count,
         )
-        from mwms_trainer import train
+        from mwms_trainer import train  # after the fork, as usercode below: the PID-1 parent loads no numpy
 
         summary = train.run(settings, note=lambda message: termination.write(path, message))
     except TrainerError as e:
@@ -90,10 +83,7 @@ def success(summary: Mapping[str, Any], path: str) -> int:
 def run_user_code(environ: Mapping[str, str], path: str) -> int:
     """spec.code: the user's entrypoint through the runner. A user error is permanent (exit 1, not
     retried) and its last traceback line is the termination message, so it reaches the Failed condition."""
-    from pathlib import Path
-
-    from mwms_trainer import usercode
-    from mwms_trainer.errors import TrainerError
+    from mwms_trainer import usercode  # after the fork (see main)
 
     code_dir = Path(environ.get(names.ENV_CODE_DIR) or names.CODE_MOUNT_PATH)
     try:

@@ -1,8 +1,6 @@
 """How many threads TensorFlow's pools get: MWMS_THREADS, else the container's CPU limit, else all cores.
 
-TensorFlow sizes its intra- and inter-op pools from the machine's cores, not the pod's CPU limit, so N workers
-on one node run N x cores threads on the cores their limits add up to, and the throttled threads stall the
-collectives. Pure (no TensorFlow): the cgroup files are read from `root`, the container's own cgroup view.
+TensorFlow sizes its pools from the node's cores, not the pod's limit; throttled threads stall collectives.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from mwms_trainer.config import Settings
 from mwms_trainer.tfenv import keras
+from mwms_trainer.trainer_config import Settings
 
 KEPT_DIR = "fitted"  # under the job's folder on the checkpoint volume
 KEPT_MODEL = "model.keras"

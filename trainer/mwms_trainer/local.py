@@ -1,9 +1,5 @@
-"""`mwms local FILE.yaml`: run a TrainJob manifest as local worker processes, with the operator's env.
-
-The workers get exactly what the operator would put in their pods (mwms_contract.trainjob.trainer_env), except
-the addresses (127.0.0.1 on free ports), MLflow (--tracking-uri, or a sqlite store under --workdir, created
-here once before any worker starts: several processes initialising one sqlite file crash) and the files a pod
-would have (termination message, checkpoint volume) under the job's work directory.
+"""`mwms local FILE.yaml`: a TrainJob manifest run as local worker processes, each with the env the
+operator would give its pod (mwms_contract.trainjob.trainer_env), pointed at local ports and files.
 """
 
 from __future__ import annotations
@@ -21,6 +17,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
+
+import yaml
 
 from mwms_contract import names, termination
 from mwms_contract.trainjob import SpecError, TrainJobSpec, parse, trainer_env
@@ -42,8 +40,9 @@ def free_ports(count: int) -> list[int]:
 
 
 def prepare_sqlite_store(workdir: Path, experiment: str) -> str:
-    """Create the sqlite store and the experiment (artifacts beside it) once, before the workers start."""
-    import mlflow
+    """Create the sqlite store and the experiment (artifacts beside it) once, before the workers start:
+    several processes initialising one sqlite file at once crash."""
+    import mlflow  # only for a sqlite store: --tracking-uri needs none here
 
     workdir.mkdir(parents=True, exist_ok=True)
     uri = f"sqlite:///{(workdir / 'mlflow.db').resolve()}"
@@ -164,8 +163,6 @@ def read_termination(job_dir: Path, index: int) -> str:
 
 
 def load_manifest(path: Path) -> dict[str, Any]:
-    import yaml
-
     try:
         docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
     except (OSError, yaml.YAMLError) as e:

@@ -16,11 +16,9 @@ from mwms_trainer.tfenv import keras, tensorflow
 def one_reduce_sequential() -> Any:
     """tf_keras' Sequential with a training step that needs one cross-worker all-reduce: the gradients'.
 
-    Keras' own step returns every metric's result, and each result reads the metric's state across workers
-    (one all-reduce per state variable: 4 for loss and accuracy), then sums the returned logs across workers
-    (2 more), every step. Here a step only adds to each worker's own metric state; the results are read once
-    per call of the train function (one epoch: steps_per_execution is the epoch's steps). Same numbers: the
-    state is a sum over the steps and the workers either way.
+    Keras' own step also reads every metric's state across workers and sums the returned logs, every step.
+    Here a step only adds to each worker's own metric state, read once per call of the train function (one
+    epoch: steps_per_execution is the epoch's steps); the numbers are the same, as the state is a sum.
     """
     k, tf = keras(), tensorflow()
 

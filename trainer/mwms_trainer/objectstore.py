@@ -1,23 +1,8 @@
-"""dataPath in object storage: `s3://bucket/prefix/` listed and read through pyarrow.fs.S3FileSystem.
+"""dataPath in object storage: `s3://bucket/prefix/` listed and read through pyarrow.fs.S3FileSystem,
+set up from the standard AWS variables (why pyarrow: docs/design/s3-through-pyarrow.md).
 
-Why pyarrow.fs and not fsspec/s3fs: pyarrow is already in the trainer image with the AWS SDK for C++ linked
-in (s3fs would add s3fs, aiobotocore, botocore and aiohttp), it reads parquet by ranged GETs (a worker fetches
-the footer and its row groups, never a whole object first), and its credential chain is the standard one.
-
-Settings, all from the standard AWS variables (what boto3 and the AWS CLI read; `mwms local` passes them on):
-- credentials: the SDK's default chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN, e.g. from a
-  Secret through spec.template; AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN from a service account (IRSA);
-  profiles; the instance metadata service). Never in the URI, the spec or a message.
-- endpoint: AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL (an S3-compatible store). Read here, not left to the
-  SDK: pyarrow addresses buckets path-style only when it is given the endpoint itself (S3-compatible stores
-  need path-style), and takes the scheme (http/https) separately.
-- region: AWS_REGION, else AWS_DEFAULT_REGION (passed on so the SDK does not guess).
-- retries: throttling, 5xx and connection errors are retried with the SDK's standard exponential backoff,
-  AWS_MAX_ATTEMPTS attempts (default 8).
-
-Failures: a missing or wrong credential, a missing bucket, object or prefix exits 2 naming the URI (never a
-credential: their values are masked in every message); an object store still failing after the retries
-is retryable (exit 75).
+A refusal a restart cannot fix exits 2 naming the URI, never a credential; a store still failing after the
+SDK's retries exits 75.
 """
 
 from __future__ import annotations
@@ -108,8 +93,9 @@ def is_uri(data_path: str) -> bool:
 
 
 def s3_options(env: Mapping[str, str]) -> dict[str, Any]:
-    """S3FileSystem's settings from the standard AWS variables (see the module's docstring); no credentials:
-    the SDK's chain finds those itself."""
+    """S3FileSystem's settings: the endpoint (AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL; given to pyarrow
+    itself, so buckets are addressed path-style), AWS_REGION (else AWS_DEFAULT_REGION) and AWS_MAX_ATTEMPTS.
+    No credentials: the SDK's default chain finds those itself."""
     options: dict[str, Any] = {}
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
     if endpoint:
@@ -135,7 +121,7 @@ def s3_options(env: Mapping[str, str]) -> dict[str, Any]:
 @functools.cache
 def filesystem() -> Any:
     """One S3FileSystem per process, from this process's environment."""
-    from pyarrow import fs
+    from pyarrow import fs  # heavy (the AWS SDK): loaded only for an s3:// dataPath
 
     options = s3_options(os.environ)
     retry = fs.AwsStandardS3RetryStrategy(max_attempts=options.pop("max_attempts"))

@@ -1,22 +1,6 @@
-"""Stopping promptly as a container's PID 1.
-
-The kernel drops every signal sent to PID 1 of a PID namespace that has no handler for it, so a trainer that
-is its container's PID 1 ignores SIGTERM and every group restart, suspend or delete waits out the whole grace
-period. A Python handler is not enough: it only runs between bytecodes of the main thread, and that thread
-sits for minutes in C++ (MultiWorkerMirroredStrategy() waiting for peers while holding the GIL, a fit step, an
-upload), where neither the handler nor a watchdog thread can run.
-
-So, as PID 1, the process forks before it imports anything heavy: the child is the trainer (not PID 1, default
-signal actions: SIGTERM ends it at once, wherever it is) and the parent is a small init that forwards signals
-to it, reaps orphans, and exits with the child's code. A child still there KILL_AFTER_SECONDS after a
-forwarded signal gets SIGKILL: inside the strategy constructor TensorFlow's coordination service catches
-SIGTERM (its preemption notifier only takes note), and a user's script may catch it too. A child ended by a
-signal after one was forwarded exits as that signal would have ended it: 143 for SIGTERM, which the operator
-retries; otherwise 128 + the signal that ended it. `python -m mwms_trainer.pid1 CMD [ARG...]` does the same
-for any command, e.g. a user's own script that calls MirroredStrategyRunner.
-
-The supervising parent is also the one that keeps a job's worker log and uploads it to the job's MLflow run
-when the trainer has exited (worker_log.py).
+"""Stopping promptly as a container's PID 1: fork; the child trains, the parent forwards signals, reaps
+and exits with the child's code (docs/design/trainer-as-pid1.md). `python -m mwms_trainer.pid1 CMD` does the
+same for any command.
 """
 
 from __future__ import annotations
@@ -25,10 +9,8 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from mwms_trainer.worker_log import Capture
+from mwms_trainer import system_metrics, worker_log
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 KILL_AFTER_SECONDS = 2  # well inside the 5 s a deleted pod may take to go
@@ -96,7 +78,7 @@ def _fork() -> int:
 
 
 def fork_unless_pid1_is_taken(
-    on_signalled: Callable[[int], None] = lambda _: None, capture: Capture | None = None
+    on_signalled: Callable[[int], None] = lambda _: None, capture: worker_log.Capture | None = None
 ) -> int | None:
     """As PID 1: fork; the parent supervises (keeping the child's log in `capture`, uploaded once the child
     has exited) and returns the child's exit code, the child returns None.
@@ -113,9 +95,18 @@ def fork_unless_pid1_is_taken(
         if capture is not None:
             capture.in_child()
         return None
-    if capture is None:
-        return supervise(child, on_signalled)
-    capture.in_parent()
+    return _supervise_with_companions(child, on_signalled, capture)
+
+
+def _supervise_with_companions(
+    child: int, on_signalled: Callable[[int], None], capture: worker_log.Capture | None
+) -> int:
+    """supervise(), with the worker's log kept (capture) and its system metrics sampled meanwhile."""
+    metrics = system_metrics.reporter(os.environ)
+    if capture is not None:
+        capture.in_parent()
+    if metrics is not None:
+        metrics.start()
     stopped: list[int] = []
 
     def signalled(code: int) -> None:
@@ -123,7 +114,10 @@ def fork_unless_pid1_is_taken(
         on_signalled(code)
 
     code = supervise(child, signalled)
-    capture.finish(stopped=bool(stopped))
+    if metrics is not None:
+        metrics.stop(final=not stopped)
+    if capture is not None:
+        capture.finish(stopped=bool(stopped))
     return code
 
 
@@ -144,19 +138,11 @@ def main(argv: Sequence[str]) -> int:
         except OSError as e:
             print(f"cannot run {argv[0]!r}: {e}", file=sys.stderr)
         os._exit(127)
-    if capture is None:
-        return supervise(child)
-    capture.in_parent()
-    stopped: list[int] = []
-    code = supervise(child, stopped.append)
-    capture.finish(stopped=bool(stopped))
-    return code
+    return _supervise_with_companions(child, lambda _: None, capture)
 
 
-def _capture_wanted() -> Capture | None:
+def _capture_wanted() -> worker_log.Capture | None:
     """The log of a job's worker goes to its MLflow run (worker_log.py); None for any other process."""
-    from mwms_trainer import worker_log
-
     return worker_log.Capture(os.environ) if worker_log.wanted(os.environ) else None
 
 

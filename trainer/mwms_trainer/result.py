@@ -1,10 +1,5 @@
-"""The chief's return value as the job's result: JSON, whole, up to MAX_RESULT_BYTES (1 MiB).
-
-A small value (up to INLINE_BYTES) travels in the chief's termination message, which the kubelet cuts at 4 KiB
-and which also carries the run's fields; a larger one is an artifact of the job's MLflow run (ARTIFACT), named
-in the message, and read back from there by the caller (the `mwms` client). A value that is not JSON, above
-the limit, or above INLINE_BYTES for a job without MLflow fails the job (exit 1, saying which) instead of
-arriving cut.
+"""The chief's return value as the job's result: JSON up to MAX_RESULT_BYTES, in the termination
+message when small, else an artifact of the job's run; anything else fails the job rather than arrive cut.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""The logged model's code (MLflow "models from code"): MLflow saves this file with every model the trainer
-logs and runs it where the model is loaded, so it imports nothing of mwms_trainer.
-
-The model takes rows of the training columns in their training order (a numpy array or a list of lists, of
-any numeric dtype) and DataFrames (or dicts of columns) by column name, in any order, other columns ignored;
-the Keras model (scaler inside) takes them as float32. Its signature has no input schema because MLflow's
-would refuse arrays or drop columns before this code runs (tracking.model_signature says how), so the checks
-are here, against the training columns in the model's config (`model_config["columns"]`, also shown as
-`unwrap_python_model().columns`). `unwrap_python_model().keras_model` is the Keras model.
+"""The logged model's code (MLflow "models from code"): saved with every model and run where it is
+loaded, so it imports nothing of mwms_trainer. It checks its input itself against the training columns in its
+model_config (docs/design/serving-model-signature.md).
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""The one place TensorFlow and Keras are imported.
-
-Keras 3 cannot run multi-worker MWMS fit (every worker fails before the first step with
-`Attempt to convert a value (PerReplica:...)`, keras-team/keras#20585): TF_USE_LEGACY_KERAS=1 must be set
-before TensorFlow is first imported, and the model code uses tf_keras.
-
-The built-in trainer starts the import in a thread at process start (import_in_background): it takes
-seconds, and the config, the data and the chief's MLflow run need none of it. tensorflow() and keras() wait
-for that thread, so the main thread never imports TensorFlow while the thread does (two threads importing
-the same packages can deadlock on the import locks), and raise what the thread's import raised.
+"""The one place TensorFlow and tf_keras are imported: with TF_USE_LEGACY_KERAS=1 set first
+(docs/design/legacy-keras.md), and in a background thread from the trainer's start
+(docs/design/tensorflow-background-import.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The built-in fit: data, tracker, strategy, model, fit; the chief logs a plain copy of the model.
 
-Every worker runs the same code; only the tracker differs (MlflowTracker on the chief, NullTracker elsewhere),
-so nothing here branches on the role except the final hand-off.
+Every worker runs the same code; only the tracker differs (MlflowTracker on the chief, NullTracker elsewhere).
 """
 
 from __future__ import annotations
@@ -17,19 +16,20 @@ from importlib.metadata import version
 from typing import Any
 
 from mwms_contract import termination
-from mwms_trainer import data, kept, startup, streaming, tracking
+from mwms_trainer import kept, mlflow_run, rendezvous
 from mwms_trainer import model as model_mod
-from mwms_trainer.config import Settings
 from mwms_trainer.errors import DivergedError, RetryableError
+from mwms_trainer.input import TrainingInput, prepare_input
 from mwms_trainer.tfenv import keras, size_thread_pools, tensorflow
+from mwms_trainer.trainer_config import Settings
 
 log = logging.getLogger("mwms_trainer")
 
 
 def open_tracker(settings: Settings, params: dict[str, Any]) -> Any:
     if not settings.cluster.is_chief:
-        return tracking.NullTracker()
-    return tracking.MlflowTracker(
+        return mlflow_run.NullTracker()
+    return mlflow_run.MlflowTracker(
         tracking_uri=settings.tracking_uri,
         experiment_name=settings.experiment_name,
         job_name=settings.job_name,
@@ -41,29 +41,16 @@ def open_tracker(settings: Settings, params: dict[str, Any]) -> Any:
     )
 
 
-def params_of(settings: Settings, split: data.Split | streaming.FileShards) -> dict[str, Any]:
+def params_of(settings: Settings, data: TrainingInput) -> dict[str, Any]:
     """The run's params. Versions from the installed distributions: importing the packages to read their
     __version__ would cost seconds before the run opens (TensorFlow imports in the background meanwhile)."""
     n = settings.cluster.num_workers
-    if isinstance(split, streaming.FileShards):
-        # The training row counts are known only once the workers have met (train.fit logs them).
-        sizes: dict[str, Any] = {
-            "trainFiles": split.shard.training_files,
-            "heldOutFiles": len(split.shard.validation_files),
-            "testRows": split.held_out_rows,
-        }
-    else:
-        sizes = {
-            "stepsPerEpoch": data.steps_per_epoch(len(split.x_train), settings.trainer.globalBatchSize),
-            "trainRows": len(split.x_train),
-            "testRows": len(split.x_test),
-        }
     return {
         **settings.trainer.as_params(),
         "replicas": n,
         "perWorkerBatchSize": settings.trainer.globalBatchSize // n,
-        **sizes,
-        "features": split.num_features,
+        **data.sizes(),
+        "features": data.num_features,
         "tensorflowVersion": version("tensorflow"),
         "tfKerasVersion": version("tf-keras"),
         "sklearnVersion": version("scikit-learn"),
@@ -81,7 +68,7 @@ class OpeningTracker:
         self._error: list[Exception] = []
         self._thread: threading.Thread | None = None
         if not settings.cluster.is_chief:
-            self._result.append(tracking.NullTracker())
+            self._result.append(mlflow_run.NullTracker())
             return
 
         def target() -> None:
@@ -131,8 +118,8 @@ def epoch_logger(rank: int, epochs: int | None, tracker: Any) -> Any:
 
         def on_train_begin(self, logs: Any = None) -> None:
             # The first call of the train function runs one step, so its end is the first optimizer step
-            # (startup latency, for bench/trainer_bench.py); later calls run whole epochs again. One more
-            # call in the first epoch, no sync per step.
+            # (startup latency, for `python -m mwms_bench trainer`); later calls run whole epochs again. One
+            # more call in the first epoch, no sync per step.
             self.whole_call = int(self.model.steps_per_execution.numpy())
             self.model.steps_per_execution = 1
 
@@ -157,7 +144,7 @@ def epoch_logger(rank: int, epochs: int | None, tracker: Any) -> Any:
             of = f"/{epochs}" if epochs else ""
             seconds = time.monotonic() - self.started
             print(f"worker {rank} epoch {epoch + 1}{of} {shown} seconds={seconds:.3f}", flush=True)
-            if not self.epoch_ended:  # the figure the first-step line used to give, beside it
+            if not self.epoch_ended:  # beside the first step's line (the trainer bench reads both)
                 self.epoch_ended = True
                 log.info("worker %d first epoch done at unix time %.3f", rank, time.time())
             tracker.log_epoch(epoch, logs)
@@ -199,7 +186,7 @@ def resumed_epoch(backup_dir: str) -> int:
 
 def fit(
     settings: Settings,
-    split: data.Split | streaming.FileShards,
+    data: TrainingInput,
     opening: OpeningTracker,
     note: Callable[[str], None],
     deadline: float,
@@ -210,40 +197,19 @@ def fit(
     size_thread_pools(settings.threads)  # waits for TensorFlow's import, like everything from here on
     k = keras()
     # The chief's MLflow run opens during the rendezvous; a failure ends the chief there, before registering.
-    strategy = startup.create_strategy(cluster, deadline, note, peers_by, opening.wait, opening.check)
+    strategy = rendezvous.create_strategy(cluster, deadline, note, peers_by, opening.wait, opening.check)
     tracker = opening.wait()
-    if isinstance(split, streaming.FileShards):
-        with startup.peer_loss_is_retryable("while gathering the data's statistics"):
-            every = streaming.gather_stats(strategy, split, cluster.num_workers, cluster.rank)
-        mean, variance = streaming.scaler(every)
-        steps = streaming.steps_per_epoch(every, cfg)
-        left_out = streaming.rows_left_out(every, steps, cfg)
-        log.info(
-            "worker %d: %d training rows on %d workers, %d steps per epoch; each epoch leaves out %d rows "
-            "(per worker: %s), as every worker takes the steps of the one with the fewest rows",
-            cluster.rank,
-            sum(s.rows for s in every),
-            len(every),
-            steps,
-            sum(left_out),
-            ", ".join(map(str, left_out)),
-        )
-        tracker.log_params(
-            {
-                "trainRows": sum(s.rows for s in every),
-                "stepsPerEpoch": steps,
-                "rowsLeftOutPerEpoch": sum(left_out),
-            }
-        )
-    else:
-        mean, variance = split.mean, split.variance
-        steps = data.steps_per_epoch(len(split.x_train), cfg.globalBatchSize)
+    with rendezvous.peer_loss_is_retryable("while gathering the data's statistics"):
+        agreed = data.agree(strategy)
+    if agreed.params:
+        tracker.log_params(agreed.params)
+    steps = agreed.steps_per_epoch
     k.utils.set_random_seed(cfg.seed)  # the same initial weights everywhere (MWMS also broadcasts them)
     with strategy.scope():
         model = model_mod.build_model(
-            split.num_features,
-            mean,
-            variance,
+            data.num_features,
+            agreed.mean,
+            agreed.variance,
             hidden_units=cfg.hiddenUnits,
             learning_rate=cfg.learningRate,
             steps_per_execution=steps,
@@ -256,11 +222,8 @@ def fit(
         backup_dir = os.path.join(settings.checkpoint_dir, settings.job_uid)
         callbacks.insert(0, k.callbacks.BackupAndRestore(backup_dir=backup_dir))
         first_epoch = resumed_epoch(backup_dir)
-    if isinstance(split, streaming.FileShards):
-        dataset = streaming.train_dataset(strategy, split, cluster.rank, steps, first_epoch)
-    else:
-        dataset = data.train_dataset(split, cfg, first_epoch)
-    with startup.peer_loss_is_retryable("during fit"):
+    dataset = data.dataset(strategy, steps, first_epoch)
+    with rendezvous.peer_loss_is_retryable("during fit"):
         history = model.fit(
             dataset,
             epochs=cfg.epochs,
@@ -278,31 +241,23 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
     """Train on this worker; return the termination summary (the chief's carries the run and the model)."""
     started = time.monotonic()
     deadline = started + settings.startup_timeout_seconds
-    peers_by = startup.peer_deadline(started, settings.peer_wait_seconds)
+    peers_by = rendezvous.peer_deadline(started, settings.peer_wait_seconds)
     cluster = settings.cluster
     kept_dir = kept.kept_model_dir(settings)
     if kept_dir is not None and kept.fit_is_kept(kept_dir):
         return upload_kept(settings, kept_dir)
-    # Bad data fails here, before MLflow or peers.
-    split: data.Split | streaming.FileShards
-    if settings.trainer.sharding == "files":
-        split = streaming.prepare(settings.trainer, cluster.num_workers, cluster.rank)
-    else:
-        split = data.load_split(settings.trainer, cluster.num_workers)
-    params = params_of(settings, split)
+    data = prepare_input(settings.trainer, cluster.num_workers, cluster.rank)  # bad data fails here
+    params = params_of(settings, data)
     opening = OpeningTracker(settings, params)
     ok = False
     try:
-        fitted = fit(settings, split, opening, note, deadline, peers_by)
+        fitted = fit(settings, data, opening, note, deadline, peers_by)
         if fitted is None:
             ok = True
             return {"worker": cluster.rank, "status": "ok"}
         plain, trained = fitted
-        if isinstance(split, streaming.FileShards):
-            held_out = model_mod.held_out_metrics(plain, streaming.held_out_rows(split))
-        else:
-            held_out = model_mod.held_out_metrics(plain, [(split.x_test, split.y_test)])
-        upload = kept.Upload(params, list(split.feature_names), trained, held_out)
+        held_out = model_mod.held_out_metrics(plain, data.held_out())
+        upload = kept.Upload(params, list(data.feature_names), trained, held_out)
         if kept_dir:
             kept.keep_fitted(kept_dir, plain, upload)
         summary = log_fitted(opening.wait(), plain, upload, kept_dir)
@@ -320,7 +275,7 @@ def upload_kept(settings: Settings, kept_dir: str) -> dict[str, Any]:
         log.info("worker %d: the fit is done (kept at %s); the chief uploads it", rank, kept_dir)
         return {"worker": rank, "status": "ok"}
     log.info("uploading the model fitted before the restart (%s), not training again", kept_dir)
-    startup.mark_joined()  # no group to join: the peers ended (the fit is kept)
+    rendezvous.mark_joined()  # no group to join: the peers ended (the fit is kept)
     size_thread_pools(settings.threads)
     plain, upload = kept.load_kept(kept_dir)
     tracker = open_tracker(settings, upload.params)

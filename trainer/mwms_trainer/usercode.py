@@ -1,19 +1,9 @@
-"""spec.code: run the user's own files (MWMS_CODE_DIR) instead of the built-in fit, through the same runner.
-
-The entrypoint is `module:function` (called with no arguments; its return value is the job's result) or a
-script (run as `__main__` with MWMS_CODE_ARGS as sys.argv[1:]). Either runs inside runner.run_here, so the
-worker waits for its peers under the startup deadline, the chief alone has the job's one MLflow run (tagged
-with the job's uid), and a lost peer exits 75. A script that itself calls
-`MirroredStrategyRunner(...).run(train)` (a notebook cell pasted into a file) runs `train` inside that same
-run, and the value `run` returns on the chief becomes the job's result.
-
-The chief's termination message carries runId, experimentId, modelUri (what `log_model` logged) and the
-result (JSON up to 1 MiB; above a few KB it names an artifact of the run: see result.py); `mwms submit` and
-`Cluster` read them back.
-"""
+"""spec.code: the user's entrypoint (`module:function`, or a script run as `__main__`) from MWMS_CODE_DIR,
+run through strategy_runner.run_here: the peers met, the chief's one MLflow run, exit 75 on a lost peer."""
 
 from __future__ import annotations
 
+import base64
 import importlib
 import importlib.util
 import json
@@ -28,8 +18,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
+
 from mwms_contract import names
+from mwms_trainer import strategy_runner
 from mwms_trainer.errors import ConfigError
+from mwms_trainer.tfenv import tensorflow
 
 log = logging.getLogger("mwms_trainer")
 
@@ -45,7 +39,8 @@ def load_entrypoint(
     anything the user's code raises on import propagates as it is. source: spec.code's configMap or volume.
 
     The module is imported by the callable, not here: its top-level code may create the strategy and the
-    model, which needs the peers there, the startup backstop and peer loss made retryable (runner.run_here).
+    model, which needs the peers there, the startup backstop and peer loss made retryable
+    (strategy_runner.run_here).
     """
     files = sorted(p.name for p in code_dir.iterdir()) if code_dir.is_dir() else []
     if not [f for f in files if not f.startswith("..")]:  # a ConfigMap volume's own ..data links
@@ -80,11 +75,9 @@ def load_entrypoint(
         )
 
     def run_script() -> Any:
-        from mwms_trainer import runner
-
         sys.argv = [str(script), *args]
         runpy.run_path(str(script), run_name="__main__")
-        return runner._state.get("result")  # what a nested MirroredStrategyRunner.run returned
+        return strategy_runner._state.get("result")  # what a nested MirroredStrategyRunner.run returned
 
     return run_script
 
@@ -132,8 +125,6 @@ def last_traceback_line(error: BaseException, code_dir: Path) -> str:
 
 def run(environ: Mapping[str, str]) -> dict[str, Any]:
     """Run spec.code on this worker; the termination summary (the chief's carries the run and the result)."""
-    from mwms_trainer import runner
-
     code_dir = Path(environ.get(names.ENV_CODE_DIR) or names.CODE_MOUNT_PATH)
     entrypoint = environ.get(names.ENV_CODE_ENTRYPOINT, "").strip()
     try:
@@ -143,26 +134,18 @@ def run(environ: Mapping[str, str]) -> dict[str, Any]:
     requirements = environ.get(names.ENV_CODE_REQUIREMENTS, "").strip()
     if requirements:
         install_requirements(code_dir, requirements, environ)
-    from mwms_trainer.tfenv import tensorflow
-
     tensorflow()  # TF_USE_LEGACY_KERAS before the user's module imports TensorFlow
     source = environ.get(names.ENV_CODE_SOURCE) or "configMap"
     function = load_entrypoint(code_dir, entrypoint, [str(a) for a in args], source)
     summary: dict[str, Any] = {}
-    runner.run_here(function, {}, use_custom_strategy=True, summary=summary)
+    strategy_runner.run_here(function, {}, use_custom_strategy=True, summary=summary)
     return summary
 
 
 def run_pickled() -> Any:
     """The entrypoint of `MirroredStrategyRunner(cluster=...).run(train)`: the function it pickled, run by
     the same runner (so `use_custom_strategy=False` gets its strategy scope there too)."""
-    import base64
-
-    import cloudpickle
-
-    from mwms_trainer.runner import MirroredStrategyRunner
-
     code_dir = Path(os.environ.get(names.ENV_CODE_DIR) or names.CODE_MOUNT_PATH)
     payload = base64.b64decode((code_dir / "function.pkl.b64").read_text())
     function, kwargs, custom = cloudpickle.loads(payload)
-    return MirroredStrategyRunner(use_custom_strategy=custom).run(function, **kwargs)
+    return strategy_runner.MirroredStrategyRunner(use_custom_strategy=custom).run(function, **kwargs)

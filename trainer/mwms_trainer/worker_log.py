@@ -1,17 +1,6 @@
-"""Every worker's log in the job's one MLflow run, so it outlives the pod (`mwms logs NAME --group K`).
-
-The process that supervises the trainer (pid1: the container's PID 1, or `python -m mwms_trainer.pid1 CMD`)
-reads the trainer's fd 1 and 2 through a pipe, so TensorFlow's C++ lines, pip's output and the user's prints
-are all in it. It copies them to its own stdout (the container's log, as before) and keeps up to
-names.LOG_CAP_BYTES: the first eighth and the end, and a line saying how much was cut between. When the
-trainer has exited it uploads that copy to logs/group-<restart>/worker-<index>.log of the job's run.
-
-Every worker, the chief included, writes through the job's own tracking server with the job's own credentials
-(MLflow's MLFLOW_TRACKING_TOKEN or _USERNAME/_PASSWORD), never following a redirect, and only into the run the
-chief opened (found by the job's uid tag, as the chief finds it): none creates a run, and none imports mlflow
-(the REST API and the server's proxied artifact store do it). A run whose artifacts are not proxied by the
-server (`mlflow server --no-serve-artifacts`) gets no logs: the worker says so on stderr. Nothing here changes
-the trainer's exit code: an upload that fails is a line on stderr.
+"""Every worker's log in the job's one MLflow run, so it outlives the pod (`mwms logs NAME --group K`):
+kept by the supervising parent (pid1.py) and uploaded through the tracking server once the trainer has
+exited; never changes the exit code (docs/design/worker-logs-in-mlflow.md).
 """
 
 from __future__ import annotations
@@ -29,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from mwms_contract import names
+from mwms_trainer.cluster_spec import from_tf_config
 
 T = TypeVar("T")
 RETRY_DELAYS_SECONDS = (1.0, 2.0, 4.0)
@@ -39,8 +29,7 @@ DRAIN_SECONDS = 5.0  # a grandchild the trainer left behind may hold the pipe op
 STOPPED_DRAIN_SECONDS = 0.3
 STOPPED_UPLOAD_SECONDS = 2.5
 # While the trainer runs, the job's run is looked up at these pauses (then every RUN_LOOKUP_EVERY_SECONDS)
-# until found, so a stopped worker's 2.5 s go to the upload alone: on a busy node the run's search and the
-# upload together did not fit, and a restarted group's logs were lost.
+# until found, so a stopped worker's STOPPED_UPLOAD_SECONDS go to the upload alone.
 RUN_LOOKUP_DELAYS_SECONDS = (2.0, 4.0, 8.0, 15.0)
 RUN_LOOKUP_EVERY_SECONDS = 30.0
 PROXIED = "mlflow-artifacts:"
@@ -172,7 +161,7 @@ def headers(environ: Mapping[str, str]) -> dict[str, str]:
     return {}
 
 
-def _call(
+def call(
     environ: Mapping[str, str],
     until: float,
     method: str,
@@ -197,10 +186,10 @@ def _transient(error: BaseException) -> bool:
     return isinstance(error, OSError)  # unreachable, reset, timed out
 
 
-def _retry(call: Callable[[], T], delays: tuple[float, ...], until: float) -> T:
+def _retry(attempt: Callable[[], T], delays: tuple[float, ...], until: float) -> T:
     for delay in (*delays, None):
         try:
-            return call()
+            return attempt()
         except Exception as e:
             if delay is None or not _transient(e) or time.monotonic() + delay >= until:
                 raise
@@ -215,7 +204,7 @@ def find_run(
     until = time.monotonic() + UPLOAD_SECONDS if until is None else until
     query = urllib.parse.urlencode({"experiment_name": environ[names.ENV_EXPERIMENT_NAME]})
     experiment = _retry(
-        lambda: _call(environ, until, "GET", f"/api/2.0/mlflow/experiments/get-by-name?{query}"),
+        lambda: call(environ, until, "GET", f"/api/2.0/mlflow/experiments/get-by-name?{query}"),
         delays,
         until,
     )
@@ -226,7 +215,7 @@ def find_run(
         "max_results": 1,
     }
     found = _retry(
-        lambda: _call(environ, until, "POST", "/api/2.0/mlflow/runs/search", json.dumps(search).encode()),
+        lambda: call(environ, until, "POST", "/api/2.0/mlflow/runs/search", json.dumps(search).encode()),
         delays,
         until,
     )
@@ -246,8 +235,6 @@ def upload(
     """`text` as this worker's log in the job's run (`run`, its `info` when already found), within `budget`
     seconds (UPLOAD_SECONDS); its runs:/ URI."""
     until = time.monotonic() + (UPLOAD_SECONDS if budget is None else budget)
-    from mwms_trainer.cluster import from_tf_config
-
     index = from_tf_config(environ.get(names.ENV_TF_CONFIG)).rank
     path = names.log_artifact_path(int(environ.get(names.ENV_RESTART_COUNT) or 0), index)
     info = run if run is not None else find_run(environ, delays, until)
@@ -259,5 +246,5 @@ def upload(
         )
     location = urllib.parse.urlparse(root).path.lstrip("/")
     target = "/api/2.0/mlflow-artifacts/artifacts/" + urllib.parse.quote(f"{location}/{path}")
-    _retry(lambda: _call(environ, until, "PUT", target, text.encode(), kind="text"), delays, until)
+    _retry(lambda: call(environ, until, "PUT", target, text.encode(), kind="text"), delays, until)
     return f"runs:/{info['run_id']}/{path}"

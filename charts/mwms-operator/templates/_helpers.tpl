@@ -232,4 +232,12 @@ namespace. */}}
 - apiGroups: [""]
   resources: [services]
   verbs: [get, list, watch, create, delete]
+# Kueue (MultiKueue): the Workload of a job MultiKueue runs (read back after a 409), and the Finished
+# condition of a worker cluster's copy of a job (docs/operations.md). Unused where Kueue is not installed.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [get, create]
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads/status]
+  verbs: [patch]
 {{- end }}

@@ -21,7 +21,15 @@ from mwms_contract.conditions import (
 )
 from mwms_contract.status import FALSE, TRUE, format_time, truncate
 from mwms_contract.trainjob import SpecError, TrainJobSpec
-from mwms_operator.decide.job_status import Builder, Decision, DeletePods, Event, JobMeta, replica_statuses
+from mwms_operator.decide.job_status import (
+    Builder,
+    Decision,
+    DeletePods,
+    Event,
+    JobMeta,
+    KeepPostmortem,
+    replica_statuses,
+)
 from mwms_operator.observe.findings import CreationRefused, Said
 from mwms_operator.observe.pod_states import WorkerPod
 
@@ -88,11 +96,19 @@ class Facts:
     def terminal(self, phase: str, reason: str, message: str, *, remove_active: bool = False) -> Decision:
         self.b.phase(phase, reason, message)
         done = self.b.status.completion_time or format_time(self.now)
+        keep_postmortem(self)
         self.b.set(**STOPPED_STARTUP_CLOCKS, completion_time=done, next_restart_time=None)
         names = cleanup(self.parsed, self.pods, remove_active=remove_active)
         if names:
             self.b.actions.append(DeletePods(names))
         return self.finish()
+
+
+def keep_postmortem(f: Facts) -> None:
+    """A group that was created has ended (success, failure or restart): its post-mortem is kept, read
+    before any of its pods is deleted (first of the decision's actions)."""
+    if f.b.status.group_start_time is not None or f.current:
+        f.b.actions.insert(0, KeepPostmortem(f.restarts))
 
 
 def mark_said(f: Facts) -> None:

@@ -35,6 +35,7 @@ from mwms_contract.status import (
     TrainJobStatus,
     format_time,
     parse_time,
+    shown_uri,
     typed,
 )
 from mwms_contract.trainjob import SpecError, TrainJobSpec
@@ -70,7 +71,32 @@ class DeleteJob:
     pass
 
 
-Action = CreateService | CreatePods | DeletePods | DeleteJob
+@dataclass(frozen=True)
+class CreateWorkload:
+    """The job's Kueue Workload: for a job MultiKueue runs (decide/managed_by.py)."""
+
+
+@dataclass(frozen=True)
+class FinishWorkload:
+    """Mark the job's own Kueue Workload Finished (MultiKueue's copy of a job, on a worker cluster)."""
+
+    name: str
+    succeeded: bool
+    message: str
+    time: str | None  # when the job ended (the condition's lastTransitionTime); None: now
+
+
+@dataclass(frozen=True)
+class KeepPostmortem:
+    """The group of this (re)start has ended: keep its post-mortem in the job's MLflow run (before its pods
+    are deleted, as they hold the workers' final states)."""
+
+    group: int
+
+
+Action = (
+    CreateService | CreatePods | DeletePods | DeleteJob | CreateWorkload | FinishWorkload | KeepPostmortem
+)
 
 
 @dataclass(frozen=True)
@@ -95,10 +121,18 @@ class Decision:
         return self.new.to_patch(progress=False)
 
 
-def chief_mlflow(message: str) -> MlflowRun | None:
-    """The run the chief's termination message names (runId, experimentId, modelUri); else None."""
+def chief_mlflow(message: str, known: MlflowRun | None) -> MlflowRun | None:
+    """The run the chief's termination message names (runId, experimentId, modelUri), on the tracking server
+    `known` names; else `known`."""
     run = termination.run(message)  # the trainer writes it with the same module
-    return None if run is None else MlflowRun.from_dict(run)
+    if run is None:
+        return known
+    return dataclasses.replace(MlflowRun.from_dict(run), tracking_uri=known.tracking_uri if known else None)
+
+
+def with_tracking_uri(mlflow: MlflowRun | None, tracking_uri: str) -> MlflowRun:
+    """status.mlflow naming the tracking server that holds the run (shown_uri: never credentials)."""
+    return dataclasses.replace(mlflow or MlflowRun(), tracking_uri=shown_uri(tracking_uri))
 
 
 def set_condition(

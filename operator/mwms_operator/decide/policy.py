@@ -47,8 +47,10 @@ from mwms_operator.decide.job_status import (
     DeleteJob,
     DeletePods,
     Event,
+    FinishWorkload,
     JobMeta,
     chief_mlflow,
+    with_tracking_uri,
 )
 from mwms_operator.decide.restarts import (
     rule_backoff_limit_exceeded,
@@ -119,7 +121,7 @@ def _rule_chief_succeeded(f: Facts) -> Decision | None:
     chief = next((p for p in f.current if p.index == 0 and not p.deleting), None)
     if chief is None or chief.trainer_exit != 0:
         return None
-    f.b.set(mlflow=chief_mlflow(chief.message) or f.b.status.mlflow)
+    f.b.set(mlflow=chief_mlflow(chief.message, f.b.status.mlflow))
     mlflow = f.b.status.mlflow
     run = mlflow.run_id if mlflow is not None else "unknown (no termination message)"
     return f.terminal(SUCCEEDED, CHIEF_SUCCEEDED, f"worker 0 ({chief.name}) exited 0; MLflow run {run}")
@@ -273,13 +275,17 @@ def decide(
     template_error: SpecError | None = None,
     disrupted: Mapping[tuple[int, int], str] | None = None,
     said: Iterable[Said] = (),
+    open_workload: str | None = None,
 ) -> Decision:
     """The new status and what to do, by the first of RULES that decides. `refused`: the API server's message
     when it refused to create this job's Service or a pod as invalid; `creation_refused`: when it refused
     them for now (quota, LimitRange, webhook); `template_error`: spec.template is invalid and `spec` was
     parsed without it; `disrupted`: (restart, index) -> disruption of pods that were gone before this
-    decision saw them disrupted; `said`: conditions a look at the job's tracking server decided."""
+    decision saw them disrupted; `said`: conditions a look at the job's tracking server decided;
+    `open_workload`: the job's own Kueue Workload while it is not yet marked Finished."""
     b = Builder(meta, previous or {}, now)
+    if isinstance(spec, TrainJobSpec):  # where the run is: `mwms logs` and `describe` read it there
+        b.set(mlflow=with_tracking_uri(b.status.mlflow, spec.tracking_uri))
     ordered = sorted(pods, key=lambda p: (p.restart, p.index))
     restarts = b.status.restarts
     current = [p for p in ordered if p.restart == restarts]
@@ -303,4 +309,16 @@ def decide(
         decision = _first(LIVE_RULES, facts)
     if decision is None:
         raise AssertionError("the last rule always decides")
-    return decision
+    return _end_workload(decision, open_workload)
+
+
+def _end_workload(decision: Decision, workload: str | None) -> Decision:
+    """A job admitted through a Workload of its own (MultiKueue's copy on a worker cluster) marks it Finished
+    once it has ended, as Kueue's job framework does for its own kinds: Kueue frees the quota, and MultiKueue
+    copies the final status to the manager cluster's job and removes the copy."""
+    new = decision.new
+    ended = next((c for c in new.conditions if c.type == new.phase and c.true), None)
+    if workload is None or new.phase not in TERMINAL or ended is None:
+        return decision
+    end = FinishWorkload(workload, new.phase == SUCCEEDED, ended.message, ended.last_transition_time)
+    return dataclasses.replace(decision, actions=(*decision.actions, end))

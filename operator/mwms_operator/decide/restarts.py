@@ -22,7 +22,7 @@ from mwms_contract.conditions import (
 )
 from mwms_contract.names import EXIT_INVALID_CONFIG, EXIT_RETRYABLE, pod_name
 from mwms_contract.status import format_time, parse_time, truncate
-from mwms_operator.decide.facts import STOPPED_STARTUP_CLOCKS, Facts
+from mwms_operator.decide.facts import STOPPED_STARTUP_CLOCKS, Facts, keep_postmortem
 from mwms_operator.decide.job_status import Decision, DeletePods
 from mwms_operator.observe.pod_states import WorkerPod
 
@@ -104,6 +104,7 @@ def failures(f: Facts) -> list[Failure]:
 def restart(f: Facts, first: Failure, reason: str, plan: str) -> Decision:
     """The next group: every pod of this one goes, and the restart is counted in the status."""
     assert f.parsed is not None
+    keep_postmortem(f)  # of the group that ends, before its restart count moves on
     f.b.set(**STOPPED_STARTUP_CLOCKS, restarts=f.restarts + 1, group_start_time=None)
     names = tuple(p.name for p in f.pods if not p.deleting)
     if names:

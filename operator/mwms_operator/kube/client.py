@@ -12,7 +12,6 @@ import dataclasses
 import http.client
 import json
 import logging
-import os
 import socket
 import threading
 import time
@@ -26,6 +25,7 @@ import kopf
 from mwms_contract import names
 from mwms_contract.status import MAX_MESSAGE, format_time
 from mwms_operator import __version__
+from mwms_operator.kube.credentials import login
 from mwms_operator.kube.events import EventBook, new_event
 from mwms_operator.kube.refusals import TRANSIENT_ERRORS, ApiError, NamespaceEnding, NameTaken, refusal
 from mwms_operator.telemetry import metrics
@@ -41,6 +41,8 @@ DRY_RUN = "&dryRun=All"  # admission (quota, LimitRange, webhooks) answers; noth
 # A collection's answer as the objects' metadata only (a deletecollection answers with what it deleted).
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 TRAINJOBS_PATH = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{{namespace}}/{names.PLURAL}"
+# Kueue's Workloads: the operator makes a MultiKueue job's (decide/managed_by.py) and ends a worker copy's.
+WORKLOADS_PATH = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads"
 
 # What a keep-alive connection the server has closed meanwhile raises: sent again on a new connection.
 _STALE_CONNECTION = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
@@ -51,22 +53,6 @@ def use_api_threads(count: int) -> None:
     loop. asyncio's own default, min(32, CPUs + 4) threads, would cap the calls in flight by the CPUs."""
     pool = concurrent.futures.ThreadPoolExecutor(count, thread_name_prefix="api")
     asyncio.get_running_loop().set_default_executor(pool)
-
-
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """kopf's credentials, and ours: the ServiceAccount in a pod, else $KUBECONFIG (explicit, predictable in
-    tests)."""
-    host = os.environ.get("KUBERNETES_SERVICE_HOST")
-    if not host:
-        return kopf.login_with_kubeconfig(**kwargs)
-    info = kopf.login_with_service_account(**kwargs)
-    if info is None:
-        return None
-    # Like client-go: the address from the environment, not kopf's fixed https://kubernetes.default.svc,
-    # which needs cluster DNS and port 443.
-    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-    host = f"[{host}]" if ":" in host else host
-    return dataclasses.replace(info, server=f"https://{host}:{port}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,14 +247,22 @@ class Kube:
         uid = (pod.get("metadata") or {}).get("uid")
         return str(uid) if uid else None
 
-    def pod_events(self, namespace: str, name: str, uid: str) -> list[dict[str, Any]]:
-        """The events of this pod (not of an earlier pod of the same name): its pulls, probes, mounts."""
-        selector = f"involvedObject.kind=Pod,involvedObject.name={name},involvedObject.uid={uid}"
+    def pod_events(self, namespace: str, name: str, uid: str, kind: str = "Pod") -> list[dict[str, Any]]:
+        """The events of this pod (not of an earlier pod of the same name): its pulls, probes, mounts; or of
+        another object of this `kind` (the TrainJob)."""
+        selector = f"involvedObject.kind={kind},involvedObject.name={name},involvedObject.uid={uid}"
         # resourceVersion 0: from the API server's cache, not a quorum read of every event in the namespace
         # from etcd (a moment stale at most: a pull's end seen a moment late)
         query = urllib.parse.urlencode({"fieldSelector": selector, "resourceVersion": "0"})
         answer = self._request("GET", f"{_core(namespace, 'events')}?{query}")
         return list(answer.get("items") or [])
+
+    def job_pods(self, namespace: str, job_uid: str, restart: int) -> list[dict[str, Any]]:
+        """The job's worker pods of the group's `restart`-th (re)start, whole (a group's post-mortem)."""
+        labels = urllib.parse.urlencode(
+            {"labelSelector": f"{names.LABEL_JOB_UID}={job_uid},{names.LABEL_RESTART}={restart}"}
+        )
+        return list(self._request("GET", f"{_core(namespace, 'pods')}?{labels}").get("items") or [])
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any] | None:
         """JSON merge patch of status (None values remove fields); None if the TrainJob is gone."""
@@ -324,6 +318,15 @@ class Kube:
             if error.status != 409:
                 raise
             log.info("TrainJob %s/%s is no longer the one with uid %s: left alone", namespace, name, uid)
+
+    def create_workload(self, namespace: str, body: Mapping[str, Any]) -> str | None:
+        """The new Workload's uid, None if the job's Workload is there already."""
+        return self._create(_workloads(namespace), body)
+
+    def apply_workload_status(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        """Server-side apply of the fields of a Workload's status that `body` holds (Kueue keeps the rest)."""
+        path = f"{_workloads(namespace)}/{_quote(name)}/status?fieldManager={names.MANAGED_BY}&force=true"
+        self._request_unless_gone("PATCH", path, body, content_type="application/apply-patch+yaml")
 
     # The leader-election Lease (coordination.k8s.io/v1) in the operator's own namespace: see kube/leader.py.
 
@@ -382,6 +385,10 @@ def _core(namespace: str, plural: str, name: str | None = None) -> str:
 def _lease(namespace: str, name: str | None = None) -> str:
     path = f"/apis/coordination.k8s.io/v1/namespaces/{_quote(namespace)}/leases"
     return f"{path}/{_quote(name)}" if name is not None else path
+
+
+def _workloads(namespace: str) -> str:
+    return WORKLOADS_PATH.format(namespace=_quote(namespace))
 
 
 def _trainjob(namespace: str, name: str) -> str:

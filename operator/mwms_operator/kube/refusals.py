@@ -90,3 +90,13 @@ def refusal(error: ApiError) -> Exception:
     if error.status >= 500:
         return Refused(message, API_SERVER_ERROR)
     return error
+
+
+def worst(errors: list[BaseException]) -> BaseException:
+    """The error that says most about a failed batch: a namespace being deleted beats invalid beats
+    refused-for-now beats the rest."""
+    for kind in (NamespaceEnding, Rejected, Refused):
+        for error in errors:
+            if isinstance(error, kind):
+                return error
+    return errors[0]

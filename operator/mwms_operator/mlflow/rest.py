@@ -61,13 +61,25 @@ def _what_to_check(server: str, status: int) -> tuple[str, str]:
 
 
 def call(
-    server: str, path: str, payload: Mapping[str, Any] | None, *, timeout: float, headers: Mapping[str, str]
+    server: str,
+    path: str,
+    payload: Mapping[str, Any] | None,
+    *,
+    timeout: float,
+    headers: Mapping[str, str],
+    api: str = "mlflow",
+    data: bytes | None = None,
 ) -> dict[str, Any]:
-    """One request to `server` (an allowed base) at the MLflow REST path `path`; its JSON object."""
+    """One request to `server` (an allowed base) at the REST path `path` of MLflow's `api` (its tracking API,
+    or `mlflow-artifacts`), sending `payload` as JSON (a POST) or `data` as it is (a PUT); its JSON object."""
     server = without_userinfo(server).rstrip("/")
-    url = f"{server}/api/2.0/mlflow/{path}"
-    data = None if payload is None else json.dumps(payload).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json", **headers})
+    url = f"{server}/api/2.0/{api}/{path}"
+    kind, method = "application/json", None
+    if data is not None:
+        kind, method = "application/octet-stream", "PUT"
+    elif payload is not None:
+        data = json.dumps(payload).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": kind, **headers})
     shown = path.split("?", 1)[0]
     try:
         with _OPENER.open(request, timeout=timeout) as response:
@@ -132,3 +144,24 @@ def end_run(server: str, run_id: str, status: str, *, timeout: float, headers: M
 def run_status(run: Mapping[str, Any]) -> str:
     info = run.get("info")
     return str(info.get("status") or "") if isinstance(info, dict) else ""
+
+
+class NotProxied(Exception):
+    """The run keeps its artifacts where the tracking server does not proxy them (its artifact root)."""
+
+
+PROXIED = "mlflow-artifacts:"  # a run's artifact root when the server proxies its artifacts
+
+
+def upload_artifact(
+    server: str, run: Mapping[str, Any], path: str, data: bytes, *, timeout: float, headers: Mapping[str, str]
+) -> None:
+    """`data` as the run's artifact `path`, through the server's artifact proxy (`mlflow server
+    --serve-artifacts`, its default), as the workers upload their logs; NotProxied for a run whose artifact
+    root is elsewhere (the operator holds no credentials of an artifact store)."""
+    root = str((run.get("info") or {}).get("artifact_uri") or "")
+    if not root.startswith(PROXIED):
+        raise NotProxied(root)
+    location = urllib.parse.urlparse(root).path.strip("/")
+    target = urllib.parse.quote(f"artifacts/{location}/{path}")
+    call(server, target, None, timeout=timeout, headers=headers, api="mlflow-artifacts", data=data)

@@ -1,7 +1,9 @@
 """The job's MLflow run, watched on a queue of its own: status.progress while the job runs, and once the job
-has ended, that its run has ended too (a run the chief left RUNNING is ended by the operator). What a look
-learns that the conditions must say (ProgressUnavailable, MlflowRunEnded) goes to the next decision
-(`said`), which writes it and posts one event when its reason changes: the conditions have one writer."""
+has ended, its last progress and that its run has ended too (a run the chief left RUNNING is ended by the
+operator); on a queue of their own, the post-mortems of groups that ended, written into the run (keeper.py).
+What a look learns that the conditions must say (ProgressUnavailable, MlflowRunEnded, PostmortemKept) goes to
+the next decision (`said`), which writes it and posts one event when its reason changes: the conditions have
+one writer."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from mwms_operator.kube import refusals
 from mwms_operator.kube.client import Kube
 from mwms_operator.kube.workqueue import WorkQueue
 from mwms_operator.mlflow.access import TrackingAccess
-from mwms_operator.mlflow.progress import ProgressReader, Skipped, Unreadable, status_patch
+from mwms_operator.mlflow.keeper import FINAL_REASONS, keep_postmortem
+from mwms_operator.mlflow.progress import ProgressReader, Skipped, Unreadable, finished, status_patch
 from mwms_operator.observe.findings import Said
 from mwms_operator.observe.state import JobKey, State
 from mwms_operator.render.spec import SpecDefaults, parse_for_group
@@ -55,6 +58,13 @@ class RunWatch:
         self.reader = ProgressReader(access)
         self._said: dict[JobKey, dict[str, Said]] = {}
         self._end_tries: dict[JobKey, int] = {}
+        self.access = access
+        # Post-mortems to write, by (job, group): (tracking URI, experiment, the document, tries so far). A
+        # job deleted meanwhile keeps its own: `mwms describe --run` reads it after the job is gone.
+        self._postmortems: dict[tuple[JobKey, int], tuple[str, str, Mapping[str, Any], int]] = {}
+        self.postmortems: WorkQueue[tuple[JobKey, int]] = WorkQueue(
+            self._keep, workers=1, name="postmortem", expected=refusals.TRANSIENT_ERRORS
+        )
 
     def said(self, key: JobKey) -> tuple[Said, ...]:
         """What the last looks learned, for the decision to write."""
@@ -79,6 +89,30 @@ class RunWatch:
             self._end_tries[key] = 0
             self.queue.add(key)
 
+    def keep_postmortem(self, key: JobKey, spec: TrainJobSpec, document: Mapping[str, Any]) -> None:
+        """Write a group's post-mortem into the job's run (tried again, as a run's end is, while the tracking
+        server fails)."""
+        if not spec.tracking_uri.startswith(("http://", "https://")):
+            return
+        item = (key, int(document["group"]))
+        self._postmortems[item] = (spec.tracking_uri, spec.experiment, document, 0)
+        self.postmortems.add(item)
+
+    async def _keep(self, item: tuple[JobKey, int]) -> None:
+        pending = self._postmortems.get(item)
+        if pending is None:
+            return
+        uri, experiment, document, tries = pending
+        key = item[0]
+        said = await asyncio.to_thread(keep_postmortem, self.access, key.uid, uri, experiment, document)
+        if said.reason in FINAL_REASONS or tries + 1 >= RUN_END_TRIES:
+            del self._postmortems[item]
+        else:
+            self._postmortems[item] = (uri, experiment, document, tries + 1)
+            self.postmortems.add_after(item, self.interval)
+        if key in self.state.jobs:
+            self._tell(key, said)
+
     def _tell(self, key: JobKey, said: Said) -> None:
         """Keep what the decision should say; a new status or reason needs a decision now."""
         known = self._said.setdefault(key, {})
@@ -99,6 +133,8 @@ class RunWatch:
             self.queue.add_after(key, self.interval)
             await self._progress(key, body, spec, status)
         elif status.phase in TERMINAL and not status.holds(MLFLOW_RUN_ENDED) and not self._run_ended(key):
+            if key not in self._end_tries or self._end_tries[key] == 0:  # the epochs up to the end
+                await self._progress(key, body, spec, status, final=True)
             await self._end_run(key, spec, status)
         # Otherwise (pending, restarting, suspended): no polling until it runs again.
 
@@ -110,8 +146,16 @@ class RunWatch:
         return said is not None and said.status
 
     async def _progress(
-        self, key: JobKey, body: Mapping[str, Any], spec: TrainJobSpec, status: TrainJobStatus
+        self,
+        key: JobKey,
+        body: Mapping[str, Any],
+        spec: TrainJobSpec,
+        status: TrainJobStatus,
+        *,
+        final: bool = False,
     ) -> None:
+        """Read status.progress; `final`: once the job has ended, the epochs up to its end (a job shorter than
+        a progress interval is read only then), and a failed read is the run end's to name."""
         epochs = spec.trainer.get("epochs")
         found = await asyncio.to_thread(
             self.reader.read,
@@ -119,7 +163,12 @@ class RunWatch:
             spec.tracking_uri,
             spec.experiment,
             epochs if isinstance(epochs, int) else None,
+            status.restarts,
         )
+        if final:  # a failed last read is the run end's to name
+            if not isinstance(found, dict):
+                return
+            found = finished(found, status.phase or "")
         if isinstance(found, Skipped):  # a tracking server the administrator does not allow: said once
             try:
                 await asyncio.to_thread(self.kube.post_event, body, "Warning", found.reason, found.message)
@@ -134,16 +183,26 @@ class RunWatch:
         said = PROGRESS_UNAVAILABLE in self._said.get(key, {}) or status.holds(PROGRESS_UNAVAILABLE)
         if found is not None or said:
             self._tell(key, Said(PROGRESS_UNAVAILABLE, False, PROGRESS_FLOWING, "status.progress is read"))
-        patch = status_patch(found, status, format_time(datetime.now(UTC))) if found else {}
-        if patch:  # status.progress, and status.mlflow's run as soon as the chief opened it
+        if found:  # status.progress, and status.mlflow's run as soon as the chief opened it
+            await self._patch(key, status_patch(found, status, _now()))
+
+    async def _patch(self, key: JobKey, patch: Mapping[str, Any]) -> None:
+        if patch:
             response = await asyncio.to_thread(self.kube.patch_status, key.namespace, key.name, patch)
             if response is not None:
                 self.state.wrote(key, response)
 
     async def _end_run(self, key: JobKey, spec: TrainJobSpec, status: TrainJobStatus) -> None:
         run_id = status.mlflow.run_id if status.mlflow is not None else None
+        before = MLFLOW_RUN_ENDED in self._said.get(key, {}) or status.condition(MLFLOW_RUN_ENDED) is not None
         said = await asyncio.to_thread(
-            self.reader.end_run, key.uid, spec.tracking_uri, spec.experiment, status.phase or "", run_id
+            self.reader.end_run,
+            key.uid,
+            spec.tracking_uri,
+            spec.experiment,
+            status.phase or "",
+            run_id,
+            before,
         )
         tries = self._end_tries[key] = self._end_tries.get(key, 0) + 1
         if said is None:
@@ -151,3 +210,7 @@ class RunWatch:
         self._tell(key, said)
         if not said.status and tries < RUN_END_TRIES:
             self.queue.add_after(key, self.interval)
+
+
+def _now() -> str:
+    return format_time(datetime.now(UTC))

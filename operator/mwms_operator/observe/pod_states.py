@@ -229,3 +229,13 @@ def _container_error(status: Mapping[str, Any]) -> tuple[str, str] | None:
                 text = f"container {container.get('name', '?')}: {reason}: {waiting.get('message', '')}"
                 return reason, text.strip().rstrip(":")
     return None
+
+
+def as_created(pods: list[dict[str, Any]], uids: Mapping[str, str]) -> list[WorkerPod]:
+    """The pods the API server just stored (name -> uid), as the watch will show them: Pending."""
+    found = []
+    for pod in pods:
+        uid = uids.get(pod["metadata"]["name"])
+        if uid and (worker := worker_pod({**pod, "metadata": {**pod["metadata"], "uid": uid}})) is not None:
+            found.append(worker)
+    return found

@@ -29,6 +29,9 @@ NAME_CONFLICT_RETRY_MAX_SECONDS = 30.0
 # A status write that may wait (job_status.deferrable: counts, the start's clocks) is made at most this long
 # after the first change it holds, with whatever came meanwhile: one write per job per window.
 STATUS_COALESCE_SECONDS = 2.0
+# A pod this operator created counts as there until the pod watch reports it, or this long at most (as
+# client-go's controller expectations): a reconcile running before the watch caught up creates nothing twice.
+EXPECTATION_SECONDS = 300.0
 
 
 class JobKey(NamedTuple):
@@ -149,6 +152,11 @@ class State:
         self._flush_at: dict[JobKey, float] = {}
         # Pod uid -> its events lookups (_Lookups), of a starting pod, by job.
         self._pod_events: dict[JobKey, dict[str, _Lookups]] = {}
+        # Jobs whose Kueue Workload this operator has made (MultiKueue's, on the manager cluster) or marked
+        # Finished (a worker cluster's copy): done once.
+        self.workload_done: set[JobKey] = set()
+        # Pod uid -> (the pod as created, when) of pods created but not yet reported by the watch (expect).
+        self._expected: dict[JobKey, dict[str, tuple[WorkerPod, float]]] = {}
 
     def job_event(self, type_: str | None, body: Mapping[str, Any]) -> JobKey | None:
         key = job_key(body)
@@ -165,6 +173,8 @@ class State:
             self._told.pop(key, None)
             self.settle(key)
             self._pod_events.pop(key, None)
+            self.workload_done.discard(key)
+            self._expected.pop(key, None)
             for mark in [m for m in self._leaving_since if m[0] == key]:
                 del self._leaving_since[mark]
         else:
@@ -191,6 +201,10 @@ class State:
             return False
         told.add(reason)
         return True
+
+    def told(self, key: JobKey) -> frozenset[str]:
+        """The reasons this job was told of (tell_once)."""
+        return frozenset(self._told.get(key, ()))
 
     def namespace_ending(self, namespace: str) -> bool:
         return namespace in self._ending
@@ -251,9 +265,29 @@ class State:
 
     # --- reads
 
+    def expect(self, key: JobKey, pods: Iterable[WorkerPod]) -> None:
+        """Pods just created: pods_of shows them until the pod watch reports them (observed)."""
+        now = self.clock()
+        self._expected.setdefault(key, {}).update((pod.uid, (pod, now)) for pod in pods)
+
+    def observed(self, key: JobKey, uid: str) -> None:
+        """The pod watch reported this pod (any event): from now on the index speaks for it."""
+        expected = self._expected.get(key)
+        if expected is not None and expected.pop(uid, None) is not None and not expected:
+            del self._expected[key]
+
     def pods_of(self, key: JobKey) -> list[WorkerPod]:
         gone = self._gone.get(key, ())
-        return [p for p in self.pod_index.get((key.namespace, key.uid), ()) if p.uid not in gone]
+        pods = [p for p in self.pod_index.get((key.namespace, key.uid), ()) if p.uid not in gone]
+        expected = self._expected.get(key)
+        if expected:
+            indexed, oldest = {p.uid for p in pods}, self.clock() - EXPECTATION_SECONDS
+            for uid, (pod, since) in list(expected.items()):
+                if uid in indexed or since < oldest:
+                    self.observed(key, uid)
+                else:
+                    pods.append(pod)
+        return pods
 
     def has_service(self, key: JobKey) -> bool:
         return (key.namespace, key.uid) in self.service_index

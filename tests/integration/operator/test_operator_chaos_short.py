@@ -1,5 +1,6 @@
-"""The short version of bench/chaos (same experiment code), with stand-in workers: a worker SIGKILLed at a
-random moment of a job with a checkpoint PVC, and the operator SIGKILLed at random moments of a job's life.
+"""The short version of the bench's `chaos` scenario (the same experiments, mwms_bench.faults), with stand-in
+workers: a worker SIGKILLed at a random moment of a job with a checkpoint PVC, and the operator SIGKILLed at
+random moments of a job's life.
 Outcomes are asserted (no timings): the whole group restarts and the job succeeds; no pod is ever created
 twice; nothing in status is lost or repeated. The seed is fixed, so CI draws the same moments each run."""
 
@@ -9,25 +10,23 @@ import random
 
 import pytest
 
-from mwms_kit import modules
+from mwms_bench import faults
 from mwms_kit.shards import namespace_prefix
-
-
-def load_experiments():
-    return modules.load("mwms_chaos_experiments", "bench/chaos/experiments.py")
 
 
 @pytest.fixture(scope="module")
 def chaos():
-    return load_experiments()
+    return faults
 
 
 @pytest.fixture
 def lab(chaos, cluster, kubectl, operator, standin):
     # Its namespaces under the shard's prefix: the shard's operators watch only those (mwms_kit/shards.py).
-    return chaos.Lab(
+    lab = chaos.FaultLab(
         kubectl, operator, cluster, standin, random.Random(20261202), namespace_prefix=namespace_prefix()
     )
+    yield lab
+    lab.watcher.stop()
 
 
 def test_a_killed_worker_restarts_the_whole_group_and_the_job_succeeds(chaos, lab):

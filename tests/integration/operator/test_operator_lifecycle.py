@@ -1,8 +1,7 @@
 """TrainJobs carry no finalizer, so deleting a job, its namespace or the CRD never waits for the operator;
 a job made by an earlier version (with kopf's finalizer) loses it when the operator starts; a pod stuck
 Terminating is named in the status instead of a silent wait; the jobs of a namespace being deleted are left
-alone. On the real API server; outcomes only (the times are in bench/operator_bench.py and
-bench/peer_bench.py)."""
+alone. On the real API server; outcomes only (the times: `python -m mwms_bench operator --peer`)."""
 
 from __future__ import annotations
 

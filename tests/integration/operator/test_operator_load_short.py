@@ -1,4 +1,4 @@
-"""The CI-sized load run (the full one is bench/load_run.py: 200 jobs at once, 1,000 present): many TrainJobs
+"""The CI-sized load run (the full one is `python -m mwms_bench load`): many TrainJobs
 applied in one go all reach Succeeded, each with exactly its own pods, and the operator stays up without an
 unhandled error. Outcomes only; timings belong to the bench."""
 

@@ -1,6 +1,7 @@
 """A tracking server that requires credentials, for tests: a reverse proxy in front of a real `mlflow server`
-that answers 401 unless the request carries one of the accepted Authorization headers, and records which
-header each request carried (a secured MLflow, as an ingress with auth would make it)."""
+that answers 401 unless the request carries one of the accepted Authorization headers (None in them: a
+request without one too), and records which header each request carried (a secured MLflow, as an ingress
+with auth would make it). While `down`, it answers 503 to everything (the server behind it is away)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class AuthProxy:
-    def __init__(self, upstream: str, accepted: Iterable[str], *, host: str = "127.0.0.1") -> None:
+    def __init__(self, upstream: str, accepted: Iterable[str | None], *, host: str = "127.0.0.1") -> None:
         self.accepted = set(accepted)
+        self.down = False
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Authorization)
         target = urllib.parse.urlsplit(upstream)
         proxy = self
@@ -23,6 +25,11 @@ class AuthProxy:
                 auth = self.headers.get("Authorization")
                 proxy.requests.append((self.command, self.path, auth))
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if proxy.down:
+                    self.send_response(503)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if auth not in proxy.accepted:
                     self.send_response(401)
                     self.send_header("WWW-Authenticate", 'Bearer realm="mlflow"')
@@ -41,7 +48,7 @@ class AuthProxy:
                 self.wfile.write(data)
                 upstream_connection.close()
 
-            do_GET = do_POST = forward  # noqa: N815
+            do_GET = do_POST = do_PUT = forward  # noqa: N815
 
             def log_message(self, *args: object) -> None:
                 pass

@@ -134,3 +134,17 @@ def mlflow(run: dict[str, Any] | None = None, experiment_id: str = "3") -> Calla
         return 200, {}
 
     return answer
+
+
+def kubeconfig_for(fake: FakeApiServer, path: Any, namespace: str, token: str = "t0k3n") -> Any:
+    """A kubeconfig at `path` whose user (a bearer `token`) talks to `fake` in `namespace`; its path."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "fake", "cluster": {"server": fake.url}}],
+        "users": [{"name": "dev", "user": {"token": token}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "dev", "namespace": namespace}}],
+        "current-context": "fake",
+    }
+    path.write_text(json.dumps(config))
+    return path

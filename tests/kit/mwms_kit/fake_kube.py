@@ -39,8 +39,13 @@ class FakeKube:
         self.events_forbidden = False  # RBAC without `list` on events: 403
         self.events_time_out = False  # an overloaded control plane: a pod's events lookup times out
         self.events_error: Exception | None = None  # ... or fails with this
+        self.patches: list[dict[str, Any]] = []  # every status patch, whole
+        self.group_pods: list[dict[str, Any]] = []  # what job_pods answers (a group's post-mortem)
         self.lease_read: Callable[[], Any] = lambda: None  # what get_lease answers (or raises)
         self.lease_write: Callable[[], bool] = lambda: True  # what update_lease and create_lease answer
+        self.workloads: dict[str, dict[str, Any]] = {}  # Kueue Workloads created, by name
+        self.workload_statuses: list[dict[str, Any]] = []  # what was applied to Workloads' status
+        self.refuse_workloads: Exception | None = None  # what create_workload raises
 
     def create_service(self, namespace: str, body: dict[str, Any]) -> str:
         self.calls.append(("create_service", body["metadata"]["name"]))
@@ -61,7 +66,8 @@ class FakeKube:
             raise self.refuse_for_now[name]
         if not dry_run:
             self.calls.append(("create_pod", name))
-        return f"uid-of-{name}"
+        labels = body["metadata"]["labels"]  # the uid pod_body gives the pod the watch then reports
+        return f"pod-{labels['mwms.dev/replica-index']}-{labels['mwms.dev/restart']}"
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         self.calls.append(("delete_pod", name))
@@ -79,6 +85,7 @@ class FakeKube:
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         self.calls.append(("patch_status", status.get("phase")))
+        self.patches.append(status)
         self.rv += 1
         return {"metadata": {"resourceVersion": str(self.rv)}, "status": status}
 
@@ -87,7 +94,7 @@ class FakeKube:
             raise NamespaceEnding("unable to create new content in namespace ... because ...")
         self.calls.append(("event", reason))
 
-    def pod_events(self, namespace: str, name: str, uid: str) -> list[dict[str, Any]]:
+    def pod_events(self, namespace: str, name: str, uid: str, kind: str = "Pod") -> list[dict[str, Any]]:
         self.calls.append(("pod_events", (name, uid)))
         if self.events_forbidden:
             raise ApiError(403, 'events is forbidden: cannot list resource "events"')
@@ -96,6 +103,26 @@ class FakeKube:
         if self.events_error is not None:
             raise self.events_error
         return self.pod_event_lists.get(name, [])
+
+    def create_workload(self, namespace: str, body: dict[str, Any]) -> str | None:
+        name = body["metadata"]["name"]
+        self.calls.append(("create_workload", name))
+        if self.refuse_workloads is not None:
+            raise self.refuse_workloads
+        if name in self.workloads:
+            return None
+        self.workloads[name] = body
+        return f"uid-of-{name}"
+
+    def apply_workload_status(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        self.calls.append(("apply_workload_status", name))
+        self.workload_statuses.append(body)
+
+    def job_pods(self, namespace: str, job_uid: str, restart: int) -> list[dict[str, Any]]:
+        self.calls.append(("job_pods", (job_uid, restart)))
+        if self.events_error is not None:
+            raise self.events_error
+        return self.group_pods
 
     def get_lease(self, namespace: str, name: str, *, timeout: float) -> Any:
         self.calls.append(("get_lease", timeout))

@@ -1,4 +1,4 @@
-"""Load a script that is not in a package (bench/, hack/ci/run-tests.py) as a module, for tests to call."""
+"""Load a script that is not in a package (hack/ci/run-tests.py) as a module, for tests to call."""
 
 from __future__ import annotations
 

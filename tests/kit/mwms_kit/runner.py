@@ -1,11 +1,12 @@
 """`make test`'s runner (hack/ci/run-tests.py): the test tiers in two lanes side by side, then one table of
 every tier.
 
-The `cluster` lane runs the tiers on a real cluster (integration, node, e2e: they wait on pods, and one real
-node runs per machine); the `compute` lane runs the CPU-bound tiers (unit, images, tf, scale, static) at a
-lower CPU priority. The Go builds a few tests need and the MLflow-S3 environment are built meanwhile; their
-tests wait on the build's lock. The integration tier runs in shards on one shared cluster (mwms_kit.shards),
-then its `exclusive` tests alone; `--shards 1` runs it as one session.
+The `cluster` lane runs the tiers on a real cluster (integration, node, e2e, kind, multikueue: they wait on
+pods, and one real node runs per machine); the `compute` lane runs the CPU-bound tiers (unit, images, tf,
+scale, static) at a lower CPU priority. The Go builds a few tests need (and the kind node image) and the
+MLflow-S3 environment are built meanwhile; their tests wait on the build's lock. The integration tier runs in
+shards on one shared cluster (mwms_kit.shards), then its `exclusive` tests alone; `--shards 1` runs it as one
+session.
 
 Each pytest session's output is streamed with its name in front and kept in build/test-results/<name>.log,
 its tiers' counts in <name>.json (mwms_kit.tiers). Exit status 0 only if every session and build passed; a
@@ -36,12 +37,14 @@ TEMP_ROOT = Path("/tmp") / f"mwms-{hashlib.sha1(str(REPO).encode()).hexdigest()[
 
 LANES = ("cluster", "compute")
 CLUSTER_NICE, COMPUTE_NICE = 0, 10
-AFTER_INTEGRATION = ["tests/node", "tests/e2e"]  # each starts its own cluster, after the shared one stopped
+# Each starts its own cluster(s), after the shared one stopped (one real node at a time; kind's node is a
+# container of Docker's).
+AFTER_INTEGRATION = ["tests/node", "tests/e2e", "tests/kind", "tests/multikueue"]
 # The tests that wait on a background build (the S3 server, KWOK, promtool) run after all these, in this order
 COMPUTE_TIERS = ["tests/unit", "tests/images", "tests/tf", "tests/scale", "tests/static"]
 # make targets, two at a time in this order: Kueue, the longest, beside the S3 server that three tiers' tests
 # wait for, then the rest. Their tests run last in their session (the `waits_for_build` marker).
-BACKGROUND_BUILDS = ["versitygw", "kueue", "mlflow-s3", "kwok", "promtool"]
+BACKGROUND_BUILDS = ["versitygw", "kueue", "mlflow-s3", "kwok", "promtool", "kind-node"]
 SHARED_CLUSTER_START_SECONDS = 1200  # a cold node unpacks the images once: minutes on 2 cores
 CRASHED = 3  # the exit code of a session or lane whose thread raised (as pytest's "internal error")
 print_lock = threading.Lock()

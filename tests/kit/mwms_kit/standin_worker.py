@@ -41,7 +41,7 @@ import uuid
 
 from mwms_contract import termination
 from mwms_contract.names import MLFLOW_TAG_JOB_UID
-from mwms_trainer.startup import mark_joined, note_rendezvous
+from mwms_trainer.rendezvous import mark_joined, note_rendezvous
 
 REQUIRED = (
     "MWMS_JOB_NAME",

@@ -1,5 +1,6 @@
 """Tiers: a test's tier is the folder under tests/ it lives in (unit, static, tf, images, scale,
-integration, node, e2e); this pytest plugin gives every test its tier's marker, so `-m` and paths agree.
+integration, node, e2e, kind, multikueue); this pytest plugin gives every test its tier's marker, so `-m`
+and paths agree.
 
 At the end of a session each tier's passed/failed/skipped counts and wall time are printed, and written as
 JSON to $MWMS_TIER_REPORT when set (mwms_kit.runner adds up the sessions it runs side by side).
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-TIERS = ("unit", "static", "tf", "images", "scale", "integration", "node", "e2e")
+TIERS = ("unit", "static", "tf", "images", "scale", "integration", "node", "e2e", "kind", "multikueue")
 
 
 def under_ci() -> bool:

@@ -31,7 +31,16 @@ FAILED = listed(
     ],
 )
 RUNNING = listed(
-    "a", mlflow={"runId": "r1"}, progress={"epoch": 3, "epochs": 6, "metrics": {"loss": 0.5}, "runId": "r1"}
+    "a",
+    mlflow={"runId": "r1"},
+    progress={
+        "epoch": 3,
+        "epochs": 6,
+        "metrics": {"loss": 0.5},
+        "runId": "r1",
+        "progressPercentage": 50,
+        "estimatedRemainingSeconds": 200,
+    },
 )
 
 
@@ -47,7 +56,8 @@ def test_age_reads_as_kubectls(created, shown):
 def test_the_typed_job_carries_phase_conditions_run_and_progress():
     job = jobs.job_from(RUNNING)
     assert (job.name, job.namespace, job.phase, job.replicas) == ("a", "team-a", "Running", 2)
-    assert job.mlflow == jobs.Run(run_id="r1") and job.progress == jobs.Progress(3, 6, {"loss": 0.5})
+    assert job.mlflow == jobs.Run(run_id="r1")
+    assert job.progress == jobs.Progress(3, 6, {"loss": 0.5}, percentage=50, remaining_seconds=200)
     failed = jobs.job_from(FAILED)
     assert failed.done and not failed.succeeded and failed.message.startswith("worker 1 exited 1")
     assert failed.conditions[0].reason == "WorkerFailed"
@@ -62,11 +72,30 @@ def test_the_table_and_its_wide_columns():
     ]
     wide = printing.job_rows(listed, wide=True, all_namespaces=True, now=NOW).splitlines()
     assert wide[0].split() == [
-        "NAMESPACE", "NAME", "REPLICAS", "PHASE", "RESTARTS", "RUN", "ID", "AGE", "EPOCH", "MODEL", "URI",
-        "MESSAGE",
+        "NAMESPACE", "NAME", "REPLICAS", "PHASE", "RESTARTS", "RUN", "ID", "AGE", "EPOCH", "PROGRESS", "TIME",
+        "LEFT", "MODEL", "URI", "MESSAGE",
     ]  # fmt: skip
-    assert wide[1].split()[-2:] == ["3/6", "<none>"]
+    assert wide[1].split()[-4:] == ["3/6", "50%", "3m20s", "<none>"]
+    assert wide[2].split()[8:11] == ["<none>"] * 3
     assert len(wide) == 3 and wide[2].endswith("worker 1 exited 1")  # one row: the message's first line
+    # `mwms get` shows the progress too (`list` only with -o wide).
+    got = printing.job_rows(listed, wide=False, all_namespaces=False, now=NOW, progress=True).splitlines()
+    assert got[0].split()[-4:] == ["EPOCH", "PROGRESS", "TIME", "LEFT"]
+    assert got[1].split()[-3:] == ["3/6", "50%", "3m20s"]
+
+
+def test_describe_shows_the_progress_and_the_tracking_server():
+    from mwms import describe
+
+    job = jobs.job_from(
+        {
+            **RUNNING,
+            "status": {**RUNNING["status"], "mlflow": {"runId": "r1", "trackingUri": "http://m.ns.svc:5000"}},
+        }
+    )
+    text = describe.render(describe.Description(job), NOW)
+    assert "  Tracking URI: http://m.ns.svc:5000" in text
+    assert "  Progress:     epoch 3/6 (50%), 3m20s left loss=0.5000" in text
 
 
 @pytest.mark.parametrize("output", ["json", "yaml"])

@@ -39,7 +39,6 @@ LOST = {
     "always": RESTART,
     "success-policy": "spec.successPolicy",
     "dynamic-worker": "spec.enableDynamicWorker",
-    "managed-by": "spec.runPolicy.managedBy",
     "min-available": "spec.runPolicy.schedulingPolicy.minAvailable",
     "min-resources": "spec.runPolicy.schedulingPolicy.minResources",
     "schedule-timeout": "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds",
@@ -98,6 +97,17 @@ def test_the_chief_is_worker_0_of_one_group_with_the_workers():
         assert any("is worker 0" in note.message for note in conversion.notes)
     (dist_mnist,) = docs("training-operator/dist-mnist.yaml")  # Chief 1, PS 1, Worker 2
     assert convert_tfjob(dist_mnist).trainjob["spec"]["replicas"] == 3
+
+
+def test_run_policy_managed_by_carries_over_as_spec_managed_by():
+    """MultiKueue runs a TrainJob as it ran the TFJob; training-operator's own name is the operator's."""
+    conversion = convert_tfjob(carried("multikueue"))
+    assert conversion.trainjob["spec"]["managedBy"] == names.MULTIKUEUE_CONTROLLER_NAME
+    assert conversion.losses == []
+    assert any(note.path == "spec.runPolicy.managedBy" for note in conversion.notes)
+    own = copy.deepcopy(carried("multikueue"))
+    own["spec"]["runPolicy"]["managedBy"] = "kubeflow.org/training-operator"
+    assert "managedBy" not in convert_tfjob(own).trainjob["spec"]
 
 
 def test_the_pod_template_carries_over_with_the_tensorflow_container_as_the_trainer():

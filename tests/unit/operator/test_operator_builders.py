@@ -180,6 +180,17 @@ def test_a_queue_label_makes_the_workers_one_kueue_pod_group_per_restart(make_tr
     ]
 
 
+def test_a_job_admitted_through_a_workload_of_its_own_makes_no_pod_group(make_trainjob, config):
+    """MultiKueue's copy of a job on a worker cluster keeps the queue label and names the Workload that
+    admitted it: its workers are that Workload's, not a pod group Kueue would queue a second time."""
+    labels = {"kueue.x-k8s.io/queue-name": "team-queue", "kueue.x-k8s.io/prebuilt-workload-name": "w-1"}
+    parsed, pod = build(make_trainjob, config, 0, labels=labels)
+    assert parsed.queue_name is None
+    assert not [
+        k for k in {**pod["metadata"]["labels"], **pod["metadata"].get("annotations", {})} if "kueue" in k
+    ]
+
+
 def test_a_queue_label_that_is_not_a_string_names_the_field(make_trainjob, config):
     body = make_trainjob(labels={"kueue.x-k8s.io/queue-name": ""})
     with pytest.raises(SpecError, match="metadata.labels.kueue.x-k8s.io/queue-name"):

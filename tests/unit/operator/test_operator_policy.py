@@ -9,7 +9,7 @@ from mwms_contract import conditions as contract
 from mwms_contract.status import format_time
 from mwms_contract.trainjob import SpecError
 from mwms_kit.decisions import EVICTED, META, RUN, T0, conditions, group, pod, running_status, spec, step
-from mwms_operator.decide.job_status import CreatePods, CreateService, DeleteJob, DeletePods
+from mwms_operator.decide.job_status import CreatePods, CreateService, DeleteJob, DeletePods, KeepPostmortem
 from mwms_operator.decide.policy import RULES, decide
 from mwms_operator.observe.findings import CreationRefused
 
@@ -56,11 +56,17 @@ def test_chief_exit_0_succeeds_with_the_mlflow_run_and_cleans_running_pods():
     pods = [pod(0, "Succeeded", exit_code=0, message=RUN), pod(1, "Succeeded", exit_code=0), pod(2)]
     d = step(status, pods, at=60)
     assert d.status["phase"] == "Succeeded"
-    assert d.status["mlflow"] == {"runId": "r123", "experimentId": "7", "modelUri": "models:/m/1"}
+    assert d.status["mlflow"] == {
+        "runId": "r123",
+        "experimentId": "7",
+        "modelUri": "models:/m/1",
+        "trackingUri": "http://mlflow:5000",
+    }
     assert d.status["completionTime"] == format_time(T0 + timedelta(seconds=60))
     assert conditions(d)["Succeeded"] == ("True", "ChiefSucceeded")
     assert conditions(d)["Running"][0] == "False"
-    assert d.actions == (DeletePods(("mnist-worker-2",)),)
+    # The group's post-mortem is read first, before its pods are deleted.
+    assert d.actions == (KeepPostmortem(0), DeletePods(("mnist-worker-2",)))
     assert "r123" in d.events[0].message
 
 
@@ -76,7 +82,7 @@ def test_clean_pod_policy(policy, deleted):
     job = spec(runPolicy={"cleanPodPolicy": policy})
     pods = [pod(0, "Succeeded", exit_code=0), pod(1, "Succeeded", exit_code=0), pod(2)]
     d = step(running_status(), pods, at=60, job=job)
-    assert d.actions == ((DeletePods(deleted),) if deleted else ())
+    assert d.actions == (KeepPostmortem(0), *((DeletePods(deleted),) if deleted else ()))
 
 
 def test_ttl_deletes_the_finished_job_only_when_due():
@@ -107,7 +113,10 @@ def test_a_retryable_failure_restarts_the_whole_group(failed, why):
     pods = [pod(0), pod(1, "Failed", **failed), pod(2)]
     d = step(status, pods, at=60)
     assert d.status["phase"] == "Restarting" and d.status["restarts"] == 1
-    assert d.actions == (DeletePods(("mnist-worker-0", "mnist-worker-1", "mnist-worker-2")),)
+    assert d.actions == (
+        KeepPostmortem(0),
+        DeletePods(("mnist-worker-0", "mnist-worker-1", "mnist-worker-2")),
+    )
     assert conditions(d)["Restarting"] == ("True", "GroupRestarting")
     assert conditions(d)["Running"] == ("False", "GroupRestarting")
     assert why in d.status["conditions"][-1]["message"] or any(
@@ -134,7 +143,7 @@ def test_a_permanent_exit_fails_at_once_naming_worker_code_and_message():
     assert conditions(d)["Failed"] == ("True", "WorkerFailed")
     message = next(c["message"] for c in d.status["conditions"] if c["type"] == "Failed")
     assert message == "worker mnist-worker-2 exited with code 2: epochs must be >= 1"
-    assert d.actions == (DeletePods(("mnist-worker-1",)),)
+    assert d.actions == (KeepPostmortem(0), DeletePods(("mnist-worker-1",)))
 
 
 def test_backoff_exhausted_fails():
@@ -189,7 +198,10 @@ def test_deadline_fails_and_removes_pods_whatever_the_clean_policy():
     assert step(status, group(), at=99, job=job).status["phase"] == "Running"
     d = step(status, group(), at=100, job=job)
     assert conditions(d)["Failed"] == ("True", "DeadlineExceeded")
-    assert d.actions == (DeletePods(("mnist-worker-0", "mnist-worker-1", "mnist-worker-2")),)
+    assert d.actions == (
+        KeepPostmortem(0),
+        DeletePods(("mnist-worker-0", "mnist-worker-1", "mnist-worker-2")),
+    )
 
 
 def test_an_invalid_spec_fails_with_a_warning_and_creates_nothing():
@@ -471,7 +483,10 @@ def test_the_chiefs_trainer_exit_0_succeeds_while_a_sidecar_keeps_the_pod_runnin
     d = step(running_status(), pods, at=60)
     assert d.status["phase"] == "Succeeded" and d.status["mlflow"]["runId"] == "r123"
     # cleanPodPolicy Running: every pod still running (the sidecars) is removed.
-    assert d.actions == (DeletePods(("mnist-worker-0", "mnist-worker-1", "mnist-worker-2")),)
+    assert d.actions == (
+        KeepPostmortem(0),
+        DeletePods(("mnist-worker-0", "mnist-worker-1", "mnist-worker-2")),
+    )
     # The pods it deletes count as being deleted already: none active, the two done stay counted.
     assert d.status["replicaStatuses"] == {"active": 0, "ready": 0, "succeeded": 2, "failed": 0}
 
@@ -497,4 +512,4 @@ def test_a_chief_whose_trainer_exited_is_kept_while_its_pod_phase_catches_up():
     pods = [pod(0, "Running", exit_code=0, message=RUN), pod(1, "Running", exit_code=0), pod(2, "Running")]
     d = step(running_status(), pods, at=60)
     assert d.status["phase"] == "Succeeded"
-    assert d.actions == (DeletePods(("mnist-worker-2",)),)
+    assert d.actions == (KeepPostmortem(0), DeletePods(("mnist-worker-2",)))

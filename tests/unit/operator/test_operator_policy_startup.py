@@ -7,7 +7,7 @@ import pytest
 from mwms_contract.status import format_time
 from mwms_contract.trainjob import DEFAULT_CONTAINER_ERROR_GRACE_SECONDS as GRACE
 from mwms_kit.decisions import NOT_RESOLVING, T0, conditions, group, pod, spec, step, unjoined
-from mwms_operator.decide.job_status import DeletePods, next_due
+from mwms_operator.decide.job_status import DeletePods, KeepPostmortem, next_due
 from mwms_operator.decide.start import events_wanted
 from mwms_operator.observe.pod_states import UNREADABLE, PodEvents
 
@@ -31,7 +31,10 @@ def test_startup_timeout_counts_while_some_workers_run_and_others_cannot_be_sche
     d = step(stuck.status, pods, at=130, job=job)
     assert conditions(d)["Failed"] == ("True", "StartupTimeout")
     assert f"mnist-worker-2 ({UNSCHEDULABLE})" in d.events[-1].message
-    assert d.actions == (DeletePods(("mnist-worker-0", "mnist-worker-1", "mnist-worker-2")),)
+    assert d.actions == (
+        KeepPostmortem(0),
+        DeletePods(("mnist-worker-0", "mnist-worker-1", "mnist-worker-2")),
+    )
     assert d.status["stalledSince"] is None
 
 
@@ -90,7 +93,7 @@ def test_startup_timeout_counts_while_workers_run_and_have_not_all_joined_and_na
         f"not joined: worker 0 (mnist-worker-0): {NOT_RESOLVING}; worker 1 (mnist-worker-1): Unhealthy: "
         "Readiness probe failed: the trainer has not begun its rendezvous yet"
     )
-    assert d.actions == (DeletePods(("mnist-worker-0", "mnist-worker-1")),)
+    assert d.actions == (KeepPostmortem(0), DeletePods(("mnist-worker-0", "mnist-worker-1")))
 
 
 def test_the_startup_clock_stops_once_every_worker_has_joined():

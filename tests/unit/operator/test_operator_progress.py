@@ -5,12 +5,14 @@ from typing import Any
 
 import pytest
 
+from mwms_contract.status import Progress
 from mwms_kit.fake_api_server import FakeApiServer, Seen, mlflow, served
 from mwms_operator.mlflow.progress import (
     ProgressReader,
     Skipped,
     Unreadable,
     fetch_progress,
+    finished,
     progress_from_run,
     status_patch,
 )
@@ -29,12 +31,13 @@ RUN = {
 }
 
 
-def test_progress_from_run_counts_epochs_from_steps():
+def test_progress_from_run_counts_epochs_from_steps_and_their_percentage():
     assert progress_from_run(RUN, None) == {
         "runId": "abc",
         "metrics": {"loss": 0.3, "accuracy": 0.9},
         "epoch": 5,
         "epochs": 20,
+        "progressPercentage": 25,
     }
 
 
@@ -235,6 +238,7 @@ def test_the_run_goes_to_status_mlflow_as_soon_as_it_is_found():
         "metrics": {"loss": 0.3, "accuracy": 0.9},
         "epoch": 5,
         "epochs": 20,
+        "progressPercentage": 25,
         "updateTime": "2026-12-03T12:00:00Z",
     }
     # Once shown, nothing to write until the run moves on; the chief's final mlflow (modelUri) is kept.
@@ -242,3 +246,49 @@ def test_the_run_goes_to_status_mlflow_as_soon_as_it_is_found():
     assert status_patch(found, shown, "2026-12-03T12:00:15Z") == {}
     found["epoch"] = 6
     assert set(status_patch(found, shown, "later")) == {"progress"}
+
+
+def epoch_run(epoch: int, at_ms: int, epochs: int = 60) -> dict[str, Any]:
+    """A run whose last logged epoch is `epoch` (1-based), logged at `at_ms` (MLflow's milliseconds)."""
+    return {
+        "info": {"run_id": "abc"},
+        "data": {
+            "metrics": [{"key": "loss", "value": 0.1, "step": epoch - 1, "timestamp": at_ms}],
+            "params": [{"key": "epochs", "value": str(epochs)}],
+        },
+    }
+
+
+def test_the_time_left_comes_from_the_pace_of_the_groups_epochs_between_two_reads():
+    """Two reads of one group give a pace (here 2 s an epoch) and the time left at it; a new group (a
+    restart) starts its pace again, and the first read of a group has none."""
+    runs = iter(
+        [epoch_run(10, 100_000), epoch_run(20, 120_000), epoch_run(5, 500_000), epoch_run(6, 503_000)]
+    )
+    with served(FakeApiServer(answer=_one_run_per_search(runs))) as fake:
+        reader = ProgressReader(OperatorConfig.from_env({"MWMS_TRACKING_URI": fake.url}).tracking_access())
+        first = reader.read("uid-1", fake.url, "e", None, 0)
+        assert first["progressPercentage"] == 16 and "estimatedRemainingSeconds" not in first
+        second = reader.read("uid-1", fake.url, "e", None, 0)
+        assert (second["epoch"], second["estimatedRemainingSeconds"]) == (20, 80)  # 40 epochs at 2 s
+        restarted = reader.read("uid-1", fake.url, "e", None, 1)
+        assert "estimatedRemainingSeconds" not in restarted, "a new group: no pace yet"
+        again = reader.read("uid-1", fake.url, "e", None, 1)
+        assert again["estimatedRemainingSeconds"] == 54 * 3
+
+
+def _one_run_per_search(runs: Iterator[dict[str, Any]]) -> Callable[[Seen], tuple[int, Any]]:
+    def answer(seen: Seen) -> tuple[int, Any]:
+        if seen.route.endswith("/runs/search"):
+            return 200, {"runs": [next(runs)]}
+        return 200, {"experiment": {"experiment_id": "3"}}
+
+    return answer
+
+
+def test_the_last_read_of_a_succeeded_job_is_done_and_of_a_failed_one_has_no_time_left():
+    found = {**progress_from_run(epoch_run(60, 1000), None), "estimatedRemainingSeconds": 12}
+    done = Progress.from_dict(finished(found, "Succeeded"))
+    assert (done.epoch, done.epochs, done.percentage, done.remaining_seconds) == (60, 60, 100, 0)
+    failed = Progress.from_dict(finished({**found, "epoch": 30}, "Failed"))
+    assert (failed.epoch, failed.remaining_seconds) == (30, None)

@@ -70,7 +70,7 @@ def test_a_creation_refused_for_now_removes_the_partial_group_and_tries_again_af
     asyncio.run(reconciler.reconcile(KEY))
     assert kube.named("create_pod") == ["mnist-worker-0"]
     assert kube.named("delete_pod") == ["mnist-worker-0"], "no part of the group holds quota while waiting"
-    assert kube.named("delete_pod_uid") == ["uid-of-mnist-worker-0"], "the pod it created, by its uid"
+    assert kube.named("delete_pod_uid") == ["pod-0-0"], "the pod it created, by its uid"
     assert "PodsCreated" not in kube.named("event") and "CreatePodsRefused" in kube.named("event")
     assert KEY in reconciler.queue._dirty, "the refusal reaches status right away"
 

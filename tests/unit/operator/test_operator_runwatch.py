@@ -20,7 +20,10 @@ class RunServer:
         self.ended_by: str | None = None
         self.looks = 0
 
-    def end_run(self, job_uid, tracking_uri, experiment, phase, run_id):
+    def read(self, job_uid, tracking_uri, experiment, epochs, group):
+        return None  # the last read of progress: no run data here
+
+    def end_run(self, job_uid, tracking_uri, experiment, phase, run_id, said_before):
         self.looks += 1
         if self.ended_by is not None:
             return Said(MLFLOW_RUN_ENDED, True, RUN_ENDED_BY_CHIEF, "MLflow run r1 is FAILED")

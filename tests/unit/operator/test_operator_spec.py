@@ -40,7 +40,12 @@ def test_every_field_is_read(make_trainjob, config):
         image="me/trainer:2",
         port=3333,
         trainer={"dataset": "synthetic", "epochs": 5, "globalBatchSize": 64, "hiddenUnits": [8, 4]},
-        mlflow={"trackingUri": "http://m:5000", "experiment": "exp", "registeredModelName": "cancer"},
+        mlflow={
+            "trackingUri": "http://m:5000",
+            "experiment": "exp",
+            "registeredModelName": "cancer",
+            "systemMetrics": {"periodSeconds": 5},
+        },
         checkpoint={"persistentVolumeClaim": {"claimName": "ckpt"}},
         template={"metadata": {"labels": {"team": "a"}}},
         runPolicy={
@@ -66,6 +71,13 @@ def test_every_field_is_read(make_trainjob, config):
     assert (spec.backoff_limit, spec.active_deadline_seconds, spec.ttl_seconds_after_finished) == (1, 600, 60)
     assert (spec.clean_pod_policy, spec.suspend, spec.startup_timeout_seconds) == ("All", True, 30)
     assert spec.container_error_grace_seconds == 15
+    assert spec.system_metrics_seconds == 5
+
+
+def test_system_metrics_default_on_and_can_be_turned_off(make_trainjob, config):
+    assert parse_trainjob(make_trainjob(), config.spec_defaults()).system_metrics_seconds == 15
+    off = make_trainjob(mlflow={"systemMetrics": {"enabled": False, "periodSeconds": 5}})
+    assert parse_trainjob(off, config.spec_defaults()).system_metrics_seconds == 0
 
 
 def test_spec_is_frozen_and_does_not_share_the_body(make_trainjob, config):
@@ -191,9 +203,29 @@ def test_spec_is_frozen_and_does_not_share_the_body(make_trainjob, config):
             "between",
         ),
         (
+            {"replicas": 2, "mlflow": {"systemMetrics": {"periodSeconds": 0}}},
+            "spec.mlflow.systemMetrics.periodSeconds",
+            "between",
+        ),
+        (
+            {"replicas": 2, "mlflow": {"systemMetrics": {"enabled": "no"}}},
+            "spec.mlflow.systemMetrics.enabled",
+            "true or false",
+        ),
+        (
             {"replicas": 2, "runPolicy": {"startupTimeoutSeconds": 2**62}},
             "spec.runPolicy.startupTimeoutSeconds",
             "between",
+        ),
+        *(
+            ({"replicas": 2, "managedBy": value}, "spec.managedBy", text)
+            for value, text in (
+                ("", "non-empty"),
+                ("multikueue", "domain-prefixed path"),
+                ("Kueue.x-k8s.io/multikueue", "domain-prefixed path"),
+                ("kueue.x-k8s.io/multi kueue", "domain-prefixed path"),
+                ("example.com/" + "x" * 52, "at most 63 characters"),
+            )
         ),
         *(
             ({"replicas": 2, "trainer": {"dataset": "csv", "dataPath": uri}}, "spec.trainer.dataPath", text)

@@ -21,7 +21,8 @@ def test_a_decision_writes_every_status_key_but_progress_and_reads_back_the_same
         assert list(d.status) == [key for key in STATUS_KEYS.values() if key != "progress"]
         assert TrainJobStatus.from_dict(d.status) == d.new
         assert TrainJobStatus.from_dict(d.status).to_patch(progress=False) == d.status
-    assert done.new.mlflow == MlflowRun("r123", "7", "models:/m/1") and done.new.phase == "Succeeded"
+    assert done.new.mlflow == MlflowRun("r123", "7", "models:/m/1", "http://mlflow:5000")
+    assert done.new.phase == "Succeeded"
 
 
 def test_a_decision_leaves_progress_to_the_run_watch_and_reads_an_older_status():

@@ -119,8 +119,14 @@ def test_a_run_the_operator_cannot_end_is_named_in_the_condition(servers):
     said = reader_of(server).end_run("uid-1", server.url, "e", "Succeeded", "r-1")
     assert (said.type, said.status, said.reason) == ("MlflowRunEnded", False, "TrackingForbidden")
     assert said.message.startswith("MLflow run r-1 may still be RUNNING though the job is Succeeded: ")
+    # A run the status never named (the chief died before a read found it, and MLflow is down as the job
+    # ends) is named by the tags it is found by, and looked for again.
     unknown = reader_of(server).end_run("uid-1", server.url, "e", "Succeeded", None)
-    assert unknown is None, "no run known and none found: nothing to name"
+    assert (unknown.status, unknown.reason) == (False, "TrackingForbidden")
+    assert unknown.message.startswith(
+        "the job's MLflow run (tag mwms.dev/job-uid=uid-1 in experiment 'e'), if its chief opened one, may "
+        "still be RUNNING though the job is Succeeded: "
+    )
     outsider = servers(run=RUN)
     not_allowed = ProgressReader(OperatorConfig.from_env({}).tracking_access())
     assert not_allowed.end_run("uid-1", outsider.url, "e", "Failed", None) is None
@@ -212,3 +218,69 @@ def test_a_condition_said_before_an_operator_restart_is_cleared_when_a_read_work
         c for c in reconciler.state.status(key)["conditions"] if c["type"] == "ProgressUnavailable"
     )
     assert (cleared["status"], cleared["reason"]) == ("False", "ProgressFlowing")
+
+
+def test_a_run_the_status_never_named_is_found_by_its_tags_once_the_server_is_back_and_ended(servers):
+    """The chief died before any read found its run, and MLflow is down as the job ends: the condition names
+    the run by its tags, the look is tried again, and once the server answers the run is ended."""
+    server = servers(status=503, body=b"down")
+    reconciler, key = _reconciler(server)
+    done = dict(running_status(), phase="Failed", completionTime="2026-12-02T10:00:05Z")
+    job = spec(mlflow={"trackingUri": server.url})
+    reconciler.job_event("ADDED", _job(server.url, done))
+    reconciler.runs.schedule(key, job, done)
+    asyncio.run(reconciler.runs.poll(key))
+    assert reconciler.runs.queue.scheduled(key), "looked for again after a progress interval"
+    asyncio.run(reconciler.reconcile(key))
+    ended = next(c for c in reconciler.state.status(key)["conditions"] if c["type"] == "MlflowRunEnded")
+    assert (ended["status"], ended["reason"]) == ("False", "TrackingServerError")
+    assert ended["message"].startswith(
+        "the job's MLflow run (tag mwms.dev/job-uid=uid-1 in experiment 'mnist'), if its chief opened one, "
+        "may still be RUNNING though the job is Failed"
+    )
+    server.answer = mlflow(RUN)  # back, with the run its chief left RUNNING
+    asyncio.run(reconciler.runs.poll(key))
+    assert [(u["run_id"], u["status"]) for u in updates(server)] == [("r-1", "FAILED")]
+    asyncio.run(reconciler.reconcile(key))
+    ended = next(c for c in reconciler.state.status(key)["conditions"] if c["type"] == "MlflowRunEnded")
+    assert (ended["status"], ended["reason"]) == ("True", "RunEndedByOperator")
+
+
+def test_a_run_named_by_its_tags_that_turns_out_not_to_exist_is_said_so(servers):
+    server = servers(run=None)
+    said = reader_of(server).end_run("uid-1", server.url, "e", "Failed", None, said_before=True)
+    assert (said.status, said.reason) == (True, "NoMlflowRun")
+    assert reader_of(server).end_run("uid-1", server.url, "e", "Failed", None) is None, "nothing said before"
+
+
+def finished_run(epoch: int, epochs: int) -> dict:
+    return {
+        "info": {**RUN["info"], "status": "FINISHED"},
+        "data": {
+            "metrics": [{"key": "loss", "value": 0.1, "step": epoch - 1, "timestamp": 5000}],
+            "params": [{"key": "epochs", "value": str(epochs)}],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("phase", "run", "shown"),
+    [
+        ("Succeeded", finished_run(4, 4), {"epoch": 4, "epochs": 4, "progressPercentage": 100,
+                                           "estimatedRemainingSeconds": 0}),
+        ("Failed", finished_run(3, 8), {"epoch": 3, "epochs": 8, "progressPercentage": 37}),
+    ],
+)  # fmt: skip
+def test_a_job_that_ends_gets_its_last_progress_read(servers, phase, run, shown):
+    """Its last epochs were logged after the last poll (or it ran shorter than one): the look at its end
+    reads them, so a Succeeded job shows N of N, done, and a Failed one where it stopped."""
+    server = servers(run=run)
+    reconciler, key = _reconciler(server)
+    done = dict(running_status(), phase=phase, completionTime="2026-12-02T10:00:05Z")
+    reconciler.job_event("ADDED", _job(server.url, done))
+    reconciler.runs.schedule(key, spec(mlflow={"trackingUri": server.url}), done)
+    asyncio.run(reconciler.runs.poll(key))
+    (patch,) = [p for p in reconciler.kube.patches if "progress" in p]
+    assert {k: v for k, v in patch["progress"].items() if k in shown} == shown
+    assert set(patch["progress"]) - set(shown) == {"runId", "metrics", "updateTime"}
+    assert patch["mlflow"]["runId"] == "r-1"

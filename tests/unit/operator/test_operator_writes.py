@@ -161,6 +161,30 @@ def test_peers_that_outlive_the_chief_go_with_one_request_whatever_their_number(
     assert not job.reconciler.queue.scheduled(KEY), "nothing left to write"
 
 
+def test_a_reconcile_before_the_watch_has_seen_its_creates_creates_nothing_twice():
+    """Issue 43: a burst asked the API server for pods that existed (409s), from reconciles that ran before
+    the pod watch had reported the operator's own creates. Its creates count as there until then."""
+    job = Lifecycle(replicas=4)
+    job.reconcile(0.0)
+    job.reconcile(0.5)  # e.g. its own status write came back before any pod event
+    job.reconcile(1.0)
+    assert job.kube.named("create_pod") == [f"mnist-worker-{i}" for i in range(4)]
+    job.pods(1.5, *(scheduled(i) for i in range(4)))  # the watch caught up: the same pods, now indexed
+    assert len(job.reconciler.state.pods_of(KEY)) == 4
+    assert job.kube.named("create_pod") == [f"mnist-worker-{i}" for i in range(4)]
+
+
+def test_a_created_pod_the_watch_reports_gone_is_made_again():
+    """The expectation ends with the watch's first word on the pod: a pod deleted right after its create
+    (its DELETED event seen) is not shown as there."""
+    job = Lifecycle(replicas=2)
+    job.reconcile(0.0)
+    for i in range(2):
+        job.reconciler.pod_event("DELETED", pod_body(i))
+    job.reconcile(1.0)
+    assert job.kube.named("create_pod") == ["mnist-worker-0", "mnist-worker-1"] * 2
+
+
 def test_a_start_slower_than_the_window_writes_the_first_status_when_due_with_what_came_meanwhile():
     job = Lifecycle()
     job.reconcile(0.0)

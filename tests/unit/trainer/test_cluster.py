@@ -1,4 +1,4 @@
-"""cluster.py: TF_CONFIG -> rank, workers, chief; malformed TF_CONFIG names the field."""
+"""cluster_spec.py: TF_CONFIG -> rank, workers, chief; malformed TF_CONFIG names the field."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from mwms_contract.tf_config import tf_config
-from mwms_trainer.cluster import from_tf_config
+from mwms_trainer.cluster_spec import from_tf_config
 from mwms_trainer.errors import ConfigError
 
 HOSTS = ["w-0.j.ns.svc:2222", "w-1.j.ns.svc:2222", "w-2.j.ns.svc:2222"]

@@ -1,4 +1,4 @@
-"""config.py: MWMS_TRAINER_CONFIG defaults (the seed's) and validation naming the setting."""
+"""trainer_config.py: MWMS_TRAINER_CONFIG defaults (the seed's) and validation naming the setting."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from mwms_contract import names
 from mwms_contract.tf_config import tf_config
-from mwms_trainer.config import DATASETS, SHARDINGS, TrainerConfig, load, parse_trainer_config
 from mwms_trainer.errors import ConfigError
+from mwms_trainer.trainer_config import DATASETS, SHARDINGS, TrainerConfig, load, parse_trainer_config
 
 S = "MWMS_TRAINER_CONFIG."
 

@@ -1,4 +1,4 @@
-"""data.py without TensorFlow: the seeded split and the batch arithmetic behind N workers == 1 worker."""
+"""input/exact.py without TensorFlow: the seeded split and the batch arithmetic behind N workers == 1."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from hypothesis import strategies as st
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
-from mwms_trainer.config import TrainerConfig, parse_trainer_config
-from mwms_trainer.data import epoch_order, load_split, scaler_variance, steps_per_epoch, worker_slice
 from mwms_trainer.errors import ConfigError
+from mwms_trainer.input.exact import epoch_order, load_split, steps_per_epoch, worker_slice
+from mwms_trainer.input.scaler import scaler_variance
+from mwms_trainer.trainer_config import TrainerConfig, parse_trainer_config
 
 
 def test_seed_split_is_the_seeds_and_the_same_every_time():
@@ -153,7 +154,7 @@ def test_a_constant_column_is_scaled_by_1_like_standard_scaler(tmp_path):
 
 
 def test_the_scalers_variance_is_standard_scalers_scale_squared_on_both_paths():
-    """data.scaler_variance is the one zero-variance rule (streaming.scaler calls it too): scikit-learn's."""
+    """scaler_variance is the one zero-variance rule (both input paths call it): scikit-learn's."""
     rng = np.random.default_rng(0)
     noise = rng.normal(size=500)
     # spread; a constant; within rounding of a constant for its mean; tiny but real; zero

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from mwms_trainer import objectstore
-from mwms_trainer.config import parse_trainer_config
 from mwms_trainer.errors import ConfigError, RetryableError
 from mwms_trainer.objectstore import S3Object
+from mwms_trainer.trainer_config import parse_trainer_config
 
 
 @pytest.mark.parametrize(
@@ -152,10 +152,10 @@ def test_an_object_store_failing_after_the_retries_is_retryable():
 
 
 def test_a_delta_tables_directory_is_refused_not_read_with_its_removed_files(tmp_path):
-    from mwms_trainer import data
+    from mwms_trainer.input import readers
 
     (tmp_path / "events" / "_delta_log").mkdir(parents=True)
     (tmp_path / "events" / "part-00000.snappy.parquet").write_bytes(b"PAR1")
     with pytest.raises(ConfigError) as raised:
-        data.table_files(str(tmp_path / "events"), "parquet")
+        readers.table_files(str(tmp_path / "events"), "parquet")
     assert "is a Delta table (_delta_log/)" in str(raised.value) and "write.parquet" in str(raised.value)

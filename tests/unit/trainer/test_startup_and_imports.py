@@ -16,8 +16,8 @@ import pytest
 
 from mwms_contract import names
 from mwms_contract.names import RENDEZVOUS_FILE, RENDEZVOUS_PROBE_COMMAND
-from mwms_trainer import startup
-from mwms_trainer.cluster import Cluster
+from mwms_trainer import rendezvous
+from mwms_trainer.cluster_spec import Cluster
 from mwms_trainer.errors import RetryableError
 from mwms_trainer.local import free_ports
 
@@ -27,15 +27,15 @@ def test_rendezvous_waits_for_listening_peers():
     hosts = tuple(f"127.0.0.1:{p}" for p in ports)
     me = Cluster(hosts=hosts, rank=0)
     deadline = time.monotonic() + 10
-    with startup.listening(Cluster(hosts=hosts, rank=1).own_address, deadline):
-        startup.wait_for_peers(me, deadline)  # returns: worker 1 listens
+    with rendezvous.listening(Cluster(hosts=hosts, rank=1).own_address, deadline):
+        rendezvous.wait_for_peers(me, deadline)  # returns: worker 1 listens
 
 
 def test_rendezvous_names_the_missing_peer_at_the_deadline():
     ports = free_ports(3)
     hosts = tuple(f"127.0.0.1:{p}" for p in ports[:2]) + ("no-such-host.invalid:2222",)
     with pytest.raises(RetryableError) as err:
-        startup.wait_for_peers(Cluster(hosts=hosts, rank=0), time.monotonic() + 1)
+        rendezvous.wait_for_peers(Cluster(hosts=hosts, rank=0), time.monotonic() + 1)
     text = str(err.value)
     assert "worker 1 (127.0.0.1:" in text and "does not accept connections" in text
     assert "worker 2 (no-such-host.invalid:2222): name does not resolve" in text
@@ -46,7 +46,7 @@ def test_without_a_deadline_the_rendezvous_waits_for_a_late_peer_and_says_whom_i
     monkeypatch, caplog
 ):
     """In a pod (MWMS_PEER_WAIT_SECONDS=0) a peer may come long after the startup timeout: its image pulls."""
-    monkeypatch.setattr(startup, "STILL_WAITING_LOG_SECONDS", 1)
+    monkeypatch.setattr(rendezvous, "STILL_WAITING_LOG_SECONDS", 1)
     ports = free_ports(2)
     hosts = tuple(f"127.0.0.1:{p}" for p in ports)
     late_peer = socket.socket()
@@ -56,7 +56,7 @@ def test_without_a_deadline_the_rendezvous_waits_for_a_late_peer_and_says_whom_i
     try:
         with caplog.at_level("INFO", logger="mwms_trainer"):
             listen_later.start()
-            startup.wait_for_peers(Cluster(hosts=hosts, rank=0), None)  # returns once worker 1 listens
+            rendezvous.wait_for_peers(Cluster(hosts=hosts, rank=0), None)  # returns once worker 1 listens
     finally:
         listen_later.cancel()
         late_peer.close()
@@ -71,32 +71,32 @@ def _readiness(path) -> subprocess.CompletedProcess[str]:
 
 def test_the_rendezvous_state_says_why_a_worker_has_not_joined_until_it_has(monkeypatch, tmp_path):
     state = tmp_path / "state"
-    monkeypatch.setattr(startup, "RENDEZVOUS_FILE", str(state))
+    monkeypatch.setattr(rendezvous, "RENDEZVOUS_FILE", str(state))
     before = _readiness(state)
     assert before.returncode == 1 and before.stdout == "the trainer has not begun its rendezvous yet\n"
     hosts = (f"127.0.0.1:{free_ports(1)[0]}", "no-such-host.invalid:2222")
     with pytest.raises(RetryableError):
-        startup.wait_for_peers(Cluster(hosts=hosts, rank=0), time.monotonic() + 1)
+        rendezvous.wait_for_peers(Cluster(hosts=hosts, rank=0), time.monotonic() + 1)
     waiting = _readiness(state)
     assert waiting.returncode == 1, waiting
     assert waiting.stdout.startswith("waiting for peers: worker 1 (no-such-host.invalid:2222): name does not")
     assert waiting.stderr == "" and waiting.stdout.count("\n") == 1
-    startup.mark_joined()
-    startup.note_rendezvous("every peer answers: registering with MultiWorkerMirroredStrategy()")
+    rendezvous.mark_joined()
+    rendezvous.note_rendezvous("every peer answers: registering with MultiWorkerMirroredStrategy()")
     joined = _readiness(state)
     assert (joined.returncode, joined.stdout) == (0, "joined\n"), "once joined, a worker stays joined"
 
 
 def test_without_the_operators_volume_no_rendezvous_state_is_written(monkeypatch, tmp_path):
-    monkeypatch.setattr(startup, "RENDEZVOUS_FILE", str(tmp_path / "absent" / "state"))
-    startup.mark_joined()
+    monkeypatch.setattr(rendezvous, "RENDEZVOUS_FILE", str(tmp_path / "absent" / "state"))
+    rendezvous.mark_joined()
     assert not (tmp_path / "absent").exists()
 
 
 def test_listener_leaves_the_port_free_for_grpc():
     port = free_ports(1)[0]
-    with startup.listening(f"127.0.0.1:{port}", time.monotonic() + 5):
-        assert startup._reachable(f"127.0.0.1:{port}") is None
+    with rendezvous.listening(f"127.0.0.1:{port}", time.monotonic() + 5):
+        assert rendezvous._reachable(f"127.0.0.1:{port}") is None
     with socket.socket() as s:  # what the strategy's gRPC server does next
         s.bind(("127.0.0.1", port))
 
@@ -111,7 +111,7 @@ def _modules_after(code: str) -> set[str]:
 
 def test_importing_the_package_does_not_import_tensorflow():
     mods = _modules_after(
-        "import mwms_trainer, mwms_trainer.config, mwms_trainer.cluster, mwms_trainer.local"
+        "import mwms_trainer, mwms_trainer.trainer_config, mwms_trainer.cluster_spec, mwms_trainer.local"
     )
     assert "tensorflow" not in mods and "mlflow" not in mods
 
@@ -125,7 +125,7 @@ def test_the_migration_api_imports_without_tensorflow():
 
 def test_null_tracker_never_imports_mlflow():
     mods = _modules_after(
-        "from mwms_trainer import tracking\ntracking.NullTracker().log_epoch(0, {'loss': 1.0})"
+        "from mwms_trainer import mlflow_run\nmlflow_run.NullTracker().log_epoch(0, {'loss': 1.0})"
     )
     assert "mlflow" not in mods
 
@@ -142,11 +142,13 @@ def test_the_runs_params_read_package_versions_without_importing_the_packages():
     """Importing scikit-learn, TensorFlow and tf_keras for their __version__ cost seconds before the run."""
     code = (
         "import json, sys, numpy as np\n"
-        "from mwms_trainer import config, data, train\n"
-        "settings = config.load({'MLFLOW_TRACKING_URI': 'http://127.0.0.1:1', 'MWMS_TRAINER_CONFIG': '{}'})\n"
+        "from mwms_trainer import train, trainer_config\n"
+        "from mwms_trainer.input import exact\n"
+        "environ = {'MLFLOW_TRACKING_URI': 'http://127.0.0.1:1', 'MWMS_TRAINER_CONFIG': '{}'}\n"
+        "settings = trainer_config.load(environ)\n"
         "rows = np.zeros((64, 2), dtype=np.float32)\n"
-        "split = data.Split(rows, np.zeros(64), rows, np.zeros(64), ('a', 'b'), np.zeros(2), np.ones(2))\n"
-        "params = train.params_of(settings, split)\n"
+        "split = exact.Split(rows, np.zeros(64), rows, np.zeros(64), ('a', 'b'), np.zeros(2), np.ones(2))\n"
+        "params = train.params_of(settings, exact.ExactInput(settings.trainer, split))\n"
         "imported = [m for m in ('sklearn', 'tensorflow', 'tf_keras') if m in sys.modules]\n"
         "print(json.dumps({'params': params, 'imported': imported}))\n"
     )
@@ -201,5 +203,5 @@ def test_a_failure_meanwhile_ends_a_rendezvous_that_has_no_deadline():
             )
 
     with pytest.raises(RetryableError, match="MLflow at http://mlflow:5000 is unavailable"):
-        startup.wait_for_peers(Cluster(hosts=hosts, rank=0), None, meanwhile=mlflow_failed)
+        rendezvous.wait_for_peers(Cluster(hosts=hosts, rank=0), None, meanwhile=mlflow_failed)
     assert len(rounds) == 2
