@@ -48,7 +48,7 @@ OTHER_OBJECTS: dict[str, frozenset[str]] = {
     "operator/mwms_operator/mlflow/runwatch.py": frozenset({"epochs"}),  # spec.trainer.epochs
     # The TrainJob's .status, kept as the API server gave it: a decision's patch is compared with it.
     "operator/mwms_operator/observe/state.py": frozenset({"status"}),
-    "client/mwms/describe.py": POD | EVENT,
+    "client/mwms/describe.py": POD | EVENT | {"metrics"},  # MLflow's metric history
     "client/mwms/follow.py": POD,
     "client/mwms/kube.py": frozenset({"type", "message", "reason"}),  # a watch event; a Status reply
     "client/mwms/submit.py": frozenset({"mlflow"}),  # spec.mlflow
