@@ -13,7 +13,7 @@ export PIP_CACHE_DIR := $(MWMS_CACHE)/pip
 
 .PHONY: help deps-demo deps-test setup builds venv tools control-plane images lock kueue kwok kind kind-node \
 	versitygw mlflow-s3 promtool node demo test test-unit test-static test-integration test-node test-kueue \
-	test-multikueue bench lint clean
+	test-multikueue bench lint clean push-images oci-tools release-rehearsal
 
 help: ## this list
 	@awk -F ':.*## ' '/^[a-z][a-z0-9-]*:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -44,6 +44,19 @@ control-plane: ## kube-apiserver, etcd, controller-manager, scheduler (cached by
 # Needs root, buildah and mmdebstrap. Cached under ~/.cache/mwms/images.
 images: venv ## the operator and trainer images, offline, as OCI archives in build/images/
 	bash hack/build/build-images.sh
+
+# Where the chart's global.imageRegistry=$(REGISTRY) finds them; with your Docker credentials.
+push-images: images ## push build/images/ to REGISTRY=host[:port]; prints each image by digest
+	REGISTRY=$(REGISTRY) bash hack/build/push-images.sh
+
+oci-tools: ## the OCI registry, crane, cosign (Go modules) and build/twine/pypiserver (cached by version)
+	bash hack/build/build-oci-tools.sh
+	bash hack/build/release-tools-venv.sh
+
+# hack/ci/release.sh's steps against a local registry and package index, then an install from those alone on a
+# fresh local cluster (tests/e2e/test_release_rehearsal.py; `make test` runs it too).
+release-rehearsal: setup images node oci-tools ## the release workflow's steps, rehearsed locally
+	$(PY) -m pytest -p no:cacheprovider tests/e2e/test_release_rehearsal.py $(PYTEST_ARGS)
 
 lock: venv ## regenerate requirements/*.lock.txt (the images' hash-locked packages)
 	PATH="$(VENV)/bin:$$PATH" bash hack/build/lock.sh

@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -201,11 +201,19 @@ def teardown_on_sigterm() -> None:
 
 @contextmanager
 def real_node_cluster(
-    name: str, state_dir: str | Path, subnet_index: int, *, keep_nodes: bool = False, gang: bool = True
+    name: str,
+    state_dir: str | Path,
+    subnet_index: int,
+    *,
+    keep_nodes: bool = False,
+    images: Sequence[Path] | None = None,
+    image_store: Path | None = None,
+    gang: bool = True,
 ) -> Iterator:
-    """A local control plane with one real kubelet node and the project's images (build/images/) loaded;
-    skips without the host's tools. Stopped on the way out; the node's containerd state (unpacked images,
-    the pods' files: several GB) goes too unless `keep_nodes`."""
+    """A local control plane with one real kubelet node and the project's images (build/images/) loaded, or
+    `images`; skips without the host's tools. `image_store`: the node's containerd root instead of the kept
+    one. Stopped on the way out; the node's containerd state (unpacked images, the pods' files: several GB)
+    goes too unless `keep_nodes`."""
     from mwms_dev.cluster import LocalCluster
     from mwms_dev.devcluster import project_images
     from mwms_dev.node_parts import host_tools_problem
@@ -216,7 +224,8 @@ def real_node_cluster(
     local = LocalCluster(name=name, state_dir=state_dir, subnet_index=subnet_index, gang=gang)
     local.start()
     try:
-        local.start_kubelet_node(images=project_images())
+        loaded = project_images() if images is None else images
+        local.start_kubelet_node(images=loaded, image_store=image_store)
         yield local
     finally:
         local.stop()

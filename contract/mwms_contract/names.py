@@ -61,6 +61,11 @@ RENDEZVOUS_PROBE_COMMAND = (
     f' begun its rendezvous yet"; echo "$state"; [ "$state" = {RENDEZVOUS_JOINED} ]',
 )
 
+# spec.checkpoint.store: the job's MLflow run, or an s3:// prefix.
+CHECKPOINT_STORE_RUN = "run"
+# Where the run store keeps the group's checkpoint among the run's artifacts.
+CHECKPOINT_ARTIFACT_DIR = "mwms/checkpoint"
+
 # URI schemes spec.trainer.dataPath may use (other "://" URIs are refused; plain paths are in the worker).
 DATA_PATH_SCHEMES = ("s3",)
 
@@ -72,6 +77,10 @@ ENV_JOB_UID = "MWMS_JOB_UID"
 ENV_RESTART_COUNT = "MWMS_RESTART_COUNT"
 ENV_TRAINER_CONFIG = "MWMS_TRAINER_CONFIG"
 ENV_CHECKPOINT_DIR = "MWMS_CHECKPOINT_DIR"
+# spec.checkpoint.store ("run" or an s3:// prefix: the state is kept there, MWMS_CHECKPOINT_DIR is the chief's
+# scratch copy) and spec.checkpoint.everySteps.
+ENV_CHECKPOINT_STORE = "MWMS_CHECKPOINT_STORE"
+ENV_CHECKPOINT_EVERY_STEPS = "MWMS_CHECKPOINT_EVERY_STEPS"
 ENV_STARTUP_TIMEOUT = "MWMS_STARTUP_TIMEOUT_SECONDS"
 # How long a started worker waits for its peers to listen; 0: as long as it takes (set in pods, where the
 # operator sees why a peer is late: a big image pulling is waited for, a stuck group times out there).
@@ -99,6 +108,8 @@ RESERVED_ENV = frozenset(
         ENV_RESTART_COUNT,
         ENV_TRAINER_CONFIG,
         ENV_CHECKPOINT_DIR,
+        ENV_CHECKPOINT_STORE,
+        ENV_CHECKPOINT_EVERY_STEPS,
         ENV_STARTUP_TIMEOUT,
         ENV_PEER_WAIT,
         ENV_REGISTERED_MODEL_NAME,
@@ -138,6 +149,8 @@ MLFLOW_TAG_JOB_NAME = "mwms.dev/job-name"
 MLFLOW_TAG_JOB_NAMESPACE = "mwms.dev/job-namespace"
 MLFLOW_TAG_RESTART_COUNT = "mwms.dev/restart-count"  # the group that last wrote the run
 MLFLOW_TAG_RESUMED_FROM_EPOCH = "mwms.dev/resumed-from-epoch"  # a restarted group went on from a checkpoint
+# The step within that epoch it went on from (0: the epoch's start; more after a save within an epoch).
+MLFLOW_TAG_RESUMED_FROM_STEP = "mwms.dev/resumed-from-step"
 # How many epochs' metrics MLflow refused or missed (the fit goes on without them): counted in the run, over
 # every group of the job, so a gap in the curves is explained where the curves are.
 MLFLOW_TAG_DROPPED_METRICS = "mwms.dev/dropped-epoch-metrics"
@@ -147,6 +160,7 @@ MLFLOW_TAGS = (
     MLFLOW_TAG_JOB_NAMESPACE,
     MLFLOW_TAG_RESTART_COUNT,
     MLFLOW_TAG_RESUMED_FROM_EPOCH,
+    MLFLOW_TAG_RESUMED_FROM_STEP,
     MLFLOW_TAG_DROPPED_METRICS,
 )
 # The run's parameter that holds the epochs in all (the built-in fit logs it): status.progress.epochs.

@@ -36,6 +36,11 @@ INVALID_CONFIG = "invalid configuration"  # exit 2: a setting is wrong; the sett
 RETRYABLE = "retryable"  # exit 75 or a signal: the group restarts
 FAILED = "failed"  # any other exit
 FAILURE_KINDS = (INVALID_CONFIG, RETRYABLE, FAILED)
+# What a worker stopped by SIGTERM with a checkpoint says (after RETRYABLE): the group saved at the next
+# step, or that save did not end (not within the grace period, or the store failed); and where the next group
+# resumes.
+SAVED_ON_STOP = "stopped by SIGTERM: the group saved its checkpoint"
+SAVE_UNFINISHED = "stopped by SIGTERM before the group's checkpoint was saved"
 
 
 def failure_kind(exit_code: int) -> str:

@@ -16,13 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mwms_contract import names
+from mwms_contract.checkpoint_spec import CheckpointSpec, parse_checkpoint
 from mwms_contract.ownership import own_workload
-from mwms_contract.spec_error import SpecError
+from mwms_contract.spec_values import MAX_SECONDS, SpecError
+from mwms_contract.spec_values import integer as _int
+from mwms_contract.spec_values import list_of_objects as _list_of_objects
+from mwms_contract.spec_values import mapping as _mapping
+from mwms_contract.spec_values import optional_integer as _optional_int
+from mwms_contract.spec_values import string as _str
+from mwms_contract.spec_values import volume_source as _volume_source
 from mwms_contract.tf_config import tf_config
 
 MAX_REPLICAS = 256
-# Durations beyond ten years are surely mistakes (and would overflow date arithmetic); the CRD says the same.
-MAX_SECONDS = 10 * 365 * 24 * 3600
 CLEAN_POD_POLICIES = ("Running", "All", "None")
 DEFAULT_BACKOFF_LIMIT = 3
 DEFAULT_CLEAN_POD_POLICY = "Running"
@@ -30,7 +35,6 @@ DEFAULT_STARTUP_TIMEOUT_SECONDS = 300
 # How long a container may fail to start for a reason that can heal (an image pull, a Secret created later)
 # before the job fails with ContainerError: long enough for a registry hiccup, short enough to be told.
 DEFAULT_CONTAINER_ERROR_GRACE_SECONDS = 120
-VOLUME_SOURCES = ("persistentVolumeClaim", "hostPath", "nfs")  # spec.checkpoint, spec.code.volume
 # spec.code.entrypoint: `package.module:function`, or a relative path to a script.
 ENTRYPOINT_FUNCTION = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
 CONFIGMAP_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
@@ -66,7 +70,7 @@ class TrainJobSpec:
     template: Mapping[str, Any] = field(default_factory=dict)  # a PodTemplateSpec
     registered_model_name: str | None = None
     port: int = names.DEFAULT_PORT
-    checkpoint: Mapping[str, Any] | None = None  # a volume source: {"persistentVolumeClaim": {...}} etc.
+    checkpoint: CheckpointSpec | None = None
     backoff_limit: int = DEFAULT_BACKOFF_LIMIT
     active_deadline_seconds: int | None = None
     ttl_seconds_after_finished: int | None = None
@@ -82,45 +86,6 @@ class TrainJobSpec:
     # spec.mlflow.systemMetrics: every worker's system metrics into the run this often; 0: off.
     system_metrics_seconds: int = names.DEFAULT_SYSTEM_METRICS_SECONDS
     managed_by: str = names.CONTROLLER_NAME  # spec.managedBy; any other value: not this operator's job
-
-
-def _mapping(value: Any, path: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise SpecError(path, f"must be an object, got {type(value).__name__}")
-    return value
-
-
-def _int(value: Any, path: str, *, minimum: int, maximum: int | None = None) -> int:
-    # bool is an int in Python; a YAML `true` is not a count.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(path, f"must be an integer, got {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-        raise SpecError(path, f"must be {bound}, got {value}")
-    return value
-
-
-def _optional_int(value: Any, path: str, *, minimum: int, maximum: int | None = None) -> int | None:
-    return None if value is None else _int(value, path, minimum=minimum, maximum=maximum)
-
-
-def _str(value: Any, path: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise SpecError(path, f"must be a non-empty string, got {value!r}")
-    return value
-
-
-def _list_of_objects(value: Any, path: str) -> list[Mapping[str, Any]]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise SpecError(path, f"must be a list, got {type(value).__name__}")
-    for k, item in enumerate(value):
-        if not isinstance(item, Mapping):
-            raise SpecError(f"{path}[{k}]", f"must be an object, got {type(item).__name__}")
-    return value
 
 
 def _check_template(template: Mapping[str, Any]) -> None:
@@ -149,20 +114,6 @@ def _check_template(template: Mapping[str, Any]) -> None:
                     f"{name} is set by the operator for the {names.CONTAINER_NAME!r} container and may "
                     f"not be set in the template (reserved: {', '.join(sorted(names.RESERVED_ENV))})",
                 )
-
-
-def _volume_source(value: Any, path: str) -> Mapping[str, Any] | None:
-    """spec.checkpoint or spec.code.volume: exactly one of the VOLUME_SOURCES."""
-    if value is None:
-        return None
-    source = _mapping(value, path)
-    present = [key for key in VOLUME_SOURCES if key in source]
-    unknown = sorted(set(source) - set(VOLUME_SOURCES))
-    if unknown:
-        raise SpecError(f"{path}.{unknown[0]}", f"unsupported volume source; use one of {VOLUME_SOURCES}")
-    if len(present) != 1:
-        raise SpecError(path, f"must set exactly one of {', '.join(VOLUME_SOURCES)}")
-    return copy.deepcopy(dict(source))
 
 
 def _relative_path(value: Any, path: str) -> str:
@@ -314,7 +265,7 @@ def parse(body: Mapping[str, Any], *, tracking_uri: str, image: str) -> TrainJob
         if registered is None
         else _str(registered, "spec.mlflow.registeredModelName"),
         port=_int(spec.get("port", names.DEFAULT_PORT), "spec.port", minimum=1, maximum=65535),
-        checkpoint=_volume_source(spec.get("checkpoint"), "spec.checkpoint"),
+        checkpoint=parse_checkpoint(spec.get("checkpoint"), code is not None, template),
         backoff_limit=_int(
             run_policy.get("backoffLimit", DEFAULT_BACKOFF_LIMIT),
             "spec.runPolicy.backoffLimit",
@@ -386,6 +337,10 @@ def trainer_env(
         env[names.ENV_REGISTERED_MODEL_NAME] = spec.registered_model_name
     if spec.checkpoint is not None:
         env[names.ENV_CHECKPOINT_DIR] = names.CHECKPOINT_MOUNT_PATH
+        if spec.checkpoint.store is not None:
+            env[names.ENV_CHECKPOINT_STORE] = spec.checkpoint.store
+        if spec.checkpoint.every_steps is not None:
+            env[names.ENV_CHECKPOINT_EVERY_STEPS] = str(spec.checkpoint.every_steps)
     if spec.code is not None:
         env[names.ENV_CODE_DIR] = names.CODE_MOUNT_PATH
         env[names.ENV_CODE_ENTRYPOINT] = spec.code.entrypoint

@@ -171,17 +171,26 @@ class LocalCluster:
         return self
 
     def start_kubelet_node(
-        self, node_name: str = "node-1", images: Sequence[Path] = (), wait_dns: bool = True
+        self,
+        node_name: str = "node-1",
+        images: Sequence[Path] = (),
+        wait_dns: bool = True,
+        image_store: Path | None = None,
     ) -> kubelet_node.KubeletNode:
         """Start a real node (kubelet, containerd) and, on the cluster's first node, kube-proxy and the
         add-ons (CoreDNS, the volume provisioner), which then serve every node; `images` (OCI archives)
-        are loaded into its containerd first. Returns once the Node is Ready (and, with `wait_dns`, CoreDNS
-        too)."""
+        are loaded into its containerd first. `image_store`: containerd's root instead of the one kept for
+        this node name (an empty one holds only what is loaded or pulled). Returns once the Node is Ready
+        (and, with `wait_dns`, CoreDNS too)."""
         if not self.api_port:
             raise ClusterError("start() the cluster before its nodes")
         first = not any(node.cluster_services for node in self.kubelet_nodes.values())
         node = kubelet_node.KubeletNode(
-            self.node_context, node_parts.find_node_parts(), node_name, cluster_services=first
+            self.node_context,
+            node_parts.find_node_parts(),
+            node_name,
+            image_store=image_store,
+            cluster_services=first,
         )
         self.kubelet_nodes[node_name] = node
         try:

@@ -228,6 +228,13 @@ class KubeletNode:
     def images(self) -> list[str]:
         return self.ctr("images", "list", "--quiet").stdout.split()
 
+    def trust_registry(self, address: str, ca_file: Path) -> None:
+        """Let containerd pull from the registry at `address` (host:port) over TLS signed by `ca_file`. No
+        credentials go here: the kubelet passes each pod's imagePullSecrets with its pulls."""
+        hosts = node_configs.registry_hosts_dir(self.dir) / address
+        hosts.mkdir(parents=True, exist_ok=True)
+        (hosts / "hosts.toml").write_text(node_configs.registry_hosts_toml(address, ca_file))
+
     # --- components --------------------------------------------------------------------------------
     def _write_credentials(self) -> dict[str, Path]:
         """Kubeconfigs for the kubelet (system:node:<name>) and kube-proxy, signed by the cluster CA."""

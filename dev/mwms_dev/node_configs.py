@@ -94,6 +94,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [{cri}.containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
+    # A pulled image's compressed layers go once unpacked (the unpacked copy is what runs): ~1 GB less disk
+    # for the trainer image. Images loaded from archives (ctr import) keep theirs.
+    discard_unpacked_layers = true
     [{cri}.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [{cri}.containerd.runtimes.runc.options]
@@ -102,6 +105,24 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [{cri}.cni]
     bin_dir = "{cni_bin_dir}"
     conf_dir = "{node_dir / "cni/net.d"}"
+  # Each registry's hosts.toml (its server and CA); credentials come from the pods' imagePullSecrets only.
+  [{cri}.registry]
+    config_path = "{registry_hosts_dir(node_dir)}"
+"""
+
+
+def registry_hosts_dir(node_dir: Path) -> Path:
+    """containerd's registry `config_path`: one `<host[:port]>/hosts.toml` per registry it is told about."""
+    return node_dir / "registry-hosts"
+
+
+def registry_hosts_toml(address: str, ca_file: Path) -> str:
+    """A registry's hosts.toml: pull and resolve from `https://<address>`, trusting `ca_file`."""
+    return f"""server = "https://{address}"
+
+[host."https://{address}"]
+  capabilities = ["pull", "resolve"]
+  ca = "{ca_file}"
 """
 
 
@@ -144,15 +165,16 @@ def kubelet_config(
         "serializeImagePulls": False,
         "rotateCertificates": False,
         "serverTLSBootstrap": False,
-        # Images are loaded, never pulled: garbage collection would throw away what cannot come back,
-        # and a shared disk must not make the node evict the pods under test.
+        # Images are loaded (or pulled from a test's registry, gone after it): garbage collection would
+        # throw away what cannot come back, and a shared disk must not make the node evict the pods under
+        # test (1% of a large one is GBs, so the disk floors are absolute).
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "evictionHard": {
             "memory.available": "100Mi",
-            "nodefs.available": "1%",
+            "nodefs.available": "512Mi",
             "nodefs.inodesFree": "1%",
-            "imagefs.available": "1%",
+            "imagefs.available": "512Mi",
         },
         # No iptables chains: kube-proxy runs in nftables mode, and the host's iptables are not ours.
         "makeIPTablesUtilChains": False,

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -198,8 +199,12 @@ def _release_gate() -> str:
 def test_release_gate_wants_a_dated_changelog_entry(tmp_path, heading, passes):
     (tmp_path / "VERSION").write_text("1.2.3\n")
     (tmp_path / "CHANGELOG.md").write_text(f"# Changelog\n\n{heading}\n\n- a change\n")
+    # The step runs hack/ci/release.sh from the checkout's root: here, a scratch checkout.
+    (tmp_path / "hack" / "ci").mkdir(parents=True)
+    shutil.copy(REPO / "hack" / "ci" / "release.sh", tmp_path / "hack" / "ci" / "release.sh")
     output = tmp_path / "output"
-    env = {**os.environ, "GITHUB_REF_NAME": "v1.2.3", "GITHUB_OUTPUT": str(output)}
+    env = {**os.environ, "GITHUB_REF_NAME": "v1.2.3", "GITHUB_OUTPUT": str(output), "GITHUB_ACTIONS": "true"}
+    env.pop("REHEARSAL", None)
     result = subprocess.run(
         ["bash", "-e", "-c", _release_gate()], cwd=tmp_path, env=env, capture_output=True, text=True
     )
@@ -207,4 +212,4 @@ def test_release_gate_wants_a_dated_changelog_entry(tmp_path, heading, passes):
     if passes:
         assert output.read_text() == "version=1.2.3\n"
     else:
-        assert "dated entry" in result.stdout
+        assert "::error::" in result.stdout and "dated entry" in result.stdout

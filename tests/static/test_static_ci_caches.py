@@ -26,7 +26,12 @@ COMPONENTS = {
     "promtool",
     "tools",
     "mlflow-s3",
+    "registry",
+    "crane",
+    "cosign",
+    "release-tools",
     "pip",
+    "previous",
 }
 
 
@@ -60,7 +65,7 @@ def sourced(script: Path) -> set[Path]:
 def writers(component: str) -> set[Path]:
     """The hack/ scripts that name $CACHE_ROOT/<component>, with what they source."""
     pattern = re.compile(rf"\$CACHE_ROOT/{re.escape(component)}\b")
-    direct = {script for script in HACK.glob("*.sh") if pattern.search(script.read_text())}
+    direct = {script for script in HACK.rglob("*.sh") if pattern.search(script.read_text())}
     return direct | {dep for script in direct for dep in sourced(script)}
 
 
@@ -106,7 +111,7 @@ def test_the_build_scripts_keep_every_cache_under_mwms_cache():
     cache_sh = (HACK / "cache.sh").read_text()
     for variable in ("GOMODCACHE", "GOCACHE", "PIP_CACHE_DIR"):
         assert re.search(rf'{variable}="\$CACHE_ROOT/', cache_sh), variable
-    for script in HACK.glob("*.sh"):
+    for script in HACK.rglob("*.sh"):
         text = script.read_text()
         code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
         assert ".cache/mwms" not in code or script.name == "cache.sh", f"{script.name}: use $CACHE_ROOT"

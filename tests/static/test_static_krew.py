@@ -89,17 +89,17 @@ def test_the_sha256_is_the_archives_and_its_shim_runs_the_client(plugin, built, 
     assert done.stdout.startswith("usage: kubectl mwms")
 
 
-def test_the_release_builds_attests_and_attaches_the_archive_the_manifest_names(built, tmp_path):
-    """The release job's own step (run here as written, into a scratch folder) builds the archive and refuses
-    a sha256 other than the manifest's; the job then attests and attaches that file."""
+def test_the_release_builds_attests_and_attaches_the_archive_the_manifest_names(built, tmp_path, tools_bin):
+    """The release job's own step (hack/ci/release.sh files, run here into a scratch folder) builds the
+    archive and refuses a sha256 other than the manifest's; the job then attests and attaches that file."""
     workflow = yaml.safe_load((REPO / ".github" / "workflows" / "release.yml").read_text())
     steps = [step for job in workflow["jobs"].values() for step in job.get("steps", [])]
-    [build_step] = [step for step in steps if "krew/build.py" in step.get("run", "")]
-    script = build_step["run"].replace("dist", str(tmp_path))
+    [build_step] = [step for step in steps if "hack/ci/release.sh files" in step.get("run", "")]
+    script = build_step["run"]
     env = {
         **os.environ,
-        "VERSION": VERSION,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "DIST": str(tmp_path),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{tools_bin}{os.pathsep}{os.environ['PATH']}",
     }
     subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=REPO, env=env, check=True)
     assert (tmp_path / ARCHIVE).read_bytes() == built

@@ -33,14 +33,17 @@ def trainjob_spec(
     replicas: int,
     trainer: Mapping[str, Any] | None,
     *,
-    checkpoint: bool = False,
+    checkpoint: bool | Mapping[str, Any] = False,
     startup_timeout: int = 120,
     code: Mapping[str, Any] | None = None,
 ) -> TrainJobSpec:
-    """`code` (spec.code) instead of `trainer`: give the group MWMS_CODE_DIR, where the files are."""
+    """`code` (spec.code) instead of `trainer`: give the group MWMS_CODE_DIR, where the files are.
+    `checkpoint`: True for a volume (a folder shared by the job's local workers), or a spec.checkpoint."""
     spec: dict[str, Any] = {"code": dict(code)} if code is not None else {"trainer": dict(trainer or {})}
-    if checkpoint:
+    if checkpoint is True:
         spec["checkpoint"] = {"hostPath": {"path": "/unused-locally"}}
+    elif checkpoint:
+        spec["checkpoint"] = dict(checkpoint)
     body = trainjob(
         name,
         replicas,

@@ -83,7 +83,9 @@ def worker_envs(
         )
         env[names.ENV_TRACKING_URI] = tracking_uri
         env[names.ENV_TERMINATION_LOG] = str(job_dir / f"worker-{index}.termination")
-        if names.ENV_CHECKPOINT_DIR in env:
+        if names.ENV_CHECKPOINT_STORE in env:  # a pod's own emptyDir: nothing shared between workers
+            env[names.ENV_CHECKPOINT_DIR] = str(job_dir / f"worker-{index}-checkpoint")
+        elif names.ENV_CHECKPOINT_DIR in env:  # the volume every worker mounts
             env[names.ENV_CHECKPOINT_DIR] = str(job_dir / "checkpoint")
         envs.append(env)
     return envs

@@ -28,6 +28,7 @@ TAG_JOB_NAMESPACE = names.MLFLOW_TAG_JOB_NAMESPACE
 TAG_JOB_UID = names.MLFLOW_TAG_JOB_UID
 TAG_RESTART_COUNT = names.MLFLOW_TAG_RESTART_COUNT
 TAG_RESUMED_FROM_EPOCH = names.MLFLOW_TAG_RESUMED_FROM_EPOCH
+TAG_RESUMED_FROM_STEP = names.MLFLOW_TAG_RESUMED_FROM_STEP
 TAG_DROPPED_METRICS = names.MLFLOW_TAG_DROPPED_METRICS
 MODEL_NAME = "model"
 # A pyfunc model from code around the Keras model: MLflow's tensorflow flavour takes only a tensor signature
@@ -40,11 +41,12 @@ class NullTracker:
 
     run_id: str | None = None
     experiment_id: str | None = None
+    tracking_uri: str | None = None
 
     def log_epoch(self, epoch: int, logs: Mapping[str, float]) -> None:
         pass
 
-    def note_resume(self, epoch: int) -> None:
+    def note_resume(self, epoch: int, step: int) -> None:
         pass
 
     def activate(self) -> None:
@@ -86,7 +88,7 @@ class MlflowTracker:
         import mlflow
 
         self._mlflow = mlflow
-        self._uri = tracking_uri
+        self._uri = self.tracking_uri = tracking_uri
         self._delays = delays
         self._registered_model_name = registered_model_name
         mlflow.set_tracking_uri(tracking_uri)
@@ -113,6 +115,10 @@ class MlflowTracker:
 
     def _retry(self, what: str, call: Callable[[], T]) -> T:
         return with_retries(what, self._uri, call, self._delays)
+
+    def retry(self, what: str, call: Callable[[], T]) -> T:
+        """`call`, a request to this tracking server, retried as every call of the chief's is."""
+        return self._retry(what, call)
 
     def activate(self) -> None:
         """Make the run the calling thread's active run, for the fluent calls here and in user code: MLflow
@@ -160,8 +166,9 @@ class MlflowTracker:
             with contextlib.suppress(Exception):
                 self._say_dropped()
 
-    def note_resume(self, epoch: int) -> None:
-        self._retry("tags", lambda: self._mlflow.set_tag(TAG_RESUMED_FROM_EPOCH, str(epoch)))
+    def note_resume(self, epoch: int, step: int) -> None:
+        tags = {TAG_RESUMED_FROM_EPOCH: str(epoch), TAG_RESUMED_FROM_STEP: str(step)}
+        self._retry("tags", lambda: self._mlflow.set_tags(tags))
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Params known only once the workers have met (a restarted group logs the same values again)."""

@@ -23,22 +23,39 @@ def one_reduce_sequential() -> Any:
     k, tf = keras(), tensorflow()
 
     class OneReduceSequential(k.Sequential):  # type: ignore[name-defined, misc]
+        stop_signal: Any = None  # group_checkpoint.StopSignal: SIGTERM rides on the gradients' all-reduce
+
         def train_step(self, data: Any) -> dict[str, Any]:
             x, y, sample_weight = k.utils.unpack_x_y_sample_weight(data)
             with tf.GradientTape() as tape:
                 y_pred = self(x, training=True)
                 loss = self.compute_loss(x, y, y_pred, sample_weight)  # also updates the loss metric
-            self.optimizer.minimize(loss, self.trainable_variables, tape=tape)
-            self.compiled_metrics.update_state(y, y_pred, sample_weight)
             # fit's step loop needs an output to carry: this worker's own loss, which the reduction method
             # "first" passes through without reading other workers.
-            return {"worker_batch_loss": loss}
+            outputs = {"worker_batch_loss": loss}
+            if self.stop_signal is None:
+                self.optimizer.minimize(loss, self.trainable_variables, tape=tape)
+            else:
+                # What minimize does, with every worker's stop flag summed in the same all-reduce.
+                variables = self.trainable_variables
+                gradients = tape.gradient(loss, variables)
+                *summed, stop = tf.distribute.get_replica_context().all_reduce(
+                    tf.distribute.ReduceOp.SUM, [*gradients, self.stop_signal.requested.read_value()]
+                )
+                self.optimizer.apply_gradients(
+                    zip(summed, variables, strict=True), skip_gradients_aggregation=True
+                )
+                outputs["stop"] = stop
+            self.compiled_metrics.update_state(y, y_pred, sample_weight)
+            return outputs
 
         def make_train_function(self, force: bool = False) -> Any:
             built: Any = self.train_function  # type: ignore[has-type]
             if built is not None and not force:
                 return built
-            steps = super().make_train_function(force)
+            steps = (
+                super().make_train_function(force) if self.stop_signal is None else self._stoppable_steps()
+            )
 
             def train_function(iterator: Any) -> dict[str, Any]:
                 steps(iterator)
@@ -46,6 +63,33 @@ def one_reduce_sequential() -> Any:
 
             self.train_function = train_function
             return train_function
+
+        def _stoppable_steps(self) -> Any:
+            """Keras' multi-step train function, ending after the step whose summed stop flag is set (every
+            worker sees the same sum, so all end at the same step); the flag is kept in stop_signal.agreed."""
+            strategy, stop = self.distribute_strategy, self.stop_signal
+
+            def run_step(data: Any) -> dict[str, Any]:
+                outputs = self.train_step(data)
+                with tf.control_dependencies([outputs["stop"]]):
+                    self._train_counter.assign_add(1)
+                return outputs
+
+            def one_step(iterator: Any) -> dict[str, Any]:
+                outputs = strategy.run(run_step, args=(next(iterator),))
+                return tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], outputs)
+
+            @tf.function(reduce_retracing=True)
+            def steps(iterator: Any) -> dict[str, Any]:
+                outputs = one_step(iterator)
+                for _ in tf.range(self._steps_per_execution - 1):
+                    if outputs["stop"] > 0:
+                        break
+                    outputs = one_step(iterator)
+                stop.agreed.assign(outputs["stop"])
+                return outputs
+
+            return steps
 
     return OneReduceSequential
 
@@ -58,8 +102,10 @@ def build_model(
     hidden_units: Sequence[int] = (),
     learning_rate: float = 0.001,
     steps_per_execution: int = 1,
+    stop_signal: Any = None,
 ) -> Any:
-    """Sequential([Input(D), Normalization(train mean/var), *Dense(relu), Dense(1, sigmoid)]), compiled."""
+    """Sequential([Input(D), Normalization(train mean/var), *Dense(relu), Dense(1, sigmoid)]), compiled;
+    `stop_signal` (group_checkpoint.StopSignal): the steps carry a SIGTERM's stop across the group."""
     k = keras()
     layers = [
         k.layers.Input(shape=(num_features,), name="features"),
@@ -71,6 +117,7 @@ def build_model(
     layers += [k.layers.Dense(units, activation="relu") for units in hidden_units]
     layers.append(k.layers.Dense(1, activation="sigmoid"))
     model = one_reduce_sequential()(layers)
+    model.stop_signal = stop_signal
     model.distribute_reduction_method = "first"  # see OneReduceSequential.train_step
     model.compile(
         optimizer=k.optimizers.Adam(learning_rate=learning_rate),

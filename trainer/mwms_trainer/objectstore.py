@@ -41,25 +41,29 @@ def scheme_of(data_path: str) -> str | None:
 
 def check_data_path(data_path: str) -> None:
     """Exit 2 for a URI the trainer cannot read: only s3:// is supported (and tested), without credentials."""
-    scheme = scheme_of(data_path)
-    if scheme is None:
-        return
+    if scheme_of(data_path) is not None:
+        check_uri(data_path, _SETTING)
+
+
+def check_uri(uri: str, setting: str) -> None:
+    """Exit 2 naming `setting` unless `uri` is s3://bucket[/key] without credentials."""
+    scheme = scheme_of(uri)
     if scheme not in names.DATA_PATH_SCHEMES:
         hint = " (Spark's s3a:// and s3n:// are s3:// here)" if scheme in ("s3a", "s3n") else ""
         raise ConfigError(
-            _SETTING,
+            setting,
             f"{scheme}:// is not supported{hint}; use a path inside the worker (a volume from spec.template) "
             f"or one of: {', '.join(s + '://' for s in names.DATA_PATH_SCHEMES)}",
         )
-    location = urlsplit(data_path)
+    location = urlsplit(uri)
     if "@" in location.netloc:
         raise ConfigError(
-            _SETTING,
+            setting,
             "credentials in the URI are refused (they would be in the spec for anyone to read): give them to "
             "the workers as AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY from a Secret, or a service account",
         )
     if not location.netloc:
-        raise ConfigError(_SETTING, f"{data_path!r} names no bucket (s3://bucket/prefix/)")
+        raise ConfigError(setting, f"{uri!r} names no bucket (s3://bucket/prefix/)")
 
 
 @dataclass(frozen=True, order=True)
@@ -137,28 +141,29 @@ def mask(text: str, env: Mapping[str, str]) -> str:
     return text
 
 
-def failure(uri: str, error: OSError, env: Mapping[str, str]) -> TrainerError:
-    """The trainer error for an object store's refusal of `uri`: permanent (exit 2) for what a restart cannot
-    fix, else retryable (the SDK has already retried it with backoff)."""
+def failure(uri: str, error: OSError, env: Mapping[str, str], setting: str = _SETTING) -> TrainerError:
+    """The trainer error for an object store's refusal of `uri` (named by `setting`): permanent (exit 2) for
+    what a restart cannot fix, else retryable (the SDK has already retried it with backoff)."""
     detail = mask(str(error), env).rstrip(".")
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "AWS S3"
     if isinstance(error, FileNotFoundError) or PERMANENT.search(detail):
+        verb = "read" if setting == _SETTING else "use"
         return ConfigError(
-            _SETTING,
-            f"cannot read {uri!r} at {endpoint}: {detail}. Check the bucket and prefix, and the workers' "
+            setting,
+            f"cannot {verb} {uri!r} at {endpoint}: {detail}. Check the bucket and prefix, and the workers' "
             "credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY from a Secret through spec.template, or a "
             "service account's web identity)",
         )
-    return RetryableError(f"{_SETTING}: the object store at {endpoint} failed for {uri!r}: {detail}")
+    return RetryableError(f"{setting}: the object store at {endpoint} failed for {uri!r}: {detail}")
 
 
 @contextmanager
-def reading(uri: str) -> Iterator[None]:
+def reading(uri: str, setting: str = _SETTING) -> Iterator[None]:
     """Around a request for `uri`: the object store's refusal becomes the trainer error it means."""
     try:
         yield
     except OSError as e:
-        raise failure(uri, e, os.environ) from None
+        raise failure(uri, e, os.environ, setting) from None
 
 
 def _matches(key: str, pattern: str) -> bool:

@@ -1,6 +1,7 @@
 """Stopping promptly as a container's PID 1: fork; the child trains, the parent forwards signals, reaps
 and exits with the child's code (docs/design/trainer-as-pid1.md). `python -m mwms_trainer.pid1 CMD` does the
-same for any command.
+same for any command. A child that saves its checkpoint on SIGTERM asks for the time (ask_for_grace): it is
+then not killed, and the pod's grace period bounds the save.
 """
 
 from __future__ import annotations
@@ -15,6 +16,32 @@ from mwms_trainer import system_metrics, worker_log
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 KILL_AFTER_SECONDS = 2  # well inside the 5 s a deleted pod may take to go
 KILLED_MESSAGE = "pid1: the child was still running {seconds} s after the signal; sent SIGKILL"
+SAVING_MESSAGE = "pid1: the child is saving its checkpoint: not killed (the pod's grace period bounds it)"
+# The write end of a pipe to the parent, in the child's environment: one byte asks for the grace period.
+GRACE_FD_VARIABLE = "MWMS_PID1_GRACE_FD"
+
+
+def ask_for_grace() -> bool:
+    """In the child: ask PID 1 not to kill this process after a forwarded signal (it is saving); False where
+    no PID 1 of ours listens (a local run, a test, a container with an init of its own)."""
+    fd = os.environ.get(GRACE_FD_VARIABLE, "")
+    if not fd.isdigit():
+        return False
+    try:
+        os.write(int(fd), b"g")
+    except OSError:
+        return False
+    return True
+
+
+def _granted(read_fd: int | None) -> bool:
+    """Whether the child asked for the grace period (a byte waits in the pipe); never blocks."""
+    if read_fd is None:
+        return False
+    try:
+        return bool(os.read(read_fd, 64))
+    except BlockingIOError:
+        return False
 
 
 def exit_code(status: int) -> int:
@@ -23,17 +50,24 @@ def exit_code(status: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def supervise(child: int, on_signalled: Callable[[int], None] = lambda _: None) -> int:
+def supervise(
+    child: int,
+    on_signalled: Callable[[int], None] = lambda _: None,
+    grace_fd: int | None = None,
+    forwarded: list[int] | None = None,
+) -> int:
     """Forward signals to `child` and reap every process until it exits; return its exit code.
 
     Call with FORWARDED blocked (the handlers are installed here, then the signals let through, so one sent
     right after the fork is not lost). `on_signalled(code)` runs when the child was ended by a signal after
-    one was forwarded to it.
+    one was forwarded to it. `grace_fd`: the read end of the child's ask_for_grace pipe (non-blocking).
+    `forwarded` collects the signals forwarded.
     Returns 128 + the first signal forwarded when the child was ended by a signal after it, else the child's
     own exit code (128 + N for a child ended by signal N).
     """
 
-    forwarded: list[int] = []
+    forwarded = [] if forwarded is None else forwarded
+    saving: list[bool] = []
 
     def forward(signum: int, _frame: object) -> None:
         try:
@@ -44,6 +78,11 @@ def supervise(child: int, on_signalled: Callable[[int], None] = lambda _: None) 
         signal.alarm(KILL_AFTER_SECONDS)
 
     def kill(_signum: int, _frame: object) -> None:
+        if saving or _granted(grace_fd):
+            if not saving:
+                saving.append(True)
+                print(SAVING_MESSAGE, file=sys.stderr, flush=True)
+            return
         try:
             os.kill(child, signal.SIGKILL)
         except ProcessLookupError:
@@ -68,13 +107,21 @@ def supervise(child: int, on_signalled: Callable[[int], None] = lambda _: None) 
             return code
 
 
-def _fork() -> int:
-    """fork() with FORWARDED blocked in the parent until supervise() has its handlers; the child unblocks."""
+def _fork() -> tuple[int, int]:
+    """fork() with FORWARDED blocked in the parent until supervise() has its handlers; the child unblocks.
+    (child pid, the read end of the child's ask_for_grace pipe); in the child (0, -1)."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     child = os.fork()
     if child == 0:
+        os.close(read_fd)
+        os.set_inheritable(write_fd, True)  # also for a command exec'd in its place
+        os.environ[GRACE_FD_VARIABLE] = str(write_fd)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-    return child
+        return 0, -1
+    os.close(write_fd)
+    return child, read_fd
 
 
 def fork_unless_pid1_is_taken(
@@ -90,16 +137,16 @@ def fork_unless_pid1_is_taken(
         return None
     if capture is not None:
         capture.open()
-    child = _fork()
+    child, grace_fd = _fork()
     if child == 0:
         if capture is not None:
             capture.in_child()
         return None
-    return _supervise_with_companions(child, on_signalled, capture)
+    return _supervise_with_companions(child, on_signalled, capture, grace_fd)
 
 
 def _supervise_with_companions(
-    child: int, on_signalled: Callable[[int], None], capture: worker_log.Capture | None
+    child: int, on_signalled: Callable[[int], None], capture: worker_log.Capture | None, grace_fd: int
 ) -> int:
     """supervise(), with the worker's log kept (capture) and its system metrics sampled meanwhile."""
     metrics = system_metrics.reporter(os.environ)
@@ -107,17 +154,13 @@ def _supervise_with_companions(
         capture.in_parent()
     if metrics is not None:
         metrics.start()
-    stopped: list[int] = []
-
-    def signalled(code: int) -> None:
-        stopped.append(code)
-        on_signalled(code)
-
-    code = supervise(child, signalled)
+    forwarded: list[int] = []
+    code = supervise(child, on_signalled, grace_fd, forwarded)
+    stopped = bool(forwarded)  # told to stop: what goes up goes quickly, within the grace period
     if metrics is not None:
         metrics.stop(final=not stopped)
     if capture is not None:
-        capture.finish(stopped=bool(stopped))
+        capture.finish(stopped=stopped)
     return code
 
 
@@ -129,7 +172,7 @@ def main(argv: Sequence[str]) -> int:
     capture = _capture_wanted()
     if capture is not None:
         capture.open()
-    child = _fork()
+    child, grace_fd = _fork()
     if child == 0:
         if capture is not None:
             capture.in_child()
@@ -138,7 +181,7 @@ def main(argv: Sequence[str]) -> int:
         except OSError as e:
             print(f"cannot run {argv[0]!r}: {e}", file=sys.stderr)
         os._exit(127)
-    return _supervise_with_companions(child, lambda _: None, capture)
+    return _supervise_with_companions(child, lambda _: None, capture, grace_fd)
 
 
 def _capture_wanted() -> worker_log.Capture | None:

@@ -12,15 +12,23 @@ import platform
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
 from mwms_contract import termination
-from mwms_trainer import kept, mlflow_run, rendezvous
+from mwms_trainer import checkpoint_store, kept, mlflow_run, rendezvous
 from mwms_trainer import model as model_mod
 from mwms_trainer.errors import DivergedError, RetryableError
+from mwms_trainer.group_checkpoint import (
+    GroupCheckpoint,
+    ResumePoint,
+    StoppedAfterSave,
+    StopSignal,
+    agree_on_resume,
+)
 from mwms_trainer.input import TrainingInput, prepare_input
-from mwms_trainer.tfenv import keras, size_thread_pools, tensorflow
+from mwms_trainer.tfenv import keras, size_thread_pools
 from mwms_trainer.trainer_config import Settings
 
 log = logging.getLogger("mwms_trainer")
@@ -105,9 +113,11 @@ class OpeningTracker:
             log.warning("the MLflow run was not opened: %s", self._error[0])
 
 
-def epoch_logger(rank: int, epochs: int | None, tracker: Any) -> Any:
-    """Progress on every worker's log; the chief's tracker also sends it to MLflow."""
+def epoch_logger(rank: int, epochs: int | None, tracker: Any, resume: ResumePoint | None = None) -> Any:
+    """Progress on every worker's log; the chief's tracker also sends it to MLflow (with where a restarted
+    group resumed)."""
     k = keras()
+    resumed = resume if resume is not None and resume.found else None
 
     class EpochLogger(k.callbacks.Callback):  # type: ignore[name-defined]
         first_epoch: int | None = None
@@ -134,9 +144,9 @@ def epoch_logger(rank: int, epochs: int | None, tracker: Any) -> Any:
             self.started = time.monotonic()
             if self.first_epoch is None:
                 self.first_epoch = epoch
-                if epoch > 0:
-                    log.info("worker %d resumes from the checkpoint at epoch %d", rank, epoch + 1)
-                    tracker.note_resume(epoch)
+                if resumed is not None:
+                    log.info("worker %d resumes from the checkpoint at %s", rank, resumed)
+                    tracker.note_resume(resumed.epoch, resumed.step)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             logs = dict(logs or {})
@@ -168,20 +178,14 @@ def stop_on_non_finite_loss(epochs: int) -> Any:
     return NonFiniteLossGuard()
 
 
-def resumed_epoch(backup_dir: str) -> int:
-    """The epoch BackupAndRestore will resume at (0 without a checkpoint), known before fit builds its input.
+@dataclass(frozen=True)
+class Fitted:
+    """What the chief has after the fit: a plain copy of the model, its last epoch's metrics, and the store
+    of the checkpoint, kept until the model is logged (a restart before then resumes at the fit's end)."""
 
-    fit starts reading its dataset from the beginning whatever epoch it resumes at, so the dataset must begin
-    with that epoch's batches. Every worker reads the chief's copy, as BackupAndRestore itself does.
-    """
-    tf = tensorflow()
-    path = tf.train.latest_checkpoint(os.path.join(backup_dir, "chief"))
-    if path is None:
-        return 0
-    for name, _ in tf.train.list_variables(path):
-        if name.startswith("ckpt_saved_epoch/"):
-            return max(0, int(tf.train.load_variable(path, name)) + 1)
-    return 0
+    model: Any
+    trained: dict[str, float]
+    store: checkpoint_store.Store | None
 
 
 def fit(
@@ -191,7 +195,7 @@ def fit(
     note: Callable[[str], None],
     deadline: float,
     peers_by: float | None,
-) -> tuple[Any, dict[str, float]] | None:
+) -> Fitted | None:
     """Fit with the whole group; the chief gets a plain copy of the model and its last epoch's metrics."""
     cfg, cluster = settings.trainer, settings.cluster
     size_thread_pools(settings.threads)  # waits for TensorFlow's import, like everything from here on
@@ -204,7 +208,9 @@ def fit(
     if agreed.params:
         tracker.log_params(agreed.params)
     steps = agreed.steps_per_epoch
+    checkpoint = group_checkpoint(settings, strategy, tracker, steps)
     k.utils.set_random_seed(cfg.seed)  # the same initial weights everywhere (MWMS also broadcasts them)
+    every = settings.checkpoint_every_steps
     with strategy.scope():
         model = model_mod.build_model(
             data.num_features,
@@ -212,17 +218,15 @@ def fit(
             agreed.variance,
             hidden_units=cfg.hiddenUnits,
             learning_rate=cfg.learningRate,
-            steps_per_execution=steps,
+            # Calls of whole epochs, or of everySteps steps: a save comes between two calls.
+            steps_per_execution=min(steps, every) if every else steps,
+            stop_signal=checkpoint.stop if checkpoint else None,
         )
-    callbacks = [stop_on_non_finite_loss(cfg.epochs), epoch_logger(cluster.rank, cfg.epochs, tracker)]
-    first_epoch = 0
-    if settings.checkpoint_dir:
-        # Per job uid: a later job on the same volume never resumes another job's fit. Every worker takes
-        # part; tf-keras writes the chief's copy here and the others' to temporary directories.
-        backup_dir = os.path.join(settings.checkpoint_dir, settings.job_uid)
-        callbacks.insert(0, k.callbacks.BackupAndRestore(backup_dir=backup_dir))
-        first_epoch = resumed_epoch(backup_dir)
-    dataset = data.dataset(strategy, steps, first_epoch)
+    resume = checkpoint.resume if checkpoint else ResumePoint()
+    callbacks = [stop_on_non_finite_loss(cfg.epochs), epoch_logger(cluster.rank, cfg.epochs, tracker, resume)]
+    if checkpoint:
+        callbacks.insert(0, checkpoint.callback())
+    dataset = data.dataset(strategy, steps, resume.epoch, resume.step)
     with rendezvous.peer_loss_is_retryable("during fit"):
         history = model.fit(
             dataset,
@@ -234,7 +238,42 @@ def fit(
     if not cluster.is_chief:
         return None
     # The chief alone: a plain copy needs no collectives, so the peers may already be gone.
-    return model_mod.plain_copy(model), {k: float(v[-1]) for k, v in history.history.items() if v}
+    trained = {k: float(v[-1]) for k, v in history.history.items() if v}
+    return Fitted(model_mod.plain_copy(model), trained, checkpoint.store if checkpoint else None)
+
+
+def checkpoint_dir(settings: Settings) -> str | None:
+    """The job's checkpoint folder (per job uid: a later job on the same volume never resumes another's)."""
+    return os.path.join(settings.checkpoint_dir, settings.job_uid) if settings.checkpoint_dir else None
+
+
+def group_checkpoint(settings: Settings, strategy: Any, tracker: Any, steps: int) -> GroupCheckpoint | None:
+    """With spec.checkpoint: the chief fetches the store's checkpoint, and the group agrees where it resumes
+    (before the input is built: fit reads its dataset from the first batch whatever step it resumes at)."""
+    directory = checkpoint_dir(settings)
+    if directory is None:
+        return None
+    cluster = settings.cluster
+    store = checkpoint_store.open_store(
+        settings.checkpoint_store, directory, settings.job_uid, tracker, cluster.is_chief
+    )
+    if cluster.is_chief:
+        started = time.monotonic()
+        store.fetch(os.path.join(directory, checkpoint_store.CHIEF_DIR))
+        log.info("checkpoint fetched from %s in %.3f s", store.where, time.monotonic() - started)
+    with rendezvous.peer_loss_is_retryable("while agreeing where to resume"):
+        resume = agree_on_resume(strategy, directory, cluster.is_chief, steps)
+    return GroupCheckpoint(
+        directory=directory,
+        store=store,
+        is_chief=cluster.is_chief,
+        rank=cluster.rank,
+        steps_per_epoch=steps,
+        every_steps=settings.checkpoint_every_steps,
+        resume=resume,
+        stop=StopSignal(),
+        termination_log=settings.termination_log,
+    )
 
 
 def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
@@ -249,22 +288,35 @@ def run(settings: Settings, note: Callable[[str], None] = lambda _: None) -> dic
     data = prepare_input(settings.trainer, cluster.num_workers, cluster.rank)  # bad data fails here
     params = params_of(settings, data)
     opening = OpeningTracker(settings, params)
-    ok = False
+    ok = stopped = False
     try:
         fitted = fit(settings, data, opening, note, deadline, peers_by)
         if fitted is None:
             ok = True
             return {"worker": cluster.rank, "status": "ok"}
-        plain, trained = fitted
-        held_out = model_mod.held_out_metrics(plain, data.held_out())
-        upload = kept.Upload(params, list(data.feature_names), trained, held_out)
+        held_out = model_mod.held_out_metrics(fitted.model, data.held_out())
+        upload = kept.Upload(params, list(data.feature_names), fitted.trained, held_out)
         if kept_dir:
-            kept.keep_fitted(kept_dir, plain, upload)
-        summary = log_fitted(opening.wait(), plain, upload, kept_dir)
+            kept.keep_fitted(kept_dir, fitted.model, upload)
+        summary = log_fitted(opening.wait(), fitted.model, upload, kept_dir)
         ok = True
+        if fitted.store is not None:
+            discard(fitted.store)
         return summary
+    except StoppedAfterSave:
+        stopped = True  # the run goes on in the next group: it is left open, as a killed chief leaves it
+        raise
     finally:
-        opening.close(ok)
+        if not stopped:
+            opening.close(ok)
+
+
+def discard(store: checkpoint_store.Store) -> None:
+    """The model is logged: the checkpoint has nothing left to resume. One left behind costs only space."""
+    try:
+        store.discard()
+    except Exception as e:
+        log.warning("the checkpoint in %s was not removed: %s", store.where, e)
 
 
 def upload_kept(settings: Settings, kept_dir: str) -> dict[str, Any]:
@@ -283,6 +335,7 @@ def upload_kept(settings: Settings, kept_dir: str) -> dict[str, Any]:
     try:
         summary = log_fitted(tracker, plain, upload, kept_dir)
         ok = True
+        discard(checkpoint_store.VolumeStore(os.path.dirname(kept_dir)))
         return summary
     finally:
         tracker.close(ok)

@@ -145,11 +145,13 @@ class Settings:
     job_namespace: str
     job_uid: str
     restart_count: int
-    checkpoint_dir: str | None
+    checkpoint_dir: str | None  # the volume every worker mounts; with a store, this worker's scratch copy
     startup_timeout_seconds: float
     termination_log: str
     peer_wait_seconds: float | None = None  # None: wait for peers as long as it takes
     threads: int | None = None  # TensorFlow's pool sizes (cpus.py); None: TensorFlow's own sizing
+    checkpoint_store: str | None = None  # spec.checkpoint.store: "run" or an s3:// prefix; None: the volume
+    checkpoint_every_steps: int | None = None  # None: save at the end of each epoch only
 
 
 def _env_number(environ: Mapping[str, str], name: str, default: int, minimum: int) -> int:
@@ -192,7 +194,22 @@ def load(environ: Mapping[str, str]) -> Settings:
         termination_log=environ.get(names.ENV_TERMINATION_LOG, "").strip() or names.TERMINATION_MESSAGE_PATH,
         threads=cpus.thread_count(environ),
         peer_wait_seconds=peer_wait_seconds(environ),
+        checkpoint_store=checkpoint_store(environ),
+        checkpoint_every_steps=_env_number(environ, names.ENV_CHECKPOINT_EVERY_STEPS, 0, 1) or None,
     )
+
+
+def checkpoint_store(environ: Mapping[str, str]) -> str | None:
+    """MWMS_CHECKPOINT_STORE: the job's run or an s3:// prefix (checked as the contract checks it); a store
+    needs MWMS_CHECKPOINT_DIR too, for the chief's copy."""
+    store = environ.get(names.ENV_CHECKPOINT_STORE, "").strip() or None
+    if store is None:
+        return None
+    if store != names.CHECKPOINT_STORE_RUN:
+        objectstore.check_uri(store, names.ENV_CHECKPOINT_STORE)
+    if not environ.get(names.ENV_CHECKPOINT_DIR, "").strip():
+        raise ConfigError(names.ENV_CHECKPOINT_DIR, "is not set: a checkpoint store needs a local directory")
+    return store
 
 
 def peer_wait_seconds(environ: Mapping[str, str]) -> float | None:

@@ -130,7 +130,10 @@ def build_worker_pod(
 
     volumes = list(pod_spec.get("volumes") or [])
     if spec.checkpoint is not None:
-        volumes.append({"name": CHECKPOINT_VOLUME, **copy.deepcopy(dict(spec.checkpoint))})
+        # A store's checkpoint passes through an emptyDir, the chief's copy: the root filesystem may be
+        # read-only.
+        source = spec.checkpoint.volume if spec.checkpoint.volume is not None else {"emptyDir": {}}
+        volumes.append({"name": CHECKPOINT_VOLUME, **copy.deepcopy(dict(source))})
         mounts = list(container.get("volumeMounts") or [])
         mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": names.CHECKPOINT_MOUNT_PATH})
         container["volumeMounts"] = mounts
@@ -156,6 +159,8 @@ def build_worker_pod(
         "subdomain": job_name,
     }
     pod_spec["volumes"] = volumes
+    if spec.checkpoint is not None and spec.checkpoint.termination_grace_period_seconds is not None:
+        pod_spec["terminationGracePeriodSeconds"] = spec.checkpoint.termination_grace_period_seconds
     if pod_group is not None:
         pod_spec["schedulingGroup"] = {"podGroupName": pod_group}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}

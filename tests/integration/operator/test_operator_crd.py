@@ -40,6 +40,14 @@ MALFORMED = [
         trainjob("bad", 2, checkpoint={"persistentVolumeClaim": {}}),
         "spec.checkpoint.persistentVolumeClaim.claimName",
     ),
+    (trainjob("bad", 2, checkpoint={"store": "run", "nfs": {"server": "s", "path": "/"}}), "spec.checkpoint"),
+    (trainjob("bad", 2, checkpoint={"store": "gs://b/c"}), "spec.checkpoint.store"),
+    (trainjob("bad", 2, checkpoint={"store": "s3://key:secret@b/c"}), "spec.checkpoint.store"),
+    (trainjob("bad", 2, checkpoint={"store": "run", "everySteps": 0}), "spec.checkpoint.everySteps"),
+    (
+        trainjob("bad", 2, checkpoint={"store": "run"}, code={"configMap": "c", "entrypoint": "m:f"}),
+        "spec.checkpoint: store, everySteps and terminationGracePeriodSeconds work with the built-in fit",
+    ),
     (trainjob("bad", 2, mlflow={"experiment": ""}), "spec.mlflow.experiment"),
     (trainjob("x" * 53, 2), "metadata.name"),
     (trainjob("9lives", 2), "metadata.name"),
@@ -61,6 +69,7 @@ IMMUTABLE = [
     ({"trainer": {"epochs": 3}}, "spec.trainer is immutable"),
     ({"mlflow": {"experiment": "other"}}, "spec.mlflow is immutable"),
     ({"checkpoint": {"hostPath": {"path": "/tmp"}}}, "spec.checkpoint is immutable"),
+    ({"checkpoint": {"store": "run", "everySteps": 10}}, "spec.checkpoint is immutable"),
 ]
 
 

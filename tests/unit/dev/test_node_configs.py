@@ -63,6 +63,20 @@ def test_containerd_keeps_everything_under_the_node_dir_but_its_image_store():
     assert "/var/lib/containerd" not in text and "/run/containerd" not in text
 
 
+def test_containerd_finds_registries_under_the_node_dir_and_trusts_only_their_ca():
+    import tomllib
+
+    node_dir = Path("/state/nodes/n1")
+    config = tomllib.loads(
+        node_configs.containerd_config(node_dir, Path("/cache/store"), Path("/cache/cni"), "pause:1")
+    )
+    registry = config["plugins"]["io.containerd.grpc.v1.cri"]["registry"]
+    assert registry == {"config_path": str(node_configs.registry_hosts_dir(node_dir))}  # no credentials here
+    hosts = tomllib.loads(node_configs.registry_hosts_toml("127.0.0.1:5000", Path("/r/ca.crt")))
+    assert hosts["server"] == "https://127.0.0.1:5000"
+    assert hosts["host"]["https://127.0.0.1:5000"] == {"capabilities": ["pull", "resolve"], "ca": "/r/ca.crt"}
+
+
 def test_chart_values_run_mlflow_from_the_loaded_trainer_image():
     values = node_addons.real_node_chart_values(
         [

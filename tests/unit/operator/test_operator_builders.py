@@ -117,8 +117,10 @@ def test_trainer_env_lists_every_reserved_variable_that_applies(make_trainjob, c
         parsed, job_name="mnist", namespace="team-a", uid=UID, index=1, hosts=hosts, restart_count=2
     )
     code_env = {n for n in names.RESERVED_ENV if n.startswith("MWMS_CODE_")}  # spec.code's: not in FULL
+    # A checkpoint store's (FULL's checkpoint is a volume): see the test below.
+    store_env = {names.ENV_CHECKPOINT_STORE, names.ENV_CHECKPOINT_EVERY_STEPS}
     # MWMS_PEER_WAIT_SECONDS is only in pods (the golden pods have it): a hand-started group keeps a limit.
-    assert set(env) == names.RESERVED_ENV - code_env - {names.ENV_PEER_WAIT}
+    assert set(env) == names.RESERVED_ENV - code_env - store_env - {names.ENV_PEER_WAIT}
     assert env["MWMS_RESTART_COUNT"] == "2"
     assert json.loads(env["MWMS_TRAINER_CONFIG"]) == FULL["trainer"]
     assert env["MWMS_CHECKPOINT_DIR"] == "/mwms/checkpoint"
@@ -131,9 +133,39 @@ def test_trainer_env_lists_every_reserved_variable_that_applies(make_trainjob, c
         hosts=hosts,
         restart_count=0,
     )
-    optional = {"MWMS_CHECKPOINT_DIR", "MWMS_REGISTERED_MODEL_NAME", names.ENV_PEER_WAIT} | code_env
+    optional = (
+        {"MWMS_CHECKPOINT_DIR", "MWMS_REGISTERED_MODEL_NAME", names.ENV_PEER_WAIT} | code_env | store_env
+    )
     assert set(names.RESERVED_ENV) - set(minimal) == optional
     assert json.loads(minimal["MWMS_TRAINER_CONFIG"]) == {}
+
+
+@pytest.mark.parametrize("store", ["run", "s3://bucket/checkpoints"])
+def test_a_checkpoint_store_gives_each_pod_an_empty_dir_the_store_and_the_grace_period(
+    make_trainjob, config, store
+):
+    checkpoint = {"store": store, "everySteps": 50, "terminationGracePeriodSeconds": 90}
+    _, pod = build(make_trainjob, config, 1, checkpoint=checkpoint)
+    env = env_of(pod)
+    assert env[names.ENV_CHECKPOINT_STORE] == store
+    assert env[names.ENV_CHECKPOINT_EVERY_STEPS] == "50"
+    assert env[names.ENV_CHECKPOINT_DIR] == names.CHECKPOINT_MOUNT_PATH
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "mwms-checkpoint"]
+    assert volume == {"name": "mwms-checkpoint", "emptyDir": {}}  # the chief's copy, not shared
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 90
+
+
+def test_a_checkpoint_volume_keeps_its_pods_as_before_and_sets_the_grace_period_only_when_given(
+    make_trainjob, config
+):
+    _, pod = build(make_trainjob, config, 0, checkpoint={"hostPath": {"path": "/ckpt"}})
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "mwms-checkpoint"]
+    assert volume == {"name": "mwms-checkpoint", "hostPath": {"path": "/ckpt"}}
+    assert "terminationGracePeriodSeconds" not in pod["spec"]
+    assert names.ENV_CHECKPOINT_STORE not in env_of(pod)
+    template = {"spec": {"terminationGracePeriodSeconds": 45}}
+    _, pod = build(make_trainjob, config, 0, checkpoint={"hostPath": {"path": "/ckpt"}}, template=template)
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 45  # the template's, as before
 
 
 def test_the_trainer_container_passes_restricted_pod_security_unless_the_template_says_otherwise(

@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from mwms_contract.trainjob import SpecError, TrainJobSpec
+from mwms_contract.trainjob import CheckpointSpec, SpecError, TrainJobSpec
 from mwms_operator.render.spec import parse_trainjob
 from mwms_operator.settings import OperatorConfig
 
@@ -66,7 +66,7 @@ def test_every_field_is_read(make_trainjob, config):
         "exp",
         "cancer",
     )
-    assert spec.checkpoint == {"persistentVolumeClaim": {"claimName": "ckpt"}}
+    assert spec.checkpoint == CheckpointSpec(volume={"persistentVolumeClaim": {"claimName": "ckpt"}})
     assert spec.template == {"metadata": {"labels": {"team": "a"}}}
     assert (spec.backoff_limit, spec.active_deadline_seconds, spec.ttl_seconds_after_finished) == (1, 600, 60)
     assert (spec.clean_pod_policy, spec.suspend, spec.startup_timeout_seconds) == ("All", True, 30)
@@ -218,6 +218,37 @@ def test_spec_is_frozen_and_does_not_share_the_body(make_trainjob, config):
             "between",
         ),
         *(
+            ({"replicas": 2, "checkpoint": checkpoint}, field, text)
+            for checkpoint, field, text in (
+                ({}, "spec.checkpoint", "exactly one of store, persistentVolumeClaim"),
+                ({"everySteps": 10}, "spec.checkpoint", "exactly one of store"),
+                ({"store": "run", "hostPath": {"path": "/c"}}, "spec.checkpoint", "exactly one of store"),
+                ({"store": "gs://b/c"}, "spec.checkpoint.store", "s3://bucket/prefix"),
+                ({"store": "s3://key:secret@b/c"}, "spec.checkpoint.store", "without credentials"),
+                ({"store": "run", "everySteps": 0}, "spec.checkpoint.everySteps", "at least 1"),
+                ({"store": "run", "keep": 3}, "spec.checkpoint.keep", "unsupported"),
+                (
+                    {"store": "run", "terminationGracePeriodSeconds": -1},
+                    "spec.checkpoint.terminationGracePeriodSeconds",
+                    "between",
+                ),
+            )
+        ),
+        (
+            {"replicas": 2, "checkpoint": {"store": "run"}, "code": {"configMap": "c", "entrypoint": "m:f"}},
+            "spec.checkpoint",
+            "with spec.code give a volume",
+        ),
+        (
+            {
+                "replicas": 2,
+                "checkpoint": {"store": "run", "terminationGracePeriodSeconds": 60},
+                "template": {"spec": {"terminationGracePeriodSeconds": 30}},
+            },
+            "spec.template.spec.terminationGracePeriodSeconds",
+            "set it there only",
+        ),
+        *(
             ({"replicas": 2, "managedBy": value}, "spec.managedBy", text)
             for value, text in (
                 ("", "non-empty"),
@@ -244,6 +275,19 @@ def test_bad_specs_name_the_field(spec, field, text, config):
         parse_trainjob({"metadata": {"name": "j"}, "spec": spec}, config.spec_defaults())
     assert raised.value.field == field
     assert text in str(raised.value)
+
+
+def test_checkpoint_stores_and_their_settings_are_read(make_trainjob, config):
+    checkpoint = {"store": "s3://bucket/ckpt", "everySteps": 100, "terminationGracePeriodSeconds": 120}
+    spec = parse_trainjob(make_trainjob(checkpoint=checkpoint), config.spec_defaults())
+    assert spec.checkpoint == CheckpointSpec(
+        store="s3://bucket/ckpt", every_steps=100, termination_grace_period_seconds=120
+    )
+    spec = parse_trainjob(make_trainjob(checkpoint={"store": "run"}), config.spec_defaults())
+    assert spec.checkpoint == CheckpointSpec(store="run")
+    volume = {"hostPath": {"path": "/c"}, "everySteps": 5}  # a volume saves within epochs too
+    spec = parse_trainjob(make_trainjob(checkpoint=volume), config.spec_defaults())
+    assert spec.checkpoint == CheckpointSpec(volume={"hostPath": {"path": "/c"}}, every_steps=5)
 
 
 def test_reserved_names_are_allowed_in_other_containers(make_trainjob, config):

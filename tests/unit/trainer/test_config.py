@@ -116,6 +116,10 @@ def test_load_reads_the_operator_environment():
     assert s.startup_timeout_seconds == 60
     assert s.termination_log == "/dev/termination-log"
     assert s.registered_model_name is None
+    assert (s.checkpoint_store, s.checkpoint_every_steps) == (None, None)  # a volume, saved at epochs' ends
+    store = {names.ENV_CHECKPOINT_STORE: "s3://b/p", names.ENV_CHECKPOINT_EVERY_STEPS: "50"}
+    s = load(_env(MWMS_CHECKPOINT_DIR="/c", **store))
+    assert (s.checkpoint_store, s.checkpoint_every_steps) == ("s3://b/p", 50)
 
 
 @pytest.mark.parametrize(
@@ -126,6 +130,16 @@ def test_load_reads_the_operator_environment():
         ({names.ENV_STARTUP_TIMEOUT: "0"}, names.ENV_STARTUP_TIMEOUT),
         ({names.ENV_PEER_WAIT: "-1"}, names.ENV_PEER_WAIT),
         ({names.ENV_TRAINER_CONFIG: '{"globalBatchSize": 3}'}, S + "globalBatchSize"),  # 2 workers
+        ({names.ENV_CHECKPOINT_STORE: "run"}, names.ENV_CHECKPOINT_DIR),  # a store needs a local folder
+        (
+            {names.ENV_CHECKPOINT_STORE: "gs://b/c", names.ENV_CHECKPOINT_DIR: "/c"},
+            names.ENV_CHECKPOINT_STORE,
+        ),
+        (
+            {names.ENV_CHECKPOINT_STORE: "s3://k:s@b/c", names.ENV_CHECKPOINT_DIR: "/c"},
+            names.ENV_CHECKPOINT_STORE,
+        ),
+        ({names.ENV_CHECKPOINT_EVERY_STEPS: "0"}, names.ENV_CHECKPOINT_EVERY_STEPS),
     ],
 )
 def test_load_rejects_bad_environment(extra, setting):

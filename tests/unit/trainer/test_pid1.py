@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,33 @@ def test_the_childs_exit_code_is_pid1s(script, code):
 def test_a_missing_command_exits_127():
     proc = as_pid1([sys.executable, "-m", "mwms_trainer.pid1", "/no/such/command"])
     assert proc.wait(timeout=30) == 127
+
+
+def test_a_child_that_asks_for_grace_is_not_killed_and_its_code_is_pid1s(tmp_path):
+    """The save on SIGTERM: a child that asks for the grace period is left to end on its own (the pod's grace
+    period bounds it), and exits with its own code."""
+    ready, go, log = tmp_path / "ready", tmp_path / "go", tmp_path / "pid1.log"
+    code = "\n".join(
+        [
+            "import pathlib, signal, time",
+            "from mwms_trainer import pid1",
+            "signal.signal(signal.SIGTERM, lambda *_: pid1.ask_for_grace())",
+            f"pathlib.Path({str(ready)!r}).touch()",
+            f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.05)",
+            "raise SystemExit(75)",
+        ]
+    )
+    with open(log, "wb") as out:
+        proc = as_pid1([sys.executable, "-m", "mwms_trainer.pid1", sys.executable, "-c", code], stdout=out)
+    try:
+        wait_for_file(ready)
+        os.kill(pid1_of(proc), signal.SIGTERM)
+        deadline = time.monotonic() + pid1.KILL_AFTER_SECONDS + 30
+        while pid1.SAVING_MESSAGE not in log.read_text():  # past the moment it would have been killed
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        go.touch()
+        assert proc.wait(timeout=30) == 75
+    finally:
+        proc.kill()
+        proc.wait()

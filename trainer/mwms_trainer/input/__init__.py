@@ -37,8 +37,9 @@ class TrainingInput(Protocol):
         worker."""
         ...
 
-    def dataset(self, strategy: Any, steps: int, first_epoch: int) -> Any:
-        """What fit reads, `steps` batches an epoch from `first_epoch` on (where a resumed fit starts)."""
+    def dataset(self, strategy: Any, steps: int, first_epoch: int, first_step: int = 0) -> Any:
+        """What fit reads, `steps` batches an epoch from step `first_step` of `first_epoch` on (where a
+        resumed fit starts)."""
         ...
 
     def held_out(self) -> Iterable[tuple[np.ndarray, np.ndarray]]:

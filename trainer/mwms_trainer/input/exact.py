@@ -117,9 +117,9 @@ def worker_slice(global_batch: int, num_workers: int, rank: int) -> slice:
     return slice(rank * per_worker, (rank + 1) * per_worker)
 
 
-def train_dataset(split: Split, cfg: TrainerConfig, first_epoch: int = 0) -> Any:
-    """A tf.data pipeline of the global batches from `first_epoch` on (where a resumed fit starts); the
-    strategy hands each worker its contiguous slice of each."""
+def train_dataset(split: Split, cfg: TrainerConfig, first_epoch: int = 0, first_step: int = 0) -> Any:
+    """A tf.data pipeline of the global batches from step `first_step` of `first_epoch` on (where a resumed
+    fit starts); the strategy hands each worker its contiguous slice of each."""
     tf = tensorflow()
     rows, batch = len(split.x_train), cfg.globalBatchSize
     steps = steps_per_epoch(rows, batch)
@@ -133,6 +133,7 @@ def train_dataset(split: Split, cfg: TrainerConfig, first_epoch: int = 0) -> Any
     dataset = (
         tf.data.Dataset.range(first_epoch, cfg.epochs)
         .flat_map(batches_of)
+        .skip(first_step)  # the batches' row indices only: the rows themselves are gathered after
         .map(lambda idx: (tf.gather(x, idx), tf.gather(y, idx)))
     )
     options = tf.data.Options()
@@ -172,8 +173,8 @@ class ExactInput:
         """Nothing to exchange: every worker computed the same split and scaler."""
         return Agreed(self.split.mean, self.split.variance, self._steps(), {})
 
-    def dataset(self, strategy: Any, steps: int, first_epoch: int) -> Any:
-        return train_dataset(self.split, self.cfg, first_epoch)
+    def dataset(self, strategy: Any, steps: int, first_epoch: int, first_step: int = 0) -> Any:
+        return train_dataset(self.split, self.cfg, first_epoch, first_step)
 
     def held_out(self) -> Iterable[tuple[np.ndarray, np.ndarray]]:
         return [(self.split.x_test, self.split.y_test)]

@@ -146,8 +146,8 @@ class FileShards:
         }
         return Agreed(mean, variance, steps, params)
 
-    def dataset(self, strategy: Any, steps: int, first_epoch: int) -> Any:
-        return train_dataset(strategy, self, self.rank, steps, first_epoch)
+    def dataset(self, strategy: Any, steps: int, first_epoch: int, first_step: int = 0) -> Any:
+        return train_dataset(strategy, self, self.rank, steps, first_epoch, first_step)
 
     def held_out(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         return held_out_rows(self)
@@ -340,9 +340,12 @@ def batches(
                 yield from _cut(bx, by, per_worker, min(len(bx) // per_worker, left))
 
 
-def train_dataset(strategy: Any, shards: FileShards, rank: int, steps: int, first_epoch: int) -> Any:
+def train_dataset(
+    strategy: Any, shards: FileShards, rank: int, steps: int, first_epoch: int, first_step: int = 0
+) -> Any:
     """The per-worker dataset, handed to the strategy as is (distribute_datasets_from_function: no
-    auto-sharding, no splitting of a global batch): each worker yields its own per-worker batches."""
+    auto-sharding, no splitting of a global batch): each worker yields its own per-worker batches, from step
+    `first_step` of `first_epoch` on (the epoch's earlier batches are read again, and skipped)."""
     tf = tensorflow()
 
     def dataset_fn(context: Any) -> Any:
@@ -355,7 +358,7 @@ def train_dataset(strategy: Any, shards: FileShards, rank: int, steps: int, firs
             ),
         )
         # Infinite, as exact.train_dataset, so no "still has data" all-reduce per step; fit takes `steps`.
-        return dataset.repeat().prefetch(2)
+        return dataset.skip(first_step).repeat().prefetch(2)
 
     return strategy.distribute_datasets_from_function(dataset_fn)
 
