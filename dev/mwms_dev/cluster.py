@@ -28,10 +28,8 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from mwms_dev import kubelet_node, network, node_host, node_parts, pki
+from mwms_dev import gang_gates, kubelet_node, network, node_host, node_parts, pki
 from mwms_dev.node_context import READY_TIMEOUT, NodeContext
-
-# Callers import these from here; they live in node_context because nodes use them too.
 from mwms_dev.node_context import ClusterError as ClusterError
 from mwms_dev.node_context import free_port as free_port
 from mwms_dev.node_context import kubeconfig as kubeconfig
@@ -53,11 +51,6 @@ CLIENTS = {
     "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", ("system:masters",)),
 }
 KUBECONFIGS = ("admin", "controller-manager", "scheduler")
-# Native gang scheduling (KEP-4671's PodGroup API): the gate in the API server (the API, the pods'
-# spec.schedulingGroup), the scheduler (its GangScheduling plugin) and the controller manager (it lets a
-# PodGroup go once its pods have), and the API version the scheduler and controller manager read.
-GANG_FLAGS = ("--feature-gates=GenericWorkload=true",)
-GANG_API_FLAGS = (*GANG_FLAGS, "--runtime-config=scheduling.k8s.io/v1beta1=true")
 
 
 def find_bin_dir() -> Path:
@@ -78,7 +71,7 @@ class LocalCluster:
 
     After start(): `kubeconfig` (admin), `server`, `ca_file`, `pod_api_host`/`pod_api_port` (the API server
     as pods reach it), `timings` (seconds to API ready / to controllers ready), `kubelet_nodes` by name;
-    `node_context`: all that a node is given of the cluster. `gang`: native gang scheduling on (GANG_FLAGS).
+    `node_context`: all that a node is given of the cluster. `gang`: native gang scheduling on (gang_gates).
     """
 
     def __init__(
@@ -90,11 +83,9 @@ class LocalCluster:
         gang: bool = False,
     ):
         self.name, self.gang = name, gang
-        self.net = network.pod_network(subnet_index)
-        self.subnet_index = subnet_index
+        self.net, self.subnet_index = network.pod_network(subnet_index), subnet_index
         self.state_dir = Path(state_dir or Path.cwd() / ".mwms" / name).absolute()
-        self._bin_dir = Path(bin_dir) if bin_dir else None
-        self._supervisor = Supervisor(self.net.bridge)
+        self._bin_dir, self._supervisor = (Path(bin_dir) if bin_dir else None), Supervisor(self.net.bridge)
         self._lock_file: int | None = None
         self.kubelet_nodes: dict[str, kubelet_node.KubeletNode] = {}
         self.api_port = 0
@@ -343,7 +334,7 @@ class LocalCluster:
             "--enable-admission-plugins=NodeRestriction",  # on top of the default set, as kubeadm does
             "--allow-privileged=true",
             "--profiling=false",
-            *(GANG_API_FLAGS if self.gang else ()),
+            *(gang_gates.GANG_API_FLAGS if self.gang else ()),
         ]
         self._supervisor.spawn("kube-apiserver", argv, self.logs_dir / "kube-apiserver.log")
 
@@ -368,7 +359,7 @@ class LocalCluster:
             f"--service-cluster-ip-range={self.net.service_cidr}",
             "--controllers=*",
             "--profiling=false",
-            *(GANG_FLAGS if self.gang else ()),
+            *(gang_gates.GANG_FLAGS if self.gang else ()),
         ]
         scheduler = [
             str(bin_dir / "kube-scheduler"),
@@ -379,7 +370,7 @@ class LocalCluster:
             f"--secure-port={sched_port}",
             "--leader-elect=false",
             "--profiling=false",
-            *(GANG_FLAGS if self.gang else ()),
+            *(gang_gates.GANG_FLAGS if self.gang else ()),
         ]
         self._supervisor.spawn("kube-controller-manager", kcm, self.logs_dir / "kube-controller-manager.log")
         self._supervisor.spawn("kube-scheduler", scheduler, self.logs_dir / "kube-scheduler.log")
