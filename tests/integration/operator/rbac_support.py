@@ -34,6 +34,9 @@ ALLOWED = [
     ("create", "podgroups.scheduling.k8s.io", ""),  # native gang scheduling: one per group
     ("get", "podgroups.scheduling.k8s.io", ""),  # read when a create finds one there
     ("deletecollection", "podgroups.scheduling.k8s.io", ""),  # an earlier group's, by the job's uid label
+    ("create", "workloads.kueue.x-k8s.io", ""),  # MultiKueue: the Workload of a job MultiKueue runs
+    ("get", "workloads.kueue.x-k8s.io", ""),  # read back after a 409
+    ("patch", "workloads.kueue.x-k8s.io", "status"),  # a worker cluster's copy: its Finished condition
 ]
 DENIED = [
     ("get", "secrets", ""),

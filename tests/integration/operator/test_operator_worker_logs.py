@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -125,7 +126,12 @@ def test_a_killed_groups_logs_are_read_from_mlflow_after_the_pods_are_gone(
     text = described.stdout
     assert "Phase:        Succeeded" in text and "Restarts:     1" in text
     assert status()["mlflow"]["runId"] in text
-    assert "Workers:" in text and "kept-worker-1" not in text.split("Workers:")[1].split("Events:")[0]
+    # The pods are gone: each worker as the last group's post-mortem in the run kept it, marked *; and each
+    # worker's peaks from the system metrics it logged there from its container.
+    workers = text.split("Workers:")[1].split("Events:")[0]
+    assert re.search(r"\n\s+1\*\s+kept-worker-1\s+1\s+Succeeded", workers), workers
+    assert "Kept: the workers marked * from the post-mortem of group 1" in workers
+    assert "Peaks (each worker's system metrics in the run):" in workers
     events = mwms("events", "kept", "-o", "json")
     assert events.returncode == 0, events.stderr
     reasons = {(e["object"], e["reason"]) for e in json.loads(events.stdout)}
