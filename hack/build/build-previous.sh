@@ -27,12 +27,8 @@ PYTHON=$(command -v "$PYTHON")
 log() { echo "build-previous: $*" >&2; }
 
 REF=${1:-$(git describe --tags --abbrev=0 --match 'v[0-9]*' HEAD^ 2>/dev/null || echo "$PINNED")}
-if ! git rev-parse --verify --quiet "$REF^{commit}" >/dev/null && [ "$(git rev-parse --is-shallow-repository)" = true ]; then
-  log "$REF is not in this shallow clone: fetching the whole history"
-  git fetch --quiet --unshallow --tags >&2 || log "git fetch --unshallow failed"
-fi
 COMMIT=$(git rev-parse --verify --quiet "$REF^{commit}") || {
-  log "$REF is not in this clone (a shallow checkout? fetch it, or the whole history: git fetch --unshallow)"
+  log "$REF is not in this clone (a shallow checkout? fetch it, or the whole history)"
   exit 1
 }
 ROOT="$CACHE_ROOT/previous"
