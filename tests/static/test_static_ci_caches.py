@@ -31,7 +31,6 @@ COMPONENTS = {
     "cosign",
     "release-tools",
     "pip",
-    "previous",
 }
 
 
