@@ -132,7 +132,7 @@ def test_a_thousand_simulated_workers_end_as_their_scripts_dictate(env: Any) -> 
     # reports them (observe/state.py's expectations), so a burst of 250 jobs costs no 409 on a create.
     conflicts = {
         labels: value
-        for (name, labels), value in scale.operator_metrics().items()
+        for (name, labels), value in scale.metrics(prefix="mwms_").items()
         if name == "mwms_api_requests_total" and ("code", "409") in labels and ("verb", "create") in labels
     }
     assert conflicts == {}
