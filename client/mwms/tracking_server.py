@@ -8,7 +8,6 @@ Which server is the caller's to say (logs.job_tracking_uri, describe.known_serve
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mwms.kube import Proxied, SubmitError
+from mwms_contract.mlflow_auth import tracking_headers
 
 if TYPE_CHECKING:
     from mwms.kube import JobClient
@@ -61,16 +61,6 @@ def service_address(uri: str) -> ServiceAddress | None:
         return None
     port = parts.port or (443 if parts.scheme == "https" else 80)
     return ServiceAddress(found["namespace"], found["name"], port, parts.scheme, parts.path.rstrip("/"))
-
-
-def tracking_headers(environ: Mapping[str, str]) -> dict[str, str]:
-    """MLflow's own credential variables, as its client sends them."""
-    if environ.get("MLFLOW_TRACKING_TOKEN"):
-        return {"Authorization": f"Bearer {environ['MLFLOW_TRACKING_TOKEN']}"}
-    user, password = environ.get("MLFLOW_TRACKING_USERNAME"), environ.get("MLFLOW_TRACKING_PASSWORD")
-    if user and password:
-        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
-    return {}
 
 
 class TrackingServer:

@@ -5,7 +5,6 @@ exited; never changes the exit code (docs/design/worker-logs-in-mlflow.md).
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import sys
@@ -18,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from mwms_contract import names
+from mwms_contract.mlflow_auth import tracking_headers
 from mwms_trainer.cluster_spec import from_tf_config
 
 T = TypeVar("T")
@@ -151,16 +151,6 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _opener = urllib.request.build_opener(_NoRedirect)
 
 
-def headers(environ: Mapping[str, str]) -> dict[str, str]:
-    """MLflow's own credential variables, as its client sends them."""
-    if environ.get("MLFLOW_TRACKING_TOKEN"):
-        return {"Authorization": f"Bearer {environ['MLFLOW_TRACKING_TOKEN']}"}
-    user, password = environ.get("MLFLOW_TRACKING_USERNAME"), environ.get("MLFLOW_TRACKING_PASSWORD")
-    if user and password:
-        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
-    return {}
-
-
 def call(
     environ: Mapping[str, str],
     until: float,
@@ -171,7 +161,7 @@ def call(
 ) -> Any:
     uri = environ[names.ENV_TRACKING_URI].rstrip("/")
     request = urllib.request.Request(uri + path, data=body, method=method)
-    for key, value in headers(environ).items():
+    for key, value in tracking_headers(environ).items():
         request.add_header(key, value)
     if body is not None:
         request.add_header("Content-Type", "application/json" if kind == "json" else "text/plain")
