@@ -23,22 +23,13 @@ from mwms.kube import JobClient, SubmitError
 from mwms.output import age, progress_text, table
 from mwms.tracking_server import SET_IT, TrackingServer, TrackingUnreachable
 from mwms_contract import names
-from mwms_contract.postmortem import EventSeen, Postmortem, WorkerEnd
+from mwms_contract.postmortem import EventSeen, Postmortem, WorkerEnd, event_seen
+
+# One Event of the job or one of its pods (`object`: trainjob/NAME or pod/NAME-worker-I), as the post-mortem
+# keeps it too.
+Event = EventSeen
 
 RECENT_EVENTS = 20  # what `describe` shows; `mwms events` shows them all
-
-
-@dataclass(frozen=True)
-class Event:
-    """One Event of the job or one of its pods (`object`: trainjob/NAME or pod/NAME-worker-I)."""
-
-    type: str
-    reason: str
-    message: str
-    object: str
-    count: int = 1
-    last_seen: str | None = None
-    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -88,32 +79,9 @@ def _when(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def event_of(raw: Mapping[str, Any]) -> Event:
-    """An Event as the kubernetes client's to_dict() gives it."""
-    involved = raw.get("involved_object") or {}
-    series = raw.get("series") or {}
-    last = (
-        series.get("last_observed_time")
-        or raw.get("last_timestamp")
-        or raw.get("event_time")
-        or raw.get("first_timestamp")
-        or (raw.get("metadata") or {}).get("creation_timestamp")
-    )
-    source = raw.get("reporting_component") or (raw.get("source") or {}).get("component") or ""
-    return Event(
-        type=raw.get("type") or "Normal",
-        reason=raw.get("reason") or "",
-        message=(raw.get("message") or "").strip(),
-        object=f"{str(involved.get('kind') or '').lower()}/{involved.get('name') or ''}",
-        count=int(series.get("count") or raw.get("count") or 1),
-        last_seen=_when(last),
-        source=str(source),
-    )
-
-
 def is_the_jobs(raw: Mapping[str, Any], name: str, uid: str) -> bool:
     """Whether an Event is about the job (this one, by uid, not an earlier one of its name) or its pods."""
-    involved = raw.get("involved_object") or {}
+    involved = raw.get("involvedObject") or {}
     if involved.get("kind") == names.KIND and involved.get("name") == name:
         return not uid or not involved.get("uid") or involved.get("uid") == uid
     pod = re.fullmatch(rf"{re.escape(name)}-worker-\d+", str(involved.get("name") or ""))
@@ -122,7 +90,7 @@ def is_the_jobs(raw: Mapping[str, Any], name: str, uid: str) -> bool:
 
 def job_events(api: JobClient, name: str, uid: str = "") -> list[Event]:
     """The job's Events and its pods', oldest first."""
-    found = [event_of(raw) for raw in api.list_events() if is_the_jobs(raw, name, uid)]
+    found = [event_seen(raw) for raw in api.list_events() if is_the_jobs(raw, name, uid)]
     return sorted(found, key=lambda e: e.last_seen or "")
 
 
@@ -189,10 +157,6 @@ def kept_worker(end: WorkerEnd) -> WorkerState:
     )
 
 
-def kept_event(seen: EventSeen) -> Event:
-    return Event(seen.type, seen.reason, seen.message, seen.object, seen.count, seen.last_seen, seen.source)
-
-
 def kept_line(newest: Postmortem, run_id: str, server: TrackingServer) -> str:
     """Where what a description read from a run's post-mortem comes from."""
     cut = f"; cut to stay small: {'; '.join(newest.cut)}" if newest.cut else ""
@@ -226,7 +190,7 @@ def describe_job(api: JobClient, job: Job, server: TrackingServer | None = None)
     workers = [ended.get(w.index, w) if w.index in gone else w for w in workers]
     used = ["the workers marked *"] if any(w.kept for w in workers) else []
     if not events:
-        events, used = [kept_event(e) for e in events_of(kept)], [*used, "the events"]
+        events, used = events_of(kept), [*used, "the events"]
     line = f"{' and '.join(used)} from {kept_line(kept[0], job.mlflow.run_id, server)}" if used else ""
     return Description(job, tuple(workers), tuple(events), line)
 
@@ -257,7 +221,7 @@ def job_events_or_kept(api: JobClient, job: Job, server: TrackingServer | None) 
     events = job_events(api, job.name, job.uid)
     if events or not job.mlflow.run_id or server is None:
         return events
-    return [kept_event(e) for e in events_of(postmortems(server, job.mlflow.run_id))]
+    return events_of(postmortems(server, job.mlflow.run_id))
 
 
 # The chart's bundled MLflow Service (charts/mwms-operator: mlflowSelectorLabels).
@@ -300,7 +264,7 @@ def describe_run(run_id: str, servers: list[TrackingServer]) -> Description:
             )
             return Description(job=job_from({"metadata": {"name": name, "namespace": namespace}}), kept=why)
         workers = tuple(kept_worker(w) for w in kept[0].workers)
-        events = tuple(kept_event(e) for e in events_of(kept))
+        events = tuple(events_of(kept))
         line = f"all of it from {kept_line(kept[0], run_id, server)}"
         return Description(job_from(kept[0].trainjob), workers, events, line)
     tried = "; ".join(failures) or "no tracking server is known"

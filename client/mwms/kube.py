@@ -200,10 +200,11 @@ class JobClient:
         return [pod.to_dict() for pod in found.items or []]
 
     def list_events(self) -> list[dict[str, Any]]:
-        """The namespace's Events (core/v1: events.k8s.io's too), as the client's to_dict() gives them."""
+        """The namespace's Events (core/v1: events.k8s.io's too), as the API server's JSON names them."""
         listing = self._core.list_namespaced_event
+        as_json = self._core.api_client.sanitize_for_serialization
         return [
-            event.to_dict()
+            as_json(event)
             for event in self._ask("listing events", lambda: listing(self.namespace)).items or []
         ]
 

@@ -192,12 +192,12 @@ def test_each_workers_state_and_last_reason():
 
 def event(kind: str, name: str, reason: str, uid: str = "", when: int = 0, count: int = 1) -> dict[str, Any]:
     return {
-        "involved_object": {"kind": kind, "name": name, "uid": uid},
+        "involvedObject": {"kind": kind, "name": name, "uid": uid},
         "reason": reason,
         "message": f"{reason} happened",
         "type": "Warning" if reason.startswith("Failed") else "Normal",
         "count": count,
-        "last_timestamp": NOW - datetime.timedelta(minutes=when),
+        "lastTimestamp": (NOW - datetime.timedelta(minutes=when)).isoformat(),
     }
 
 
