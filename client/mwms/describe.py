@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import re
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ from mwms_contract.postmortem import EventSeen, Postmortem, WorkerEnd, event_see
 Event = EventSeen
 
 RECENT_EVENTS = 20  # what `describe` shows; `mwms events` shows them all
+PEAK_READS_AT_ONCE = 8  # metric histories read side by side for the Peaks section
 
 
 @dataclass(frozen=True)
@@ -201,16 +203,20 @@ def with_peaks(d: Description, server: TrackingServer | None) -> Description:
     run_id = d.job.mlflow.run_id
     if server is None or not run_id:
         return d
+
+    def highest(index: int, metric: str) -> float | None:
+        key = f"{names.SYSTEM_METRICS_PREFIX}{names.system_metrics_node_id(index)}/{metric}"
+        query = {"run_id": run_id, "metric_key": key, "max_results": 25000}
+        history = server.api_json("metrics/get-history", query) or {}
+        return max((float(m["value"]) for m in history.get("metrics") or [] if "value" in m), default=None)
+
+    asked = [(w.index, metric) for w in d.workers for metric in names.SYSTEM_METRICS_PEAKS]
     peaks: dict[int, dict[str, float]] = {}
     try:
-        for worker in d.workers:
-            prefix = f"{names.SYSTEM_METRICS_PREFIX}{names.system_metrics_node_id(worker.index)}/"
-            for metric in names.SYSTEM_METRICS_PEAKS:
-                query = {"run_id": run_id, "metric_key": prefix + metric, "max_results": 25000}
-                history = server.api_json("metrics/get-history", query) or {}
-                values = [float(m["value"]) for m in history.get("metrics") or [] if "value" in m]
-                if values:
-                    peaks.setdefault(worker.index, {})[metric] = max(values)
+        with ThreadPoolExecutor(max_workers=PEAK_READS_AT_ONCE) as pool:  # one read per worker and metric
+            for (index, metric), value in zip(asked, pool.map(lambda a: highest(*a), asked), strict=True):
+                if value is not None:
+                    peaks.setdefault(index, {})[metric] = value
     except SubmitError as e:
         return dataclasses.replace(d, peaks_note=f"the workers' system metrics could not be read: {e}")
     return dataclasses.replace(d, peaks=peaks)
