@@ -3,6 +3,7 @@ the API server's authorizer: the tables test_operator_security.py and test_opera
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 OPERATOR_SA = "system:serviceaccount:mwms-system:mwms-operator"
@@ -100,11 +101,23 @@ CLUSTER_ALLOWED = [
 
 
 def can_i(kubectl: Any, who: str, verb: str, resource: str, subresource: str, *scope: str) -> bool:
-    """`kubectl auth can-i --as=who`: 0 is yes, 1 no; anything else (or no answer) is a broken question."""
-    args = ["auth", "can-i", verb, resource, f"--as={who}", *scope]
-    if subresource:
-        args.append(f"--subresource={subresource}")
-    result = kubectl(*args, check=False)
-    answer = result.stdout.strip()
-    assert result.returncode in (0, 1) and answer in ("yes", "no"), (args, result.stdout, result.stderr)
-    return answer == "yes"
+    """Whether `who` may, as the API server's authorizer answers a SubjectAccessReview. Asked by API group
+    and resource (`workloads.kueue.x-k8s.io`: group kueue.x-k8s.io), so an API this cluster does not serve
+    (Kueue's, the gated PodGroup) is asked as RBAC names it; `kubectl auth can-i` resolves names through
+    discovery and asks for an unknown one in the core group. The groups are those impersonation gives."""
+    resource, _, name = resource.partition("/")  # RESOURCE/NAME: one object, as `kubectl auth can-i` takes
+    kind, _, group = resource.partition(".")
+    namespace = scope[1] if scope[:1] == ("-n",) else ""  # "": cluster-scoped, or every namespace
+    account = who.removeprefix("system:serviceaccount:")
+    groups = ["system:authenticated"]
+    if account != who:
+        groups += ["system:serviceaccounts", f"system:serviceaccounts:{account.split(':')[0]}"]
+    attributes = {"verb": verb, "group": group, "resource": kind, "subresource": subresource, "name": name}
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {"user": who, "groups": groups, "resourceAttributes": {**attributes, "namespace": namespace}},
+    }
+    result = kubectl("create", "-o", "json", "-f", "-", input=json.dumps(review), check=False)
+    assert result.returncode == 0, (review, result.stdout, result.stderr)
+    return bool(json.loads(result.stdout)["status"].get("allowed"))

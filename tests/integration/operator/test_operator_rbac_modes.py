@@ -1,4 +1,4 @@
-"""The chart's RBAC on the real API server, in both modes, asked with `kubectl auth can-i --as`:
+"""The chart's RBAC on the real API server, in both modes, asked of the authorizer (SubjectAccessReviews):
 
 - cluster-wide (no operator.watchNamespaces): the operator's ServiceAccount works in every namespace;
 - namespaced (operator.watchNamespaces set): only in the watched namespaces, and the operator really runs a

@@ -1,5 +1,5 @@
 """Security of the operator on the real control plane: what its ServiceAccount may and may not do (RBAC
-from manifests/rbac.yaml, asked of the API server's authorizer with `kubectl auth can-i --as`), and that a
+from manifests/rbac.yaml, asked of the API server's authorizer with SubjectAccessReviews), and that a
 Secret a TrainJob's workers use never shows up in the operator's log, the TrainJob or its events."""
 
 from __future__ import annotations
