@@ -150,11 +150,16 @@ def worker_end(pod: Mapping[str, Any]) -> WorkerEnd:
     reason = detail.get("reason") or status.get("reason") or ""
     message = detail.get("message") or status.get("message") or ""
     group = str(labels.get(names.LABEL_RESTART) or "")
+    phase = str(status.get("phase") or "")
+    if state == "Terminated" and phase in ("Pending", "Running"):
+        # The group ends on its trainers' exits, often before the kubelet writes the pod's phase; a worker's
+        # pod never restarts its trainer (restartPolicy Never), so its exit is how the worker ended.
+        phase = "Succeeded" if detail.get("exitCode") == 0 else "Failed"
     return WorkerEnd(
         index=int(labels.get(names.LABEL_REPLICA_INDEX) or 0),
         pod=str(meta.get("name") or ""),
         group=int(group) if group.isdigit() else None,
-        phase=str(status.get("phase") or ""),
+        phase=phase,
         state=state,
         exit_code=detail.get("exitCode"),
         reason=str(reason),

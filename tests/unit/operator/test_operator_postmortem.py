@@ -231,3 +231,24 @@ def test_a_job_deleted_before_its_postmortem_is_written_still_gets_it_written(tr
     assert [seen.route for seen in tracking.seen if seen.method == "PUT"] == [
         "/api/2.0/mlflow-artifacts/artifacts/3/r-1/artifacts/postmortem/group-0.json"
     ]
+
+
+@pytest.mark.parametrize(("exit_code", "phase"), [(0, "Succeeded"), (1, "Failed")])
+def test_a_worker_whose_trainer_ended_before_its_pods_phase_was_written_ends_as_its_trainer_did(
+    exit_code, phase
+):
+    terminated = {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error"}
+    pod = {
+        "metadata": {"name": "j-worker-1", "labels": {}},
+        "status": {
+            "phase": "Running",  # the kubelet has not written the pod's phase yet
+            "containerStatuses": [{"name": "trainer", "state": {"terminated": terminated}}],
+        },
+    }
+    end = postmortem.worker_end(pod)
+    assert (end.phase, end.state, end.exit_code) == (phase, "Terminated", exit_code)
+    still_running = {
+        **pod,
+        "status": {**pod["status"], "containerStatuses": [{"name": "trainer", "state": {"running": {}}}]},
+    }
+    assert postmortem.worker_end(still_running).phase == "Running"
