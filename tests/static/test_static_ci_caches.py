@@ -31,6 +31,7 @@ COMPONENTS = {
     "cosign",
     "release-tools",
     "pip",
+    "previous",
 }
 
 
