@@ -20,10 +20,8 @@ the leader lands inside the run."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import threading
 import time
 import urllib.request
 from datetime import UTC, datetime
@@ -36,54 +34,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from mwms_dev.chain import mlflow_get, mlflow_post
 from mwms_kit.standin import standin_container
 from mwms_kit.trainjobs import trainjob
+from mwms_kit.watches import PodWatch
 
 pytestmark = pytest.mark.timeout(1500)
 
-JOB_LABEL = "mwms.dev/job-name"
 REPLICAS = 2
-
-
-class PodWatch:
-    """`kubectl get pods --watch` on a job's pods in a thread: every pod that exists (in the API, terminating
-    or not) between two events is counted, so `most` is the most that ever existed at once."""
-
-    def __init__(self, kubectl: Any, namespace: str, job: str) -> None:
-        self.process = kubectl.stream(
-            "get", "pods", "-n", namespace, "-l", f"{JOB_LABEL}={job}",
-            "--watch", "--output-watch-events", "-o", "json",
-        )  # fmt: skip
-        self.live: set[str] = set()
-        self.uids: set[str] = set()
-        self.most = 0
-        self.events = 0
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
-
-    def run(self) -> None:
-        assert self.process.stdout is not None
-        decoder, buffer = json.JSONDecoder(), ""
-        for line in self.process.stdout:
-            buffer += line
-            try:
-                event, end = decoder.raw_decode(buffer.lstrip())
-            except json.JSONDecodeError:
-                continue  # the object is not complete yet
-            buffer = buffer.lstrip()[end:]
-            uid = event["object"]["metadata"]["uid"]
-            if event["type"] == "DELETED":
-                self.live.discard(uid)
-            else:
-                self.live.add(uid)
-                self.uids.add(uid)
-            self.most, self.events = max(self.most, len(self.live)), self.events + 1
-
-    def stop(self) -> str:
-        """Stops the watch; what kubectl said if it had ended before (events may have been missed)."""
-        ended = self.process.poll()
-        self.process.terminate()
-        _, stderr = self.process.communicate(timeout=30)
-        self.thread.join(timeout=30)
-        return "" if ended is None else f"the watch ended early ({ended}): {stderr}"
 
 
 def micro_time(value: str) -> float:
@@ -251,7 +206,7 @@ def test_losing_the_leader_of_the_charts_two_replicas_mid_job_leaves_one_leader_
     finally:
         early = watch.stop()
     assert not early, early
-    assert watch.events >= REPLICAS
+    assert watch.count >= REPLICAS
     assert watch.most <= REPLICAS, f"{watch.most} pods at once for {REPLICAS} replicas"
     assert len(watch.uids) == REPLICAS, f"pods recreated: {sorted(watch.uids)}"
     final = status()

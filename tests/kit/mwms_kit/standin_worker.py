@@ -22,6 +22,8 @@ Behaviour for tests, from the environment (set through spec.template):
                            the same, before its sleep (the run is there while the group runs, as the
                            trainer's chief opens it at its start)
   STANDIN_EPOCH_SECONDS    pause after each such epoch (default 1)
+  STANDIN_WAIT_FILE        then wait until this file exists (a test creates it with `kubectl exec`): a job
+                           that ends when the test lets it, not after a guessed time
 """
 
 from __future__ import annotations
@@ -39,7 +41,11 @@ import uuid
 
 from mwms_contract import termination
 from mwms_contract.names import MLFLOW_TAG_JOB_UID
-from mwms_trainer.rendezvous import mark_joined, note_rendezvous
+
+try:
+    from mwms_trainer.rendezvous import mark_joined, note_rendezvous
+except ImportError:  # a previous version's trainer image (tests/e2e/test_upgrade.py) has them in startup.py
+    from mwms_trainer.startup import mark_joined, note_rendezvous  # type: ignore[no-redef]
 
 REQUIRED = (
     "MWMS_JOB_NAME",
@@ -245,6 +251,11 @@ def main() -> None:
     sleep_in = os.environ.get("STANDIN_SLEEP_IN_RESTART")
     if sleep_in is None or sleep_in == os.environ["MWMS_RESTART_COUNT"]:
         time.sleep(float(os.environ.get("STANDIN_SLEEP_SECONDS", "0")))
+    wait_file = os.environ.get("STANDIN_WAIT_FILE")
+    if wait_file:
+        log(f"worker {index} waits for {wait_file}")
+        while not os.path.exists(wait_file):
+            time.sleep(0.5)
     if index != 0:
         time.sleep(float(os.environ.get("STANDIN_LINGER_SECONDS", "0")))
     if index == 0:
