@@ -7,6 +7,7 @@ from pathlib import Path
 
 INSTALL_MD = Path(__file__).resolve().parents[3] / "docs" / "install.md"
 KEEP_TRAINJOBS = "## Uninstalling and keeping your TrainJobs"
+UPGRADING = "## Upgrading\n"
 
 
 def kustomize_uninstall_script() -> str:
@@ -16,3 +17,10 @@ def kustomize_uninstall_script() -> str:
     blocks = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
     (block,) = [b for b in blocks if "kubectl" in b and "delete" in b]
     return block.replace("\\\n", " ")
+
+
+def upgrade_commands() -> list[str]:
+    """The command lines of the first ```sh block of "Upgrading", in order, as users run them."""
+    section = INSTALL_MD.read_text().split(UPGRADING, 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)[0]
+    return [line.strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
