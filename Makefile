@@ -12,7 +12,7 @@ export PIP_CACHE_DIR := $(MWMS_CACHE)/pip
 .DEFAULT_GOAL := help
 
 .PHONY: help deps-demo deps-test setup builds venv tools control-plane images lock kueue kwok kind kind-node \
-	versitygw mlflow-s3 promtool node demo test test-unit test-static test-integration test-node test-kueue \
+	previous versitygw mlflow-s3 promtool node demo test test-unit test-static test-integration test-node test-kueue \
 	test-multikueue bench lint clean push-images oci-tools release-rehearsal
 
 help: ## this list
@@ -69,6 +69,9 @@ kwok: ## KWOK (fake nodes) for the scale bench and tests/scale (cached by versio
 
 kind: ## kind's CLI from its Go module, with its node's base files (cached by version)
 	bash hack/build/build-kind.sh
+
+previous: venv ## the previous version's tree and images, for the upgrade test (cached by commit)
+	bash hack/build/build-previous.sh >/dev/null
 
 kind-node: venv ## a kind node image of our Kubernetes build, as kind builds kindest/node (cached)
 	bash hack/build/build-kind-node.sh

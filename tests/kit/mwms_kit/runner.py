@@ -44,7 +44,16 @@ AFTER_INTEGRATION = ["tests/node", "tests/e2e", "tests/kind", "tests/multikueue"
 COMPUTE_TIERS = ["tests/unit", "tests/images", "tests/tf", "tests/scale", "tests/static"]
 # make targets, two at a time in this order: Kueue, the longest, beside the S3 server that three tiers' tests
 # wait for, then the rest. Their tests run last in their session (the `waits_for_build` marker).
-BACKGROUND_BUILDS = ["versitygw", "kueue", "mlflow-s3", "kwok", "promtool", "oci-tools", "kind-node"]
+BACKGROUND_BUILDS = [
+    "versitygw",
+    "kueue",
+    "mlflow-s3",
+    "kwok",
+    "promtool",
+    "oci-tools",
+    "previous",
+    "kind-node",
+]
 SHARED_CLUSTER_START_SECONDS = 1200  # a cold node unpacks the images once: minutes on 2 cores
 CRASHED = 3  # the exit code of a session or lane whose thread raised (as pytest's "internal error")
 print_lock = threading.Lock()
