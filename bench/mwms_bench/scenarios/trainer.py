@@ -3,7 +3,9 @@
 `import tensorflow`s started as many at once), steady samples/s of the group, each worker's peak RSS,
 N-worker over 1-worker samples/s; --code runs another checkout's trainer/. `trainer-sigterm`: SIGTERM ->
 exit of a worker that is PID 1 of its PID namespace, by phase. `data-scale`: a parquet directory larger than
-memory, one epoch of 2 workers with `sharding: files` (--s3: also from a local S3 server)."""
+memory, one epoch of 2 workers with `sharding: files` (--s3: also from a local S3 server). `checkpoint`: what
+a checkpoint store costs: each save within an epoch, SIGTERM to the group's exit, a resumed group's first
+step."""
 
 from __future__ import annotations
 
@@ -215,12 +217,92 @@ def data_scale(a: argparse.Namespace, figures: Figures) -> None:
                 figures["result_s3"] = from_s3 | {"seconds_to_upload": uploaded}
 
 
+SAVE = re.compile(
+    r"checkpoint saved at epoch (\d+) step \d+ in ([\d.]+) s \(save ([\d.]+) s, publish ([\d.]+) s\)"
+)
+FIRST_STEP = r"first step done at unix time ([\d.]+)"
+
+
+def stored_group(
+    envs: list[dict], job_dir: Path, stop_in_epoch: int | None
+) -> tuple[float, float, list[int]]:
+    """Start a group; with `stop_in_epoch`, SIGTERM it once the chief has saved within that epoch. (Seconds
+    from start to the chief's first step, from SIGTERM to the last exit or 0, the exit codes.)"""
+    started, procs = time.time(), local.start_workers(envs, job_dir)
+    codes: list[int] = []
+    waiter = threading.Thread(target=lambda: codes.extend(local.wait_workers(procs, job_dir)))
+    waiter.start()
+    log, stopped = job_dir / "worker-0.log", 0.0
+    while stop_in_epoch is not None and waiter.is_alive():
+        if any(int(e) == stop_in_epoch for e, *_ in SAVE.findall(log.read_text(errors="replace"))):
+            sent = time.monotonic()
+            for proc in procs:
+                proc.send_signal(signal.SIGTERM)
+            waiter.join()
+            stopped = since(sent, 3)
+        time.sleep(0.05)
+    waiter.join()
+    return float(chief_log(job_dir, FIRST_STEP)[-1]) - started, stopped, codes
+
+
+def one_store(root: Path, a: argparse.Namespace, store: str) -> dict[str, Any]:
+    """2 workers saving every `every_steps` into `store`, SIGTERMed within epoch 2, then resumed."""
+    trainer = {
+        "dataset": "synthetic",
+        "syntheticSamples": a.samples,
+        "epochs": 3,
+        "hiddenUnits": MODELS[a.model],
+    }
+    body = {"metadata": {"name": "checkpoint"}, "spec": {"replicas": 2, "trainer": trainer}}
+    body["spec"]["checkpoint"] = {"store": store, "everySteps": a.every_steps}
+    spec = parse_trainjob(body, OperatorConfig().spec_defaults())
+    job_dir = root / f"checkpoint-{uuid.uuid4().hex[:6]}"
+    settings = {"job_name": "checkpoint", "namespace": "bench", "uid": str(uuid.uuid4()), "job_dir": job_dir}
+    settings["tracking_uri"] = local.prepare_sqlite_store(root, "checkpoint")
+    fresh, stop, codes = stored_group(local.worker_envs(spec, **settings), job_dir, stop_in_epoch=2)
+    if codes != [75, 75]:
+        raise RuntimeError(f"the stopped group exited {codes}: logs in {job_dir}")
+    saves = [tuple(map(float, found[1:])) for found in SAVE.findall((job_dir / "worker-0.log").read_text())]
+    for index in range(2):  # new pods: nothing on their disks
+        shutil.rmtree(job_dir / f"worker-{index}-checkpoint", ignore_errors=True)
+    resumed, _, codes = stored_group(local.worker_envs(spec, restart_count=1, **settings), job_dir, None)
+    if codes != [0, 0]:
+        raise RuntimeError(f"the resumed group exited {codes}: logs in {job_dir}")
+    (taken,) = chief_log(job_dir, r"worker 0 resumes at .*, the chief's state taken in ([\d.]+) s")
+    periodic = saves[:-1]  # the last one is the save on SIGTERM
+    return {
+        "store": store.split(":")[0],
+        "saves": len(periodic),
+        "save_seconds": {
+            "median": statistics.median(s[0] for s in periodic),
+            "max": max(s[0] for s in periodic),
+        },
+        "publish_seconds_median": statistics.median(s[2] for s in periodic),
+        "sigterm_to_exit_seconds": stop,
+        "first_step_seconds": {"fresh": round(fresh, 2), "resumed": round(resumed, 2)},
+        "state_taken_seconds": float(taken),
+    }
+
+
+def checkpoint(a: argparse.Namespace, figures: Figures) -> None:
+    with tempfile.TemporaryDirectory(prefix="mwms-bench-") as tmp:
+        figures["run"] = one_store(Path(tmp), a, "run")
+        if a.s3:
+            from mwms_kit.s3_server import BUCKET, S3Server
+
+            with S3Server(Path(tmp) / "s3") as s3:
+                os.environ.update(s3.env)  # the workers' environment is this process's
+                figures["s3"] = one_store(Path(tmp), a, f"s3://{BUCKET}/checkpoints")
+
+
 TRAINER = {"models": sorted(MODELS), "workers": [1, 2, 4], "epochs": 4, "samples": 20000, "batch": 256}
 TRAINER |= {"repeats": (1, "rounds of every measurement"), "code": (Path, "a checkout: its trainer/")}
 DATA = {"gib": 3.0, "files": 24, "workers": 2, "batch": 16384, "test_size": (0.04, "1 of 24 files held out")}
 DATA["s3"] = (False, "also from a local S3 server (`make versitygw`)")
+CHECKPOINT = {"model": "bench", "samples": 20000, "every_steps": 20, "s3": DATA["s3"]}
 SCENARIOS = [
     Scenario("trainer", "local workers: first step, samples/s, RSS", trainer, TRAINER),
     Scenario("trainer-sigterm", "SIGTERM to exit of a worker as PID 1", sigterm, {"repeat": 1}),
     Scenario("data-scale", "a parquet table larger than memory", data_scale, DATA),
+    Scenario("checkpoint", "a checkpoint store's save, stop and resume", checkpoint, CHECKPOINT),
 ]
