@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from mwms_dev.chain import check_mlflow, runs_of_job, score_model
 from mwms_kit.trainjobs import trainjob
 from mwms_trainer.kept import KEPT_DIR
 from mwms_trainer.mlflow_run import TAG_RESUMED_FROM_EPOCH
+from node.node_support import follow_log, phase_is, running_container, status_of, wait_for_job
 
 # Loading the trainer image (~1 GB) and the chart come first, on 2 shared cores: more than the default 600 s.
 pytestmark = pytest.mark.timeout(1500)
@@ -75,64 +74,6 @@ def test_seed_job_in_a_restricted_namespace_gives_one_run_and_one_model(
     except Exception:
         print(operator_log())
         raise
-
-
-def status_of(job: dict) -> dict:
-    return job.get("status") or {}
-
-
-def phase_is(phase: str):
-    return lambda job: status_of(job).get("phase") == phase
-
-
-def wait_for_job(kubectl, namespace: str, name: str, predicate, timeout: float, what: str) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        job = kubectl.json("get", "trainjob", name, "-n", namespace)
-        if predicate(job):
-            return job
-        if status_of(job).get("phase") == "Failed" or time.monotonic() > deadline:
-            raise AssertionError(f"trainjob/{name}: {what} not reached: {status_of(job)}")
-        time.sleep(1)
-
-
-def running_container(kubectl, namespace: str, pod: str, restart: int, timeout: float) -> str:
-    """The containerd container id of the pod of the group's `restart`-th (re)start, once its container
-    runs; a pod of that name from an earlier start, being deleted, is waited out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = kubectl("get", "pod", pod, "-n", namespace, "-o", "json", check=False)
-        if found.returncode == 0:
-            body = json.loads(found.stdout)
-            (status,) = body["status"].get("containerStatuses") or [{}]
-            ours = body["metadata"]["labels"].get(names.LABEL_RESTART) == str(restart)
-            if ours and "running" in status.get("state", {}) and status.get("containerID"):
-                return status["containerID"].removeprefix("containerd://")
-        time.sleep(0.5)
-    raise AssertionError(f"pod/{pod}: no running container of restart {restart} after {timeout}s")
-
-
-def follow_log(kubectl, namespace: str, pod: str, predicate, timeout: float, what: str) -> str:
-    """The pod's log as it was the moment `predicate` held, read line by line from `kubectl logs --follow`:
-    a kill that follows lands within a line of it, not a poll's interval and a process start later."""
-    deadline = time.monotonic() + timeout
-    log = ""
-    while time.monotonic() < deadline:
-        follower = kubectl.stream("logs", "--follow", pod, "-n", namespace)
-        stop = threading.Timer(max(0.0, deadline - time.monotonic()), follower.kill)
-        stop.start()
-        try:
-            log = ""
-            for line in follower.stdout:
-                log += line
-                if predicate(log):
-                    return log
-        finally:
-            stop.cancel()
-            follower.kill()
-            follower.wait()
-        time.sleep(0.5)  # the stream ended (the container is not up yet, or went): follow it again
-    raise AssertionError(f"pod/{pod}: {what} not logged after {timeout}s:\n{log[-2000:]}")
 
 
 def kill_in_containerd(real_node, container_id: str) -> None:
