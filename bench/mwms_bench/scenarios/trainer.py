@@ -234,7 +234,8 @@ def stored_group(
     waiter.start()
     log, stopped = job_dir / "worker-0.log", 0.0
     while stop_in_epoch is not None and waiter.is_alive():
-        if any(int(e) == stop_in_epoch for e, *_ in SAVE.findall(log.read_text(errors="replace"))):
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if any(int(e) == stop_in_epoch for e, *_ in SAVE.findall(text)):
             sent = time.monotonic()
             for proc in procs:
                 proc.send_signal(signal.SIGTERM)
