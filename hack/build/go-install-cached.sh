@@ -3,7 +3,7 @@
 # module's root package) into DIR/bin and a copy of the module's ASSETS (a directory or a file: CRDs, config, a
 # license) into DIR/DEST, once per DIR (flock-guarded; a second run with both present is a no-op). Works for
 # modules without `replace` directives. Prints DIR. Sourced by
-# hack/build/build-{kueue,kwok,versitygw,training-operator,kind}.sh.
+# hack/build/build-{kueue,versitygw,training-operator,kind}.sh.
 go_install_cached() {
   local name=$1 dir=$2 module=$3 cmd=$4 version=$5 assets=$6 dest=$7 niceness=${8:-0} binary started src pkg
   pkg=$module/$cmd

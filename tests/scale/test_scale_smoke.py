@@ -24,9 +24,9 @@ NODES = 100
 # class -> number of 4-worker jobs: 250 jobs, 1,000 workers
 CLASSES = {"ok": 100, "fail": 40, "retry": 30, "ttl": 40, "lose": 40}
 FAILURE = "failed: simulated: the loss went to NaN"
-# A `lose` job's restarts allowed: one for its loss, the rest for KWOK's late deletes (below), which hit more
-# groups under load (a cold CI run at load ~12 saw a third loss end 2 of 40 jobs at a limit of 2).
-LOSE_BACKOFF_LIMIT = 6
+# A `lose` job's restarts allowed: one for its loss and one more, so a second restart shows in its count
+# (asserted below) rather than as a Failed job.
+LOSE_BACKOFF_LIMIT = 2
 
 
 @pytest.fixture(scope="module")
@@ -111,10 +111,10 @@ def test_a_thousand_simulated_workers_end_as_their_scripts_dictate(env: Any) -> 
         assert failed["reason"] == "BackoffLimitExceeded", failed
     assert not of("ttl")  # deleted once their TTL ran out
     assert {s["phase"] for s in of("lose").values()} == {"Running"}
-    # At least one restart each: KWOK (v0.8.0) deletes pods by name, not UID, and a late delete of a lost pod
-    # can hit its same-named successor, a second loss the operator rightly restarts again. Exactly one restart
-    # per loss is the integration tier's to prove, on a real kubelet.
-    assert all(s["restarts"] >= 1 for s in of("lose").values()), of("lose")
+    # Exactly one restart per loss. (Unpatched, KWOK v0.8.0 deletes a terminating pod by name, and a late
+    # delete hit the lost pod's successor of the same name: a second loss. hack/build/build-kwok.sh patches
+    # its deletes to carry the pod's UID, as a kubelet's do.)
+    assert {s["restarts"] for s in of("lose").values()} == {1}, of("lose")
 
     groups = scale.watcher.workers(ns)
     assert scale.watcher.duplicates(ns) == {}  # never two pods of one worker at once
