@@ -219,7 +219,13 @@ def with_peaks(d: Description, server: TrackingServer | None) -> Description:
                     peaks.setdefault(index, {})[metric] = value
     except SubmitError as e:
         return dataclasses.replace(d, peaks_note=f"the workers' system metrics could not be read: {e}")
-    return dataclasses.replace(d, peaks=peaks)
+    # Each worker logs at least once, as it ends: in an ended job, one without any had its writes fail.
+    ended = d.job.phase in ("Succeeded", "Failed")
+    missing = [str(w.index) for w in d.workers if ended and peaks and w.index not in peaks]
+    if not missing:
+        return dataclasses.replace(d, peaks=peaks)
+    note = f"none from worker {', '.join(missing)}: its log says why (mwms logs --worker N)"
+    return dataclasses.replace(d, peaks=peaks, peaks_note=note)
 
 
 def job_events_or_kept(api: JobClient, job: Job, server: TrackingServer | None) -> list[Event]:
