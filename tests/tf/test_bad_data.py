@@ -13,7 +13,7 @@ def test_nan_in_a_csv_exits_2_naming_the_column_and_rows(mlflow_server, mlflow_c
     path.write_text("\n".join(rows))
     trainer = {"dataset": "csv", "dataPath": str(path), "epochs": 1, "globalBatchSize": 10}
     g = group(trainjob_spec("nan-input", 2, trainer), mlflow_server.url, tmp_path).start()
-    assert g.wait(timeout=120) == {0: names.EXIT_INVALID_CONFIG, 1: names.EXIT_INVALID_CONFIG}
+    assert g.wait(timeout=600) == {0: names.EXIT_INVALID_CONFIG, 1: names.EXIT_INVALID_CONFIG}
     for i in (0, 1):
         message = g.termination(i)
         assert message.startswith("invalid configuration: MWMS_TRAINER_CONFIG.dataPath: 2 of 102 rows"), (

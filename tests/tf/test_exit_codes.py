@@ -116,7 +116,7 @@ def test_a_runners_own_strategy_gets_the_startup_backstop(tmp_path, constructor)
         fake_peer.listen(8)
         proc = subprocess.Popen([sys.executable, str(script)], env=env)
         try:
-            code = proc.wait(timeout=150)
+            code = proc.wait(timeout=600)
         finally:
             proc.kill()
             proc.wait()

@@ -72,6 +72,13 @@ def test_worker_killed_mid_fit_then_group_resumes_from_checkpoint(mlflow_server,
 def test_peer_that_never_starts_exits_75_at_the_startup_deadline(mlflow_server, tmp_path):
     spec = trainjob_spec("never-starts", 3, {"epochs": 1, "globalBatchSize": 30}, startup_timeout=15)
     g = group(spec, mlflow_server.url, tmp_path).start(indices=[0, 1])  # worker 2 never comes
+    # TensorFlow's import alone took ~2 min at CI's load; the deadline counts from each worker's start.
+    for i in (0, 1):
+        _wait_for(
+            lambda i=i: "waiting for 2 peer(s)" in g.log(i) or g.procs[i].poll() is not None,
+            600,
+            f"worker {i}'s wait",
+        )
     codes = g.wait(timeout=120)  # not an hour: the default registration timeout
     assert codes == {0: RETRYABLE, 1: RETRYABLE}, g.log(0)[-3000:]
     for i in (0, 1):
@@ -86,7 +93,7 @@ def test_in_a_pod_a_peer_later_than_the_startup_timeout_is_waited_for(mlflow_ser
     spec = trainjob_spec("late-peer", 2, {"epochs": 1, "globalBatchSize": 30}, startup_timeout=5)
     g = group(spec, mlflow_server.url, tmp_path, **{names.ENV_PEER_WAIT: "0"}).start(indices=[0])
     try:
-        _wait_for(lambda: "waiting for 1 peer(s)" in g.log(0), 120, "the chief to wait for its peer")
+        _wait_for(lambda: "waiting for 1 peer(s)" in g.log(0), 600, "the chief to wait for its peer")
         time.sleep(8)  # past the startup timeout; without MWMS_PEER_WAIT_SECONDS=0 the chief exits 75 here
         assert g.procs[0].poll() is None, g.log(0)[-3000:]
         g.start(indices=[1])
@@ -120,7 +127,7 @@ def test_peer_lost_after_the_rendezvous_ends_by_sigalrm_at_the_deadline(mlflow_s
     with socket.socket() as fake_peer:
         fake_peer.bind(("127.0.0.1", int(peer.rsplit(":", 1)[1])))
         fake_peer.listen(8)
-        codes = g.start(indices=[0], as_pid1=as_pid1).wait(timeout=150)
+        codes = g.start(indices=[0], as_pid1=as_pid1).wait(timeout=600)
     # Ended by the kernel (SIGALRM's default action): Kubernetes reports 128+14, which the operator retries.
     assert codes == {0: 128 + signal.SIGALRM if as_pid1 else -signal.SIGALRM}, g.log(0)[-3000:]
     assert g.termination(0).startswith("retryable: startup deadline passed in MultiWorkerMirroredStrategy()")

@@ -37,7 +37,7 @@ def test_invalid_setting_exits_2_and_names_it(mlflow_server, mlflow_client, tmp_
         )
         worker_env[names.ENV_TRAINER_CONFIG] = json.dumps(trainer)
         worker_env.update(env)
-    codes = g.start().wait(timeout=120)
+    codes = g.start().wait(timeout=600)
     assert codes == {0: names.EXIT_INVALID_CONFIG, 1: names.EXIT_INVALID_CONFIG}, g.log(0)
     for i in range(2):
         message = g.termination(i)
