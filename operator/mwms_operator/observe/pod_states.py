@@ -60,7 +60,9 @@ def pod_events(events: Iterable[Mapping[str, Any]]) -> PodEvents:
     warnings = [e for e in ordered if e.get("type") == "Warning"]
     note = ""
     if warnings:
-        last = warnings[-1]
+        # A failed pull is two Warnings in one second, its cause then "Error: ErrImagePull": name the cause.
+        newest = when(warnings[-1])
+        last = max((e for e in warnings if when(e) == newest), key=lambda e: len(str(e.get("message") or "")))
         note = " ".join(f"{last.get('reason', 'Warning')}: {last.get('message', '')}".split())
     return PodEvents(
         pulling=bool(pulls) and pulls[-1].get("reason") == "Pulling",
