@@ -105,3 +105,24 @@ def test_ci_run_sets_ci_itself(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "make test with CI=true" in done.stdout
+
+
+def test_the_summary_names_each_failed_test_of_this_run(monkeypatch, tmp_path):
+    """CI keeps only the end of the log: the failed tests must be named there."""
+    monkeypatch.setattr(runner, "RESULTS", tmp_path)
+    (tmp_path / "compute.xml").write_text(
+        '<testsuites><testsuite><testcase classname="tests.tf.test_x" name="test_ok"/>'
+        '<testcase classname="tests.tf.test_x" name="test_hangs">'
+        '<failure message="AssertionError: no peer after 600 s&#10;more">trace</failure></testcase>'
+        '<testcase classname="tests.tf.test_y" name="test_setup"><error message="fixture broke"/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    stale = tmp_path / "cluster.xml"
+    stale.write_text(
+        '<testsuite><testcase classname="a" name="b"><failure message="old"/></testcase></testsuite>'
+    )
+    os.utime(stale, (1, 1))
+    assert runner.failed_tests(since=runner.time.monotonic() - 60) == [
+        "FAILURE tests.tf.test_x::test_hangs (compute): AssertionError: no peer after 600 s",
+        "ERROR tests.tf.test_y::test_setup (compute): fixture broke",
+    ]

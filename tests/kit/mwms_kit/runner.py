@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import traceback
+import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
 from pathlib import Path
 
@@ -210,6 +211,25 @@ def merged_tiers() -> dict[str, dict[str, float]]:
     return tiers
 
 
+def failed_tests(since: float) -> list[str]:
+    """One line per test that failed or errored in this run's sessions (their JUnit files), with the first
+    line of its message: the end of CI's log then names them without the whole log."""
+    lines = []
+    wall_started = time.time() - (time.monotonic() - since)
+    for junit in sorted(RESULTS.glob("*.xml")):
+        if junit.stat().st_mtime < wall_started:
+            continue  # a session of an earlier run
+        for case in ElementTree.parse(junit).iter("testcase"):
+            for outcome in ("failure", "error"):
+                found = case.find(outcome)
+                if found is None:
+                    continue
+                message = (found.get("message") or "").strip().splitlines()[:1]
+                name = f"{case.get('classname', '')}::{case.get('name', '')}"
+                lines.append(f"{outcome.upper()} {name} ({junit.stem}): {''.join(message)[:300]}")
+    return lines
+
+
 def parser() -> argparse.ArgumentParser:
     made = argparse.ArgumentParser(
         prog="hack/ci/run-tests.py",
@@ -265,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     for lane in lanes:
         say(f"lane {lane:<8} exit {codes[lane]}  {walls[lane] / 60:.1f} min")
     say(f"all lanes: {(time.monotonic() - started) / 60:.1f} min")
+    for line in failed_tests(since=started):
+        say(line)
     failed = [lane for lane in lanes if codes[lane] not in passing_codes()]
     if failed or build_code != 0:
         say(f"FAILED: {', '.join(failed + (['builds'] if build_code else []))}")
