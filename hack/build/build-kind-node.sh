@@ -72,21 +72,14 @@ key=$(
 TAG="$K8S_VERSION-r$RECIPE-$key"
 IMAGE="localhost/mwms/kind-node:$TAG"
 OUT="$CACHE_ROOT/kind-node/$TAG"
-if [ -s "$OUT/node.tar" ] && [ -s "$OUT/image" ]; then
-  echo "$OUT"
-  exit 0
-fi
+built() { [ -s "$OUT/node.tar" ] && [ -s "$OUT/image" ]; }
+built && { echo "$OUT"; exit 0; }
 for tool in buildah mmdebstrap ctr containerd setcap; do
   command -v $tool >/dev/null || { log "$tool is required (hack/build/install-deps.sh test)"; exit 1; }
 done
 [ -x "$PYTHON" ] || { log "$PYTHON is required (make venv)"; exit 1; }
+build_needed "$OUT/../build.lock" built || { echo "$OUT"; exit 0; }
 mkdir -p "$OUT"
-exec 9>"$OUT/../build.lock"
-flock 9
-if [ -s "$OUT/node.tar" ] && [ -s "$OUT/image" ]; then
-  echo "$OUT"
-  exit 0
-fi
 started=$(date +%s)
 work=$(mktemp -d)
 storage="$work/containers"

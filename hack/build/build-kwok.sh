@@ -16,18 +16,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"  # CACHE_ROOT, Go and pip cache
 DIR="$CACHE_ROOT/kwok/$KWOK_VERSION-$(sha256sum "$PATCH" | cut -c1-12)"
 log() { echo "build-kwok: $*" >&2; }
 
-if [ -x "$DIR/bin/kwok" ] && [ -e "$DIR/stage" ]; then
-  echo "$DIR"
-  exit 0
-fi
+built() { [ -x "$DIR/bin/kwok" ] && [ -e "$DIR/stage" ]; }
+build_needed "$DIR/build.lock" built || { echo "$DIR"; exit 0; }
 command -v go >/dev/null || { log "Go is required to build kwok"; exit 1; }
-mkdir -p "$DIR"
-exec 9>"$DIR/build.lock"
-flock 9
-if [ -x "$DIR/bin/kwok" ] && [ -e "$DIR/stage" ]; then
-  echo "$DIR"
-  exit 0
-fi
 started=$(date +%s)
 src=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
 work=$(mktemp -d)

@@ -37,13 +37,7 @@ COMMIT=$(git rev-parse --verify --quiet "$REF^{commit}") || {
 }
 ROOT="$CACHE_ROOT/previous"
 DIR="$ROOT/$COMMIT"
-mkdir -p "$ROOT"
-exec 9>"$ROOT/lock"
-flock 9
-if [ -f "$DIR/image-tag" ]; then
-  echo "$DIR"
-  exit 0
-fi
+build_needed "$ROOT/lock" test -f "$DIR/image-tag" || { echo "$DIR"; exit 0; }
 started=$(date +%s)
 # A run cut short leaves the tree and what its image script built, which that script then finds up to date.
 if [ ! -d "$DIR/tree" ]; then

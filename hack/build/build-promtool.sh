@@ -14,18 +14,8 @@ DIR="$CACHE_ROOT/promtool/$PROMTOOL_VERSION"
 
 log() { echo "build-promtool: $*" >&2; }
 
-if [ -x "$DIR/bin/promtool" ]; then
-  echo "$DIR/bin"
-  exit 0
-fi
+build_needed "$DIR/build.lock" test -x "$DIR/bin/promtool" || { echo "$DIR/bin"; exit 0; }
 command -v go >/dev/null || { log "Go is required to build promtool"; exit 1; }
-mkdir -p "$DIR"
-exec 9>"$DIR/build.lock"
-flock 9
-if [ -x "$DIR/bin/promtool" ]; then
-  echo "$DIR/bin"
-  exit 0
-fi
 started=$(date +%s)
 log "go install $MODULE/cmd/promtool@$PROMTOOL_VERSION"
 rm -rf "$DIR/bin.tmp"

@@ -10,3 +10,16 @@
 CACHE_ROOT=${MWMS_CACHE:-$HOME/.cache/mwms}
 export CACHE_ROOT
 export GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build" PIP_CACHE_DIR="$CACHE_ROOT/pip"
+
+# build_needed LOCK_FILE CHECK...: false when the command CHECK says the build is cached; otherwise takes
+# LOCK_FILE (fd 9, held until the script ends) and asks CHECK again, so callers side by side build once.
+#   build_needed "$DIR/build.lock" built || { echo "$DIR"; exit 0; }
+build_needed() {
+  local lock=$1
+  shift
+  ! "$@" || return 1
+  mkdir -p "$(dirname "$lock")"
+  exec 9>"$lock"
+  flock 9
+  ! "$@"
+}

@@ -10,18 +10,10 @@ go_install_cached() {
   [ "$cmd" != . ] || pkg=$module
   binary="$dir/bin/$(basename "$pkg")"
   log() { echo "build-$name: $*" >&2; }
-  if [ -x "$binary" ] && [ -e "$dir/$dest" ]; then
-    echo "$dir"
-    return
-  fi
+  # shellcheck disable=SC2329  # build_needed calls it
+  built() { [ -x "$binary" ] && [ -e "$dir/$dest" ]; }
+  build_needed "$dir/build.lock" built || { echo "$dir"; return; }
   command -v go >/dev/null || { log "Go is required to build $name"; exit 1; }
-  mkdir -p "$dir"
-  exec 9>"$dir/build.lock"
-  flock 9
-  if [ -x "$binary" ] && [ -e "$dir/$dest" ]; then
-    echo "$dir"
-    return
-  fi
   started=$(date +%s)
   log "go install $pkg@$version"
   CGO_ENABLED=0 GOFLAGS="-trimpath" GOBIN="$dir/bin.tmp" nice -n "$niceness" \
