@@ -54,18 +54,18 @@ def pod_events(events: Iterable[Mapping[str, Any]]) -> PodEvents:
         moment = moment or (event.get("metadata") or {}).get("creationTimestamp")
         return parse_time(moment) or datetime.min.replace(tzinfo=UTC)
 
-    ordered = sorted(events, key=when)
-    pulls = [e for e in ordered if e.get("reason") in PULL_EVENTS]
-    pulled = [when(e) for e in pulls if e.get("reason") == "Pulled"]
-    warnings = [e for e in ordered if e.get("type") == "Warning"]
+    timed = sorted(((when(event), event) for event in events), key=lambda pair: pair[0])
+    pulls = [(at, e) for at, e in timed if e.get("reason") in PULL_EVENTS]
+    pulled = [at for at, e in pulls if e.get("reason") == "Pulled"]
+    warnings = [(at, e) for at, e in timed if e.get("type") == "Warning"]
     note = ""
     if warnings:
         # A failed pull is two Warnings in one second, its cause then "Error: ErrImagePull": name the cause.
-        newest = when(warnings[-1])
-        last = max((e for e in warnings if when(e) == newest), key=lambda e: len(str(e.get("message") or "")))
+        newest = [e for at, e in warnings if at == warnings[-1][0]]
+        last = max(newest, key=lambda e: len(str(e.get("message") or "")))
         note = " ".join(f"{last.get('reason', 'Warning')}: {last.get('message', '')}".split())
     return PodEvents(
-        pulling=bool(pulls) and pulls[-1].get("reason") == "Pulling",
+        pulling=bool(pulls) and pulls[-1][1].get("reason") == "Pulling",
         pulled_at=pulled[-1] if pulled else None,
         note=note,
     )
