@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tf_support import group, models_of, runs_of, trainjob_spec
+from tf_support import HANG_SECONDS, group, models_of, runs_of, trainjob_spec
 
 from mwms_contract import names
 
@@ -26,7 +26,7 @@ def test_nan_in_a_csv_exits_2_naming_the_column_and_rows(mlflow_server, mlflow_c
 def test_a_diverging_fit_fails_permanently_naming_the_epoch(mlflow_server, mlflow_client, tmp_path):
     trainer = {"epochs": 5, "learningRate": 1e38, "hiddenUnits": [16]}
     g = group(trainjob_spec("diverges", 2, trainer), mlflow_server.url, tmp_path).start()
-    codes = g.wait(timeout=300)
+    codes = g.wait(timeout=HANG_SECONDS)
     assert codes == {0: names.EXIT_FAILURE, 1: names.EXIT_FAILURE}, g.log(0)[-3000:]
     for i in (0, 1):
         message = g.termination(i)

@@ -17,12 +17,12 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from tf_support import group, trainjob_spec
+from tf_support import HANG_SECONDS, TEST_SECONDS, group, trainjob_spec
 
 from mwms_contract import names, termination
 from mwms_kit.s3_server import BUCKET, S3Server
 
-pytestmark = [pytest.mark.waits_for_build, pytest.mark.timeout(func_only=True)]
+pytestmark = [pytest.mark.waits_for_build, pytest.mark.timeout(TEST_SECONDS, func_only=True)]
 
 EPOCHS = 3
 EVERY_STEPS = 20
@@ -46,7 +46,7 @@ def undisturbed(mlflow_server, tmp_path_factory: pytest.TempPathFactory) -> list
         "store-undisturbed", 2, TRAINER, checkpoint={"store": "run", "everySteps": EVERY_STEPS}
     )
     fit = group(spec, mlflow_server.url, tmp_path_factory.mktemp("undisturbed")).start()
-    assert fit.wait(timeout=400) == {0: 0, 1: 0}, fit.log(0)[-3000:]
+    assert fit.wait(timeout=HANG_SECONDS) == {0: 0, 1: 0}, fit.log(0)[-3000:]
     return _weights(mlflow_server, fit.summary())
 
 
@@ -85,7 +85,7 @@ def test_a_group_stopped_by_sigterm_mid_epoch_resumes_from_the_store_with_the_un
     job_dir = tmp_path / "stopped"
     first = group(spec, mlflow_server.url, job_dir, uid=uid, **env).start()
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + HANG_SECONDS
         # SIGTERM to both once epoch 2 has begun: its first save within the epoch is published.
         while not any(e == "2" for e, _ in SAVED.findall(first.log(0))):
             assert time.monotonic() < deadline and first.procs[0].poll() is None, first.log(0)[-3000:]
@@ -110,7 +110,7 @@ def test_a_group_stopped_by_sigterm_mid_epoch_resumes_from_the_store_with_the_un
         shutil.rmtree(job_dir / f"worker-{worker}-checkpoint")
 
     second = group(spec, mlflow_server.url, job_dir, uid=uid, restart_count=1, **env).start()
-    assert second.wait(timeout=400) == {0: 0, 1: 0}, second.log(0)[-3000:]
+    assert second.wait(timeout=HANG_SECONDS) == {0: 0, 1: 0}, second.log(0)[-3000:]
     for worker in range(2):
         resumed_at = RESUMED_AT.search(second.log(worker))
         assert resumed_at is not None, second.log(worker)[-3000:]

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tf_support import HANG_SECONDS
+
 from mwms_trainer.local import free_ports
 
 PROBE = Path(__file__).with_name("collectives_probe.py")
@@ -34,7 +36,7 @@ def test_one_all_reduce_per_step(tmp_path):
     reports = []
     try:
         for proc, log in procs:
-            assert proc.wait(timeout=400) == 0, (tmp_path / "worker-0.log").read_text()[-3000:]
+            assert proc.wait(timeout=HANG_SECONDS) == 0, (tmp_path / "worker-0.log").read_text()[-3000:]
             log.seek(0)
             reports.append(json.loads(log.read().decode().strip().splitlines()[-1]))
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
-from tf_support import group, models_of, trainjob_spec
+from tf_support import HANG_SECONDS, group, models_of, trainjob_spec
 
 # breast_cancer: 398 training rows, global batch 32 -> 12 full batches per epoch and 14 rows left over, the
 # remainder that split 4/4/4/2 and broke the 4-worker result before (each replica's mean
@@ -17,7 +17,7 @@ def _train(replicas, server, client, tmp_path):
     name = f"equivalence-{replicas}"
     spec = trainjob_spec(name, replicas, TRAINER)
     g = group(spec, server.url, tmp_path / name, MWMS_REGISTERED_MODEL_NAME=name).start(poison_non_chief=True)
-    codes = g.wait(timeout=400)
+    codes = g.wait(timeout=HANG_SECONDS)
     assert codes == dict.fromkeys(range(replicas), 0), "\n".join(g.log(i)[-2000:] for i in range(replicas))
     for i in range(1, replicas):
         assert '"status":"ok"' in g.termination(i)

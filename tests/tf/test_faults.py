@@ -9,7 +9,7 @@ import time
 import uuid
 
 import pytest
-from tf_support import group, models_of, runs_of, trainjob_spec
+from tf_support import HANG_SECONDS, group, models_of, runs_of, trainjob_spec
 
 from mwms_contract import names
 from mwms_kit.pid_namespace import AVAILABLE as PID_NAMESPACES
@@ -17,7 +17,6 @@ from mwms_kit.pid_namespace import WHY_NOT
 from mwms_trainer.local import free_ports
 
 RETRYABLE = names.EXIT_RETRYABLE
-PEER_LOSS_SECONDS = 180  # TensorFlow's health check finds a lost peer within ~60 s; the rest is for load
 
 
 def _wait_for(predicate, timeout, what):
@@ -34,7 +33,7 @@ def test_worker_killed_mid_fit_then_group_resumes_from_checkpoint(mlflow_server,
     spec = trainjob_spec(name, 3, {"epochs": epochs, "globalBatchSize": 30}, checkpoint=True)
     first = group(spec, mlflow_server.url, tmp_path / "first", uid=uid).start()
     try:
-        _wait_for(lambda: f"epoch 4/{epochs}" in first.log(0), 300, "the chief's 4th epoch")
+        _wait_for(lambda: f"epoch 4/{epochs}" in first.log(0), HANG_SECONDS, "the chief's 4th epoch")
         first.procs[2].kill()
         # The survivors must end by themselves (a worker that hangs here would hold a hand-started group
         # for ever). An all-reduce with the dead peer fails at once (2.8 s from kill to exit, idle); one that
@@ -42,7 +41,7 @@ def test_worker_killed_mid_fit_then_group_resumes_from_checkpoint(mlflow_server,
         # so up to about 60 s, and more on a loaded machine (a CI run at load ~11 passed 30 s). A bound,
         # not a timing.
         for i in (0, 1):
-            assert first.procs[i].wait(timeout=PEER_LOSS_SECONDS) == RETRYABLE, first.log(i)[-3000:]
+            assert first.procs[i].wait(timeout=HANG_SECONDS) == RETRYABLE, first.log(i)[-3000:]
     finally:
         first.kill()
     assert first.termination(0).startswith("retryable: lost a peer")
@@ -53,7 +52,7 @@ def test_worker_killed_mid_fit_then_group_resumes_from_checkpoint(mlflow_server,
     for env, old in zip(second.envs, first.envs, strict=True):
         assert env[names.ENV_CHECKPOINT_DIR] == old[names.ENV_CHECKPOINT_DIR]
     second.start()
-    codes = second.wait(timeout=400)
+    codes = second.wait(timeout=HANG_SECONDS)
     assert codes == {0: 0, 1: 0, 2: 0}, second.log(0)[-3000:]
     assert "resumes from the checkpoint at epoch" in second.log(0)
 
@@ -97,7 +96,7 @@ def test_in_a_pod_a_peer_later_than_the_startup_timeout_is_waited_for(mlflow_ser
         time.sleep(8)  # past the startup timeout; without MWMS_PEER_WAIT_SECONDS=0 the chief exits 75 here
         assert g.procs[0].poll() is None, g.log(0)[-3000:]
         g.start(indices=[1])
-        assert g.wait(timeout=300) == {0: 0, 1: 0}, g.log(0)[-3000:]
+        assert g.wait(timeout=HANG_SECONDS) == {0: 0, 1: 0}, g.log(0)[-3000:]
     finally:
         g.kill()
     assert len(runs_of(mlflow_client, "late-peer")) == 1
@@ -107,7 +106,7 @@ def test_mlflow_unreachable_exits_75_with_a_clear_message(tmp_path):
     port = free_ports(1)[0]  # nothing listens there
     spec = trainjob_spec("no-mlflow", 1, {"epochs": 1})
     g = group(spec, f"http://127.0.0.1:{port}", tmp_path).start()
-    assert g.wait(timeout=300) == {0: RETRYABLE}, g.log(0)[-3000:]
+    assert g.wait(timeout=HANG_SECONDS) == {0: RETRYABLE}, g.log(0)[-3000:]
     assert g.termination(0).startswith(f"retryable: MLflow at http://127.0.0.1:{port} is unavailable")
 
 

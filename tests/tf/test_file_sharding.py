@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from tf_support import POISON, group, models_of, runs_of, trainjob_spec, write_parts
+from tf_support import HANG_SECONDS, POISON, group, models_of, runs_of, trainjob_spec, write_parts
 
 from mwms_contract import names
 
@@ -64,7 +64,7 @@ def test_each_worker_reads_only_its_own_files_and_the_fit_works(mlflow_server, m
     g = group(trainjob_spec("file-sharding", 2, trainer), mlflow_server.url, tmp_path / "job")
     start_hiding(g, 0, [parts[1], parts[3]], decoy)
     start_hiding(g, 1, [parts[0], parts[2], parts[4]], decoy)
-    codes = g.wait(timeout=400)
+    codes = g.wait(timeout=HANG_SECONDS)
     assert codes == {0: 0, 1: 0}, "\n".join(g.log(i)[-3000:] for i in (0, 1))
     assert "worker 0 reads 2 of 5 files (800 training rows; 400 held-out rows checked)" in g.log(0)
     assert "worker 1 reads 2 of 5 files (800 training rows)" in g.log(1)
@@ -90,7 +90,7 @@ def test_fewer_training_files_than_workers_stream_every_nth_row(mlflow_server, m
         "learningRate": 0.05,
     }
     g = group(trainjob_spec("row-sharding", 2, trainer), mlflow_server.url, tmp_path / "job").start()
-    codes = g.wait(timeout=400)
+    codes = g.wait(timeout=HANG_SECONDS)
     assert codes == {0: 0, 1: 0}, "\n".join(g.log(i)[-3000:] for i in (0, 1))
     assert (
         "worker 0 reads 1 of 2 files (200 training rows, the rows i with i mod 2 = 0; 400 held-out"
@@ -110,7 +110,7 @@ def rewrite(part, change):
 def train(name, table, mlflow_server, tmp_path):
     trainer = {**TRAINER, "dataPath": str(table), "learningRate": 0.05}
     g = group(trainjob_spec(name, 2, trainer), mlflow_server.url, tmp_path / name).start()
-    codes = g.wait(timeout=400)
+    codes = g.wait(timeout=HANG_SECONDS)
     assert codes == {0: 0, 1: 0}, "\n".join(g.log(i)[-3000:] for i in (0, 1))
     return g
 
@@ -148,7 +148,7 @@ def test_a_column_type_differing_between_workers_files_exits_2_on_every_worker(
         rewrite(parts[part], lambda f: f.assign(b=f["b"].round().astype(np.int64)))
     trainer = {**TRAINER, "dataPath": str(tmp_path / "table.parquet")}
     g = group(trainjob_spec("type-differs", 2, trainer), mlflow_server.url, tmp_path / "job").start()
-    codes = g.wait(timeout=300)
+    codes = g.wait(timeout=HANG_SECONDS)
     assert codes == {0: names.EXIT_INVALID_CONFIG, 1: names.EXIT_INVALID_CONFIG}, g.log(0)[-3000:]
     for i in (0, 1):
         assert g.termination(i).startswith(
@@ -164,7 +164,8 @@ def test_a_nan_in_a_held_out_file_exits_2_before_any_epoch(mlflow_server, mlflow
     trainer = {**TRAINER, "dataPath": str(tmp_path / "table.parquet")}
     g = group(trainjob_spec("held-out-nan", 2, trainer), mlflow_server.url, tmp_path / "job").start()
     try:
-        code = g.procs[0].wait(timeout=300)  # worker 1 waits for its chief at registration until killed
+        # worker 1 waits for its chief at registration until killed
+        code = g.procs[0].wait(timeout=HANG_SECONDS)
     finally:
         g.kill()
     assert code == names.EXIT_INVALID_CONFIG, g.log(0)[-3000:]

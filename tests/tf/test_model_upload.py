@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import uuid
 
-import pytest
 from tf_support import StallingProxy, group, models_of, runs_of, trainjob_spec
 
 from mwms_contract import names
@@ -32,7 +31,6 @@ def _logged_models(run, server):
     return [str(m.status) for m in models_of(run.info.experiment_id, run.info.run_id, server.url)]
 
 
-@pytest.mark.timeout(1800)  # three group starts; importing TensorFlow took minutes on a loaded 2-core box
 def test_killed_then_failed_upload_then_the_kept_model_is_uploaded(mlflow_server, mlflow_client, tmp_path):
     name, uid = f"upload-faults-{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
     spec = trainjob_spec(name, 2, {"epochs": 2, "globalBatchSize": 32}, checkpoint=True, startup_timeout=600)

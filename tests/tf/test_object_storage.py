@@ -22,7 +22,16 @@ from urllib.parse import unquote, urlsplit
 
 import pandas as pd
 import pytest
-from tf_support import StallingProxy, group, models_of, runs_of, trainjob_spec, write_parts
+from tf_support import (
+    HANG_SECONDS,
+    TEST_SECONDS,
+    StallingProxy,
+    group,
+    models_of,
+    runs_of,
+    trainjob_spec,
+    write_parts,
+)
 
 from mwms_contract import names
 from mwms_kit.mlflow_server import MlflowServer
@@ -30,7 +39,7 @@ from mwms_kit.s3_server import BUCKET, S3Server, mlflow_s3_python
 
 # The S3 server and the MLflow-S3 environment may still be building in `make test`'s background: the
 # module's fixtures wait on their build locks, so the timeout counts the tests themselves only.
-pytestmark = [pytest.mark.waits_for_build, pytest.mark.timeout(func_only=True)]
+pytestmark = [pytest.mark.waits_for_build, pytest.mark.timeout(TEST_SECONDS, func_only=True)]
 
 TRAINER = {"epochs": 3, "globalBatchSize": 32, "learningRate": 0.05}
 
@@ -143,7 +152,7 @@ def test_a_wrong_key_a_missing_bucket_or_an_empty_prefix_exits_2_at_once_naming_
     uri = f"s3://{bucket}/{table}"
     trainer = {**TRAINER, "dataset": "parquet", "dataPath": uri, "sharding": "files"}
     g = group(trainjob_spec(f"s3-bad-{case[:5]}", 1, trainer), mlflow_server.url, tmp_path / "job", **env)
-    codes = g.start().wait(timeout=300)
+    codes = g.start().wait(timeout=HANG_SECONDS)
     message = g.termination(0)
     assert codes == {0: names.EXIT_INVALID_CONFIG}, g.log(0)[-3000:]
     assert uri in message and expected in message, message

@@ -9,7 +9,7 @@ import uuid
 
 import numpy as np
 import pytest
-from tf_support import group, trainjob_spec, write_parts
+from tf_support import HANG_SECONDS, group, trainjob_spec, write_parts
 
 EPOCHS = 10
 MODEL = {"epochs": EPOCHS, "hiddenUnits": [16]}
@@ -36,14 +36,14 @@ def test_resumed_fit_ends_with_the_undisturbed_weights(data, mlflow_server, tmp_
     trainer = _trainer(data, tmp_path)
     spec = trainjob_spec(f"resume-undisturbed-{data}", 1, trainer, checkpoint=True)
     undisturbed = group(spec, mlflow_server.url, tmp_path / "undisturbed").start()
-    assert undisturbed.wait(timeout=400) == {0: 0}, undisturbed.log(0)[-3000:]
+    assert undisturbed.wait(timeout=HANG_SECONDS) == {0: 0}, undisturbed.log(0)[-3000:]
     expected = _weights(mlflow_server, undisturbed.summary())
 
     spec = trainjob_spec(f"resume-killed-{data}", 1, trainer, checkpoint=True)
     uid = str(uuid.uuid4())
     first = group(spec, mlflow_server.url, tmp_path / "killed", uid=uid).start()
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + HANG_SECONDS
         while f"epoch 3/{EPOCHS}" not in first.log(0):
             assert time.monotonic() < deadline and first.procs[0].poll() is None, first.log(0)[-3000:]
             time.sleep(0.1)
@@ -51,7 +51,7 @@ def test_resumed_fit_ends_with_the_undisturbed_weights(data, mlflow_server, tmp_
         first.kill()
     assert f"epoch {EPOCHS}/{EPOCHS}" not in first.log(0)
     second = group(spec, mlflow_server.url, tmp_path / "killed", uid=uid, restart_count=1).start()
-    assert second.wait(timeout=400) == {0: 0}, second.log(0)[-3000:]
+    assert second.wait(timeout=HANG_SECONDS) == {0: 0}, second.log(0)[-3000:]
     assert "resumes from the checkpoint at epoch" in second.log(0)
     resumed = _weights(mlflow_server, second.summary())
     worst = max(float(np.max(np.abs(a - b))) for a, b in zip(expected, resumed, strict=True))

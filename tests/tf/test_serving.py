@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from tf_support import group, trainjob_spec
+from tf_support import HANG_SECONDS, group, trainjob_spec
 
 
 def _train(name, trainer, server, tmp_path):
     g = group(trainjob_spec(name, 1, trainer), server.url, tmp_path / name).start()
-    assert g.wait(timeout=300) == {0: 0}, g.log(0)[-3000:]
+    assert g.wait(timeout=HANG_SECONDS) == {0: 0}, g.log(0)[-3000:]
     import mlflow
 
     mlflow.set_tracking_uri(server.url)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from tf_support import Group, StallingProxy, group, trainjob_spec
+from tf_support import HANG_SECONDS, Group, StallingProxy, group, trainjob_spec
 
 from mwms_contract import names
 from mwms_kit.pid_namespace import AVAILABLE, WHY_NOT, pid1_of
@@ -58,7 +58,7 @@ def test_sigterm_while_waiting_for_a_peer(mlflow_server, tmp_path):
     )
     try:
         g.start(indices=[0], as_pid1=True)  # worker 1 never comes
-        _wait_for(lambda: "waiting for 1 peer(s)" in g.log(0), 120, "the rendezvous")
+        _wait_for(lambda: "waiting for 1 peer(s)" in g.log(0), HANG_SECONDS, "the rendezvous")
         sigterm_and_wait(g)
     finally:
         g.kill()
@@ -74,9 +74,8 @@ def test_sigterm_inside_the_strategy_constructor(mlflow_server, tmp_path):
         fake_peer.listen(8)
         try:
             g.start(indices=[0], as_pid1=True)
-            _wait_for(
-                lambda: "registering with MultiWorkerMirroredStrategy()" in g.log(0), 120, "registration"
-            )
+            registering = "registering with MultiWorkerMirroredStrategy()"
+            _wait_for(lambda: registering in g.log(0), HANG_SECONDS, "registration")
             time.sleep(1)  # inside the constructor by now, where TensorFlow's own handler takes SIGTERM
             sigterm_and_wait(g, killed=True)
         finally:
@@ -88,7 +87,7 @@ def test_sigterm_mid_fit(mlflow_server, tmp_path):
     g = group(trainjob_spec("sigterm-fit", 1, trainer), mlflow_server.url, tmp_path)
     try:
         g.start(as_pid1=True)
-        _wait_for(lambda: "epoch 2/200" in g.log(0), 180, "the second epoch")
+        _wait_for(lambda: "epoch 2/200" in g.log(0), HANG_SECONDS, "the second epoch")
         sigterm_and_wait(g)
     finally:
         g.kill()
@@ -99,7 +98,7 @@ def test_sigterm_during_the_model_upload(mlflow_server, tmp_path):
     g = group(trainjob_spec("sigterm-upload", 1, {"epochs": 1}), proxy.url, tmp_path)
     try:
         g.start(as_pid1=True)
-        _wait_for(proxy.stalled.is_set, 180, "the model upload")
+        _wait_for(proxy.stalled.is_set, HANG_SECONDS, "the model upload")
         sigterm_and_wait(g)
     finally:
         g.kill()

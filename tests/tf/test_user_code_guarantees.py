@@ -13,8 +13,7 @@ from __future__ import annotations
 import re
 import uuid
 
-import pytest
-from tf_support import REPO, StallingProxy, group, models_of, runs_of, trainjob_spec
+from tf_support import HANG_SECONDS, REPO, StallingProxy, group, models_of, runs_of, trainjob_spec
 
 from mwms.jobs import chiefs_value
 from mwms_contract import names
@@ -26,7 +25,7 @@ MODEL_FILE = re.compile(r"/models/(m-[0-9a-f]+)/artifacts/MLmodel$")
 
 def _code_group(name, replicas, entrypoint, tracking_uri, job_dir, args=(), **env):
     code = {"configMap": "unused-locally", "entrypoint": entrypoint, "args": list(args)}
-    spec = trainjob_spec(name, replicas, None, code=code, startup_timeout=300)
+    spec = trainjob_spec(name, replicas, None, code=code, startup_timeout=600)
     return group(spec, tracking_uri, job_dir, **{names.ENV_CODE_DIR: str(CODE)}, **env)
 
 
@@ -46,7 +45,6 @@ class FailFirstAttempts:
         return self.model_ids.index(found[1]) in (0, 2)
 
 
-@pytest.mark.timeout(900)
 def test_user_models_survive_mlflow_failures_and_a_restart_logs_none_again(
     mlflow_server, mlflow_client, tmp_path
 ):
@@ -77,10 +75,9 @@ def test_user_models_survive_mlflow_failures_and_a_restart_logs_none_again(
     assert second.summary()["modelUri"] == first.summary()["modelUri"]
 
 
-@pytest.mark.timeout(600)
 def test_a_100_kb_result_arrives_whole(mlflow_server, tmp_path):
     g = _code_group("big-result", 1, "returns.py", mlflow_server.url, tmp_path, args=["100000"]).start()
-    assert g.wait(timeout=400) == {0: 0}, g.log(0)[-4000:]
+    assert g.wait(timeout=HANG_SECONDS) == {0: 0}, g.log(0)[-4000:]
     summary = g.summary()
     assert "result" not in summary and summary["resultBytes"] > 100_000
     assert summary["resultArtifact"] == f"runs:/{summary['runId']}/{job_result.ARTIFACT}"
@@ -88,19 +85,17 @@ def test_a_100_kb_result_arrives_whole(mlflow_server, tmp_path):
     assert value == ["x" * 98] * 1000
 
 
-@pytest.mark.timeout(600)
 def test_a_result_above_1_mib_fails_the_job_saying_so(mlflow_server, tmp_path):
     g = _code_group("too-big-result", 1, "returns.py", mlflow_server.url, tmp_path, args=["2000000"]).start()
-    assert g.wait(timeout=400) == {0: names.EXIT_FAILURE}, g.log(0)[-4000:]
+    assert g.wait(timeout=HANG_SECONDS) == {0: names.EXIT_FAILURE}, g.log(0)[-4000:]
     message = g.termination(0)
     assert message.startswith("failed: the chief's return value is "), message
     assert "bytes as JSON, above the 1048576 bytes (1 MiB) a job returns" in message
 
 
-@pytest.mark.timeout(600)
 def test_a_peer_lost_while_initial_weights_are_broadcast_at_import_exits_75(mlflow_server, tmp_path):
     g = _code_group("lost-in-broadcast", 2, "builds_at_import:train", mlflow_server.url, tmp_path).start()
-    codes = g.wait(timeout=400)
+    codes = g.wait(timeout=HANG_SECONDS)
     assert codes[0] == names.EXIT_RETRYABLE, g.log(0)[-4000:]
     assert codes[1] == -9  # the peer that died
     assert g.termination(0).startswith("retryable: lost a peer in train_fn: UnavailableError"), g.termination(

@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from tf_support import POISON, REPO, group, runs_of, trainjob_spec
+from tf_support import HANG_SECONDS, POISON, REPO, group, runs_of, trainjob_spec
 
 from mwms_contract import names
 from mwms_kit.pid_namespace import AVAILABLE, WHY_NOT, pid1_of, start_as_pid1
@@ -113,7 +113,6 @@ def test_a_worker_stopped_by_sigterm_as_pid1_still_uploads_its_groups_log(
 
 
 @pytest.mark.skipif(not AVAILABLE, reason=WHY_NOT)
-@pytest.mark.timeout(600)
 def test_the_trainer_uploads_the_users_prints_into_the_run_its_chief_opened(
     mlflow_server, mlflow_client, tmp_path
 ):
@@ -121,10 +120,10 @@ def test_the_trainer_uploads_the_users_prints_into_the_run_its_chief_opened(
     log (the user's prints and the trainer's own lines) lands in that run once the worker has exited."""
     name = f"trainer-logs-{uuid.uuid4().hex[:6]}"
     code = {"configMap": "unused-locally", "entrypoint": "returns.py", "args": ["100"]}
-    spec = trainjob_spec(name, 1, None, code=code, startup_timeout=300)
+    spec = trainjob_spec(name, 1, None, code=code, startup_timeout=600)
     g = group(spec, mlflow_server.url, tmp_path / "job", **{names.ENV_CODE_DIR: str(CODE)})
     g.start(as_pid1=True)
-    assert g.wait(timeout=500) == {0: 0}, g.log(0)[-3000:]
+    assert g.wait(timeout=HANG_SECONDS) == {0: 0}, g.log(0)[-3000:]
     (run,) = runs_of(mlflow_client, name)
     log = read(mlflow_client, run.info.run_id, "logs/group-0/worker-0.log", tmp_path / "dl")
     assert "opened MLflow run" in log  # the trainer's own logging

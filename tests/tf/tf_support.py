@@ -26,6 +26,10 @@ from mwms_trainer import local
 
 REPO = Path(__file__).resolve().parents[2]
 POISON = REPO / "tests" / "data" / "trainer" / "poison"  # an `mlflow` that refuses to import
+# How long a test waits on workers before it calls them hung: a bound, never a timing. TensorFlow's import
+# alone took ~2 min per worker at CI's load (~20 on 2 cores), so a group's start and fit can take many.
+HANG_SECONDS = 900
+TEST_SECONDS = 1800  # a tf test's own bound (pytest-timeout): up to three group starts
 
 
 def trainjob_spec(
