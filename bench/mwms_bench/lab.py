@@ -24,7 +24,6 @@ from mwms_dev.cluster import LocalCluster
 from mwms_dev.devcluster import project_images
 from mwms_dev.kwok import Kwok, fake_nodes
 from mwms_kit import operator_harness
-from mwms_kit.oci_registry import build_output
 
 REPO = Path(__file__).resolve().parents[2]
 # Our operator with its defaults (an empty value is the default), quiet, and no tracking server to ask: the
@@ -64,9 +63,6 @@ class Lab:
     keep_replicas: bool = False  # a replica that exits is started again after 1 s, as a Deployment's pod
     operator_env: dict[str, str] = field(default_factory=dict)
     operator_src: Path | None = None  # another checkout's operator/ (a before/after)
-    # Ours runs in the image's Python environment, so its memory is the image's; True: in .venv's, where kopf
-    # also loads the kubernetes client (~30 MiB; every record before 2026-12-07).
-    dev_python: bool = False
     timings: dict[str, float] = field(default_factory=dict)
 
     def __enter__(self) -> Lab:
@@ -120,16 +116,11 @@ class Lab:
             path = self.state_dir / "operator.kubeconfig"
             kubeconfig = operator_harness.service_account_kubeconfig(self.kubectl, self.cluster, path)
         env = DEFAULTS | (ELECTION if self.ours > 1 else {}) | self.operator_env
-        source = self.operator_src or REPO / "operator"
-        python = ""
-        if self.ours and not self.dev_python:
-            python = build_output("operator-venv.sh")  # the image's: our code comes from the source tree
-            env["PYTHONPATH"] = f"{source}:{source.parent / 'contract'}"
-        elif self.operator_src is not None:
+        if self.operator_src is not None:
             env["PYTHONPATH"] = str(self.operator_src)
         for i in range(self.ours):
             log = self.state_dir / f"operator-{i + 1}.log"
-            self.replicas.append(operator_harness.OperatorProcess(kubeconfig, log, env, python))
+            self.replicas.append(operator_harness.OperatorProcess(kubeconfig, log, env))
         if self.peer:
             log = self.state_dir / "training-operator.log"
             self.replicas.append(PeerProcess(self.peer_dir, self.cluster.kubeconfig, self.core, log))

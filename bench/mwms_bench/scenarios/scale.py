@@ -261,7 +261,6 @@ def run(a: argparse.Namespace, figures: Figures) -> None:
     leader = "leader" in stages  # two replicas electing a leader, each started again when it exits
     ours, env = 0 if a.peer else 1 + leader, dict(item.split("=", 1) for item in a.env)
     settings = {"operator_env": env, "operator_src": a.operator_src, "keep_replicas": leader}
-    settings["dev_python"] = a.dev_python
     with (
         tempfile.TemporaryDirectory(prefix="mwms-bench-") as tmp,
         Lab(Path(tmp), a.subnet_index, kwok_nodes=a.nodes, ours=ours, peer=a.peer, **settings) as lab,
@@ -280,7 +279,6 @@ OPTIONS |= {"fit": ("15s", "a simulated fit's time"), "stages": ("burst,churn,st
 OPTIONS |= {"churn_rate": 2.0, "churn_seconds": 60.0, "timeout": (0.0, "of each wait; 0: 300 + pods / 2")}
 OPTIONS |= {"settle": (90.0, "rss: seconds of samples"), "env": ([], "KEY=VALUE for the operator")}
 OPTIONS["operator_src"] = (Path, "another checkout's operator/: a before/after")
-OPTIONS["dev_python"] = (False, "ours in .venv's Python, not the image's (kopf then loads its kube client)")
 HELP = "two replicas: losing the leader -> the next one's first reconcile"
 SCENARIOS = [
     Scenario("scale", "the operator on KWOK's nodes: a burst, churn, a storm, edges", run, OPTIONS),

@@ -29,11 +29,8 @@ SERVICE_ACCOUNT = "mwms-operator"
 class OperatorProcess:
     """One `python -m mwms_operator` subprocess at a time; its log accumulates across restarts."""
 
-    def __init__(
-        self, kubeconfig: Path, log_path: Path, extra_env: dict[str, str] | None = None, python: str = ""
-    ) -> None:
+    def __init__(self, kubeconfig: Path, log_path: Path, extra_env: dict[str, str] | None = None) -> None:
         self.kubeconfig, self.log_path, self.extra_env = kubeconfig, log_path, dict(extra_env or {})
-        self.python = python or sys.executable  # the benches: the image's (hack/build/operator-venv.sh)
         self.metrics_port, self.health_port = free_port(), free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -53,7 +50,7 @@ class OperatorProcess:
         env.pop("KUBERNETES_SERVICE_HOST", None)
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [self.python, "-m", "mwms_operator"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
+            [sys.executable, "-m", "mwms_operator"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
         )
 
     def metrics_text(self, timeout: float = 60.0) -> str:
