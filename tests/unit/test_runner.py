@@ -126,3 +126,11 @@ def test_the_summary_names_each_failed_test_of_this_run(monkeypatch, tmp_path):
         "FAILURE tests.tf.test_x::test_hangs (compute): AssertionError: no peer after 600 s",
         "ERROR tests.tf.test_y::test_setup (compute): fixture broke",
     ]
+
+
+def test_a_junit_file_cut_short_is_named_not_a_crash(monkeypatch, tmp_path):
+    monkeypatch.setattr(runner, "RESULTS", tmp_path)
+    monkeypatch.setattr(runner, "REPO", tmp_path.parent)
+    (tmp_path / "cluster.xml").write_text('<testsuites><testsuite><testcase classname="a" name=')
+    (line,) = runner.failed_tests(since=runner.time.monotonic() - 60)
+    assert line.startswith(f"UNREADABLE {tmp_path.name}/cluster.xml (") and line.endswith("see cluster.log")

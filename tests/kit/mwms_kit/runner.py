@@ -219,7 +219,12 @@ def failed_tests(since: float) -> list[str]:
     for junit in sorted(RESULTS.glob("*.xml")):
         if junit.stat().st_mtime < wall_started:
             continue  # a session of an earlier run
-        for case in ElementTree.parse(junit).iter("testcase"):
+        try:
+            cases = list(ElementTree.parse(junit).iter("testcase"))
+        except ElementTree.ParseError as error:  # a session killed while writing it
+            lines.append(f"UNREADABLE {junit.relative_to(REPO)} ({error}): see {junit.stem}.log")
+            continue
+        for case in cases:
             for outcome in ("failure", "error"):
                 found = case.find(outcome)
                 if found is None:
