@@ -19,6 +19,7 @@ import kubernetes
 
 from mwms_bench import measure, watch
 from mwms_contract import names
+from mwms_dev.builds import built
 from mwms_dev.cluster import free_port
 from mwms_dev.kwok import WorkerScript
 from mwms_dev.procs import stop_process
@@ -150,9 +151,7 @@ OPERATORS = {"mwms": Ours(), "training-operator": Peer()}
 
 def build_peer() -> Path:
     """The install folder of training-operator (bin/, crds/), built on first use."""
-    env = {**os.environ, "TRAINING_OPERATOR_VERSION": PEER_VERSION}
-    done = subprocess.run(["bash", str(BUILD_PEER)], check=True, capture_output=True, text=True, env=env)
-    return Path(done.stdout.strip().splitlines()[-1])
+    return built(BUILD_PEER.name, env={"TRAINING_OPERATOR_VERSION": PEER_VERSION})
 
 
 class PeerProcess:

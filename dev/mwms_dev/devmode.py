@@ -11,7 +11,6 @@ on the local real node only. The images tier keeps testing the built images as t
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import yaml
 
 from mwms_contract import names
+from mwms_dev.builds import built
 from mwms_dev.chain import REPO, Chain
 from mwms_dev.node_addons import real_node_chart_values
 
@@ -80,10 +80,7 @@ def privileged_namespaces(chain: Chain) -> None:
 
 def tools_bin() -> Path:
     """The pinned helm and kubectl (hack/build/tools.sh)."""
-    done = subprocess.run(
-        ["bash", str(REPO / "hack" / "build" / "tools.sh")], capture_output=True, text=True, check=True
-    )
-    return Path(done.stdout.strip().splitlines()[-1])
+    return built("tools.sh")
 
 
 def install_dev_chart(kubeconfig: Path, loaded_images: list[str]) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from mwms_dev import pki
+from mwms_dev.builds import built
 from mwms_dev.node_context import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,16 +48,7 @@ class KueueError(RuntimeError):
 
 def build(version: str = VERSION) -> Path:
     """The cache directory holding bin/kueue and config/ (built on first use)."""
-    result = subprocess.run(
-        ["bash", str(REPO / "hack" / "build" / "build-kueue.sh")],
-        env={**os.environ, "KUEUE_VERSION": version},
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    if result.returncode != 0:
-        raise KueueError(f"hack/build/build-kueue.sh failed:\n{result.stderr[-3000:]}")
-    return Path(result.stdout.strip().splitlines()[-1])
+    return built("build-kueue.sh", env={"KUEUE_VERSION": version})
 
 
 def webhook_configurations(manifests: str, base_url: str, ca_pem: bytes) -> list[dict[str, Any]]:

@@ -15,7 +15,6 @@ module into the cache); pods follow ours (bench/kwok-stages/*.yaml, each saying 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 import urllib.error
@@ -29,6 +28,7 @@ from typing import Any
 import kubernetes
 import yaml
 
+from mwms_dev.builds import built
 from mwms_dev.node_context import free_port
 from mwms_dev.procs import stop_process
 
@@ -54,16 +54,7 @@ class KwokError(RuntimeError):
 
 def build(version: str = VERSION) -> Path:
     """The cache directory holding bin/kwok and stage/ (built on first use)."""
-    result = subprocess.run(
-        ["bash", str(REPO / "hack" / "build" / "build-kwok.sh")],
-        env={**os.environ, "KWOK_VERSION": version},
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    if result.returncode != 0:
-        raise KwokError(f"hack/build/build-kwok.sh failed:\n{result.stderr[-3000:]}")
-    return Path(result.stdout.strip().splitlines()[-1])
+    return built("build-kwok.sh", env={"KWOK_VERSION": version})
 
 
 @dataclass(frozen=True)

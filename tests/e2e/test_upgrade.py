@@ -39,6 +39,7 @@ from typing import Any
 import pytest
 import yaml
 
+from mwms_dev.builds import built
 from mwms_dev.chain import Chain, mlflow_get, mlflow_post
 from mwms_dev.devcluster import project_images
 from mwms_dev.devmode import tools_bin
@@ -65,13 +66,7 @@ def previous() -> SimpleNamespace:
     """The previous version's cache directory (hack/build/build-previous.sh): its tree, images and tag."""
     if not project_images():  # the images the upgrade goes to
         pytest.skip("no build/images/*.oci.tar: run `make images` first")
-    env = {**os.environ, "PYTHON": str(REPO / ".venv" / "bin" / "python")}
-    done = subprocess.run(
-        ["bash", str(REPO / "hack" / "build" / "build-previous.sh")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=3600,
-    )  # fmt: skip
-    assert done.returncode == 0, f"build-previous.sh exited {done.returncode}:\n{done.stderr[-4000:]}"
-    where = Path(done.stdout.strip().splitlines()[-1])
+    where = built("build-previous.sh", env={"PYTHON": str(REPO / ".venv" / "bin" / "python")})
     return SimpleNamespace(
         ref=(where / "ref").read_text().strip(),
         tag=(where / "image-tag").read_text().strip(),

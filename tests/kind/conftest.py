@@ -18,18 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from mwms_dev.builds import built
 from mwms_dev.devcluster import project_images
 from mwms_dev.devmode import tools_bin
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def build(script: str) -> Path:
-    """Run a build script of hack/build/ (cached: quick when built) and return the directory it prints."""
-    done = subprocess.run(["bash", str(REPO / "hack" / "build" / script)], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.fail(f"hack/build/{script} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return Path(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="session")
@@ -55,12 +48,12 @@ def container_engine() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def kind_node_image(container_engine: str) -> str:
     """Our node image, loaded into the engine's image store (once: the engine keeps it; older ones go)."""
-    built = build("build-kind-node.sh")
-    image = (built / "image").read_text().strip()
+    node = built("build-kind-node.sh")
+    image = (node / "image").read_text().strip()
     present = subprocess.run([container_engine, "image", "inspect", image], capture_output=True)
     if present.returncode != 0:
         subprocess.run(
-            [container_engine, "load", "-i", str(built / "node.tar")], check=True, capture_output=True
+            [container_engine, "load", "-i", str(node / "node.tar")], check=True, capture_output=True
         )
     listed = [container_engine, "images", "--format", "{{.Repository}}:{{.Tag}}", image.rsplit(":", 1)[0]]
     older = [
@@ -77,7 +70,7 @@ def kind_node_image(container_engine: str) -> str:
 def kind_env(kind_node_image: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     if len(project_images()) < 2:
         pytest.skip("no build/images/*.oci.tar: run `make images` first")
-    kind_bin = build("build-kind.sh") / "bin"
+    kind_bin = built("build-kind.sh") / "bin"
     path = os.pathsep.join([str(kind_bin), str(tools_bin()), str(REPO / ".venv" / "bin"), os.environ["PATH"]])
     return {
         **os.environ,

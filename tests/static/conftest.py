@@ -2,29 +2,21 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
-from static_support import REPO, missing_tool, venv_tool
+from static_support import missing_tool, venv_tool
+
+from mwms_dev.builds import BuildError, built
 
 
 @pytest.fixture(scope="session")
 def tools_bin() -> Path:
     """The bin dir of hack/build/tools.sh (installs Helm and kubectl on first use, a no-op afterwards)."""
     try:
-        result = subprocess.run(
-            ["bash", str(REPO / "hack" / "build" / "tools.sh")],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            cwd=REPO,
-        )
-    except subprocess.TimeoutExpired:
-        missing_tool("hack/build/tools.sh did not finish in 600 s")
-    if result.returncode != 0:
-        missing_tool(f"hack/build/tools.sh could not install Helm/kubectl: {result.stderr.strip()[-500:]}")
-    return Path(result.stdout.strip().splitlines()[-1])
+        return built("tools.sh", timeout=600)
+    except BuildError as e:
+        missing_tool(f"Helm and kubectl: {e}")
 
 
 @pytest.fixture(scope="session")

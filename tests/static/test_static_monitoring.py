@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 from static_support import CHART, MONITORING_VALUES, REPO, find, helm_template, load_all, missing_tool, run
 
+from mwms_dev.builds import BuildError, built
 from mwms_kit.promnames import LIBRARY_PREFIXES, PREFIX, names_read, naming_problems, series_names
 
 pytestmark = pytest.mark.waits_for_build
@@ -161,20 +161,13 @@ def test_operator_down_alert_needs_the_service_monitor(helm):
 def promtool() -> Path:
     """The cached build (hack/build/build-promtool.sh: a no-op once built; it may still be building in `make
     test`'s background, so this waits on its lock), else one on PATH."""
-    built = subprocess.run(
-        ["bash", str(REPO / "hack" / "build" / "build-promtool.sh")],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    if built.returncode == 0:
-        return Path(built.stdout.strip()) / "promtool"
-    on_path = shutil.which("promtool")
-    if on_path is None:
-        missing_tool(
-            f"hack/build/build-promtool.sh failed and no promtool is on PATH: {built.stderr[-2000:]}"
-        )
-    return Path(str(on_path))
+    try:
+        return built("build-promtool.sh") / "promtool"
+    except BuildError as e:
+        on_path = shutil.which("promtool")
+        if on_path is None:
+            missing_tool(f"no promtool on PATH, and {e}")
+        return Path(str(on_path))
 
 
 @pytest.mark.timeout(3600)  # a cold promtool build may be running in the background (see promtool())

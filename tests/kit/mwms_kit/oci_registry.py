@@ -21,34 +21,20 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from mwms_dev.builds import built
 from mwms_kit.mlflow_server import free_port, stop_group
 
-REPO = Path(__file__).resolve().parents[3]
 START_TIMEOUT_SECONDS = 60
-# A cold build may be running in `make test`'s background; the build scripts wait on its lock. Bounded all the
-# same.
-BUILD_TIMEOUT_SECONDS = 3600
-
-
-def build_output(script: str, *args: str) -> str:
-    """The last line a hack/build script prints (a path), after building what is missing."""
-    path = REPO / "hack" / "build" / script
-    done = subprocess.run(
-        ["bash", str(path), *args], capture_output=True, text=True, check=False, timeout=BUILD_TIMEOUT_SECONDS
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"hack/build/{script} {' '.join(args)} failed: {done.stderr[-3000:]}")
-    return done.stdout.strip().splitlines()[-1]
 
 
 def oci_tool(name: str) -> str:
     """The path of `registry`, `crane` or `cosign` (`make oci-tools`; a no-op once built)."""
-    return build_output("build-oci-tools.sh", name)
+    return str(built("build-oci-tools.sh", name))
 
 
 def release_tools_python() -> str:
     """The python of the release tools' environment: build, twine, pypiserver, bcrypt."""
-    return build_output("release-tools-venv.sh")
+    return str(built("release-tools-venv.sh"))
 
 
 def htpasswd_line(username: str, password: str) -> str:

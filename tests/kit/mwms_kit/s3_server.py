@@ -16,39 +16,24 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mwms_dev.builds import built
 from mwms_kit.mlflow_server import ServerProcess, free_port
 
-REPO = Path(__file__).resolve().parents[3]
 START_TIMEOUT_SECONDS = 120  # well under a second idle; more on 2 loaded cores
 BUCKET = "mwms-data"
-
-# A cold build may be running in `make test`'s background at the lowest priority (hack/ci/run-tests.py); the
-# scripts wait on its lock. Bounded all the same.
-BUILD_TIMEOUT_SECONDS = 3600
-
-
-def run_build(script: str, target: str) -> str:
-    """hack/build/`script` (a no-op once built, or waits on a build running in the background): its output."""
-    built = subprocess.run(
-        ["bash", str(REPO / "hack" / "build" / script)], capture_output=True, text=True, check=False,
-        timeout=BUILD_TIMEOUT_SECONDS,
-    )  # fmt: skip
-    if built.returncode != 0:
-        raise RuntimeError(f"hack/build/{script} failed (run `make {target}`): {built.stderr[-3000:]}")
-    return built.stdout.strip()
 
 
 def s3_server_binary() -> str:
     """$MWMS_VERSITYGW, else the cached build (`make versitygw`)."""
     if os.environ.get("MWMS_VERSITYGW"):
         return os.environ["MWMS_VERSITYGW"]
-    return str(Path(run_build("build-versitygw.sh", "versitygw")) / "bin" / "versitygw")
+    return str(built("build-versitygw.sh") / "bin" / "versitygw")
 
 
 def mlflow_s3_python() -> str:
     """The python of an environment with MLflow's server and boto3 (not .venv: hack/build/mlflow-s3-venv.sh
     says why)."""
-    return run_build("mlflow-s3-venv.sh", "mlflow-s3")
+    return str(built("mlflow-s3-venv.sh"))
 
 
 def make_secret(kubectl: Any, namespace: str, name: str, access_key: str, secret_key: str) -> None:
