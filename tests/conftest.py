@@ -28,11 +28,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from mwms_kit.shards import namespace_name, spare_subnet_offset
 from mwms_kit.tiers import Tiers
+
+if TYPE_CHECKING:
+    from mwms_kit.oci_registry import OciRegistry
 
 
 def find_kubectl() -> str:
@@ -248,6 +252,22 @@ def control_plane_cluster(
         local.stop()
 
 
+@contextmanager
+def pulling_node_cluster(name: str, state_dir: Path, subnet_index: int, registry: OciRegistry) -> Iterator:
+    """A real node that holds none of our images (it must pull them) and trusts `registry`'s CA; its image
+    store (GBs of unpacked layers, which pytest's tmp dirs would keep) goes on the way out."""
+    store = state_dir / "image-store"
+    try:
+        with real_node_cluster(name, state_dir, subnet_index, images=[], image_store=store) as local:
+            node = local.kubelet_nodes["node-1"]
+            held = [image for image in node.images() if "/mwms-operator" in image or "/mwms-trainer" in image]
+            assert not held, f"the node must start without our images, holds {held}"
+            node.trust_registry(registry.address, registry.ca_file)
+            yield local
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
+
+
 @pytest.fixture(name="control_plane_cluster", scope="session")
 def control_plane_cluster_fixture(cluster_platform: None, teardown_on_sigterm: None) -> Callable[..., object]:
     """`with control_plane_cluster(name, state_dir, subnet_index) as cluster:`: no node."""
@@ -258,6 +278,12 @@ def control_plane_cluster_fixture(cluster_platform: None, teardown_on_sigterm: N
 def real_node_cluster_fixture(cluster_platform: None, teardown_on_sigterm: None) -> Callable[..., object]:
     """`with real_node_cluster(name, state_dir, subnet_index) as cluster:` for a cluster with a real node."""
     return real_node_cluster
+
+
+@pytest.fixture(name="pulling_node_cluster", scope="session")
+def pulling_node_cluster_fixture(cluster_platform: None, teardown_on_sigterm: None) -> Callable[..., object]:
+    """`with pulling_node_cluster(name, state_dir, subnet_index, registry) as cluster:`: images pulled."""
+    return pulling_node_cluster
 
 
 @pytest.fixture(scope="session")

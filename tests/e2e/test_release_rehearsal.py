@@ -20,7 +20,6 @@ import os
 import re
 import secrets
 import shlex
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -189,25 +188,15 @@ def test_a_signed_tag_verifies_and_a_tampered_an_unsigned_or_another_keys_is_ref
 
 
 @pytest.fixture(scope="module")
-def user_cluster(real_node_cluster, spare_subnet_index: int, tmp_path_factory, registry, release) -> Iterator:
+def user_cluster(pulling_node_cluster, spare_subnet_index, tmp_path_factory, registry, release) -> Iterator:
     """A fresh cluster whose node holds none of our images, trusting the registry's CA (hosts.toml)."""
     state_dir = tmp_path_factory.mktemp("release-node")
-    store = state_dir / "image-store"
     trainer = f"{registry.address}/mwms-dev/mwms-trainer:{VERSION}"
     registry.crane(
         "copy", trainer, f"{registry.address}/{MLFLOW_PATH}"
     )  # the mirror holds MLflow's image too
-    try:
-        with real_node_cluster(
-            "release", state_dir, spare_subnet_index + 20, images=[], image_store=store
-        ) as local:
-            node = local.kubelet_nodes["node-1"]
-            held = [name for name in node.images() if "/mwms-operator" in name or "/mwms-trainer" in name]
-            assert not held, f"the node must start without our images, holds {held}"
-            node.trust_registry(registry.address, registry.ca_file)
-            yield local
-    finally:
-        shutil.rmtree(store, ignore_errors=True)  # GBs of unpacked layers; pytest keeps its tmp dirs
+    with pulling_node_cluster("release", state_dir, spare_subnet_index + 20, registry) as local:
+        yield local
 
 
 def test_a_user_installs_the_release_alone_and_submits_a_script(
