@@ -8,8 +8,10 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 from mwms_contract.conditions import POD_EVENTS_FORBIDDEN, POD_EVENTS_UNREADABLE
+from mwms_contract.status import parse_time
 from mwms_operator.kube import refusals
 from mwms_operator.kube.client import Kube
 from mwms_operator.observe.pod_states import UNREADABLE, PodEvents, WorkerPod, pod_events
@@ -19,11 +21,20 @@ log = logging.getLogger(__name__)
 # A pod's events are looked up again this long after its first lookup, then twice as long after each, at
 # most EVENTS_STALE_MAX_SECONDS apart: a pull's end seen late starts the startup clock late, never early.
 EVENTS_FRESH_SECONDS, EVENTS_STALE_MAX_SECONDS = 5.0, 60.0
+# A pod's first lookup waits until it is this old, counting as "may be pulling" meanwhile: a younger pod's
+# kubelet may not have said "Pulling" yet, and in a burst most pods have joined by then (no lookup at all).
+EVENTS_FIRST_AGE_SECONDS = 5.0
 # Lookups at once, operator-wide; a pod whose lookup finds no free slot counts as "may be pulling" meanwhile.
 EVENT_LOOKUPS_AT_ONCE = 4
 # A pod whose lookups fail this many times in a row (not a 403), over at least EVENTS_STALE_MAX_SECONDS, is
 # judged without its events, as after a 403: else its job would wait for ever with no cause named.
 EVENT_LOOKUP_FAILURES = 3
+
+
+def too_young(pod: WorkerPod, now: datetime) -> bool:
+    """Created less than EVENTS_FIRST_AGE_SECONDS ago (a pod without a creation time is not)."""
+    created = parse_time(pod.created)
+    return created is not None and now - created < timedelta(seconds=EVENTS_FIRST_AGE_SECONDS)
 
 
 class PodEventLookups:
@@ -41,8 +52,11 @@ class PodEventLookups:
         found: dict[str, WorkerPod] = {}
         forbidden = False  # once refused, the others are not asked: judged without events (UNREADABLE)
         behind, failing = False, ""
+        now = datetime.now(UTC)
         for pod in wanted:
             due = self.state.events_due(key, pod.uid, EVENTS_FRESH_SECONDS, EVENTS_STALE_MAX_SECONDS)
+            if due and self.state.known_events(key, pod.uid) is None and too_young(pod, now):
+                due, behind = False, True
             try:
                 if due and not forbidden and not await self._look_up(key, pod, pods):
                     behind = True

@@ -103,6 +103,7 @@ class WorkerPod:
     # sandbox or pulls its images (or cannot: FailedMount, FailedCreatePodSandBox).
     creating: bool = False
     events: PodEvents | None = None  # None: not looked up
+    created: str = ""  # metadata.creationTimestamp as written (parsed only where its events are wanted)
     job_uid: str = ""  # its mwms.dev/job-uid label; "" on a pod an operator before that label made
     pod_group: str = ""  # the PodGroup it is scheduled with, all or nothing (spec.schedulingGroup)
     # Its gang waits: the scheduler found room for this many of its workers, not for all (GANG_UNPLACED).
@@ -198,6 +199,7 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod | None:
         reason=status.get("reason") or terminated.get("reason") or "",
         waiting="; ".join(part.strip() for part in waiting_parts),
         uid=meta.get("uid", ""),
+        created=meta.get("creationTimestamp") or "",
         disruption=disruption.strip().rstrip(":"),
         unschedulable=unschedulable,
         container_error=_container_error(status),

@@ -6,14 +6,15 @@ reconcile workers from the writes a start needs. Lookups that keep failing
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from mwms_contract.status import format_time
 from mwms_kit.fake_kube import KEY, MOUNT_EVENT, FakeKube, Indexes, job_body, mounting_pod, pod_body
 from mwms_operator.decide.start import events_wanted
-from mwms_operator.kube.event_lookups import EVENTS_FRESH_SECONDS
+from mwms_operator.kube.event_lookups import EVENTS_FIRST_AGE_SECONDS, EVENTS_FRESH_SECONDS
 from mwms_operator.kube.refusals import ApiError
 from mwms_operator.observe.pod_states import PodEvents
 from mwms_operator.reconciler import Reconciler
@@ -22,14 +23,21 @@ from mwms_operator.render.spec import parse_for_group
 SERVER_ERROR = ApiError(500, "etcdserver: request timed out")
 
 
-def one_runs_one_waits(reconciler: Reconciler, indexes: Indexes, clock: list[float]) -> None:
-    """Worker 0 runs and has not joined (not ready), worker 1 is pending: the startup clock asks of both."""
+def one_runs_one_waits(
+    reconciler: Reconciler, indexes: Indexes, clock: list[float], worker_1_age: float | None = None
+) -> None:
+    """Worker 0 runs and has not joined (not ready), worker 1 is pending: the startup clock asks of both.
+    `worker_1_age`: seconds since worker 1 was created (None: no creation time, as an old pod)."""
     reconciler.state.clock = lambda: clock[0]
     reconciler.job_event("ADDED", job_body())
     unready = pod_body(0, phase="Running")
     unready["status"]["containerStatuses"] = [{"name": "trainer", "ready": False, "state": {"running": {}}}]
     indexes.pod(unready)
-    indexes.pod(pod_body(1))
+    waiting = pod_body(1)
+    if worker_1_age is not None:
+        created = datetime.now(UTC) - timedelta(seconds=worker_1_age)
+        waiting["metadata"]["creationTimestamp"] = format_time(created)
+    indexes.pod(waiting)
 
 
 def lookups_of_worker_1(kube: FakeKube) -> int:
@@ -54,6 +62,24 @@ def test_a_starting_pods_events_are_looked_up_5_s_after_the_first_lookup_then_tw
         if lookups_of_worker_1(reconciler.kube) > before:
             looked_at.append(now)
     assert looked_at == [0, 5, 15, 35, 75, 135, 195]
+
+
+def test_a_pod_younger_than_5_s_is_not_looked_up_yet_its_clock_holds_and_the_job_is_looked_at_again(
+    reconciler, indexes
+):
+    clock = [0.0]
+    one_runs_one_waits(reconciler, indexes, clock, worker_1_age=0)
+    assert asyncio.run(reconcile_and_say_if_scheduled(reconciler)), "looked at again for the events"
+    assert lookups_of_worker_1(reconciler.kube) == 0, "its kubelet may not have said Pulling yet"
+    assert reconciler.state.status(KEY).get("stalledSince") is None, "worker 1 may be pulling its image"
+
+
+def test_a_pod_as_old_as_5_s_is_looked_up_and_its_clock_runs(reconciler, indexes):
+    clock = [0.0]
+    one_runs_one_waits(reconciler, indexes, clock, worker_1_age=EVENTS_FIRST_AGE_SECONDS + 1)
+    asyncio.run(reconciler.reconcile(KEY))
+    assert lookups_of_worker_1(reconciler.kube) == 1
+    assert reconciler.state.status(KEY).get("stalledSince") is not None, "read: nothing is pulling"
 
 
 def test_a_lookup_that_times_out_holds_the_startup_clock_and_the_job_is_looked_at_again(reconciler, indexes):
