@@ -206,16 +206,20 @@ def build(
 ) -> dict[str, Any]:
     """The post-mortem of the job's `group`-th (re)start: `trainjob` as the API server holds it, the `status`
     the operator decided as the group ended, the group's worker pods and the events of the job and its pods
-    (core/v1 Event JSON), with those the operator is `posting` on the job as (type, reason, message); `notes`
-    say what could not be read. At most MAX_BYTES of JSON."""
+    (core/v1 Event JSON), with those the operator is `posting` on the job as (type, reason, message), but
+    once only where `events` were read after they were posted; `notes` say what could not be read. At most
+    MAX_BYTES of JSON."""
     meta, spec = trainjob.get("metadata") or {}, trainjob.get("spec") or {}
     workers = sorted((worker_end(p) for p in pods), key=lambda w: w.index)
     job = f"{names.KIND.lower()}/{meta.get('name') or ''}"
+    read = [event_seen(e) for e in events]
+    already = {(e.type, e.reason, e.message) for e in read if e.object == job}
     posted = [
         EventSeen(type_, reason, _cut(message), job, last_seen=written_at, source=names.MANAGED_BY)
         for type_, reason, message in posting
+        if (type_, reason, _cut(message)) not in already
     ]
-    seen = sorted([*(event_seen(e) for e in events), *posted], key=lambda e: e.last_seen or "")
+    seen = sorted([*read, *posted], key=lambda e: e.last_seen or "")
     cut = list(notes)
     if len(seen) > MAX_EVENTS:
         cut.append(f"{len(seen) - MAX_EVENTS} older events (at most {MAX_EVENTS} are kept)")

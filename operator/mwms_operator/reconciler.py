@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from mwms_contract import names, postmortem
+from mwms_contract import names
 from mwms_contract.conditions import PENDING, PODS_CREATED, SUSPENDED, TERMINAL, WORKLOAD_REFUSED
 from mwms_contract.ownership import manager_of, own_workload
 from mwms_contract.status import TrainJobStatus, format_time, parse_time, typed
@@ -37,7 +37,7 @@ from mwms_operator.kube import refusals
 from mwms_operator.kube.client import Kube
 from mwms_operator.kube.event_lookups import PodEventLookups
 from mwms_operator.kube.group_creation import create_all, delete_pods
-from mwms_operator.kube.group_remains import group_remains
+from mwms_operator.kube.group_remains import postmortem_of
 from mwms_operator.kube.pod_groups import PodGroups
 from mwms_operator.kube.workqueue import WorkQueue
 from mwms_operator.mlflow.runwatch import RunWatch
@@ -155,10 +155,10 @@ class Reconciler:
             return  # gone or going (its pods too, e.g. with its namespace): nothing to recreate
         try:
             manager = manager_of(body)
-            if manager == names.CONTROLLER_NAME:
-                await self._reconcile(key, body)
-            else:
+            if manager != names.CONTROLLER_NAME:
                 await self._elsewhere(key, body, manager)
+            else:
+                await self._reconcile(key, body)
         except refusals.NamespaceEnding:  # a pod, the Service or an event refused (403, or 404 if gone)
             self._namespace_ending(key.namespace)
             self.queue.forget(key)  # a status write that waits too: nothing is written there any more
@@ -309,8 +309,11 @@ class Reconciler:
         kube, key = self.kube, JobKey(meta.namespace, meta.name, meta.uid)
         for action in decision.actions:
             if isinstance(spec, TrainJobSpec) and isinstance(action, KeepPostmortem):
-                document = await self._postmortem(body, key, decision, action.group)
-                self.runs.keep_postmortem(key, spec, document)
+                if self.runs.keeps_postmortem(spec):  # else its reads (1 + a LIST of events a pod) go nowhere
+                    posting = [(e.type, e.reason, e.message) for e in decision.events]
+                    status = decision.new.to_dict()
+                    build = await postmortem_of(kube, key, body, action.group, status, posting)
+                    self.runs.keep_postmortem(key, spec, action.group, build)
             elif isinstance(action, DeletePods):
                 await self._delete_doomed(key, action.names)
             elif isinstance(action, DeletePodGroups):
@@ -332,17 +335,6 @@ class Reconciler:
                 await asyncio.to_thread(kube.create_service, meta.namespace, service)
             elif isinstance(spec, TrainJobSpec) and isinstance(action, CreatePods):
                 await self._create_pods(body, meta, spec, action, dry_run_first=dry_run_first)
-
-    async def _postmortem(
-        self, body: Mapping[str, Any], key: JobKey, decision: Decision, group: int
-    ) -> dict[str, Any]:
-        """The group's post-mortem (mwms_contract.postmortem.build): its pods and the events of the job and
-        of its pods as the API server has them now, with the events this decision posts next. What cannot be
-        read is said in it, and never stops the reconcile."""
-        pods, events, notes = await group_remains(self.kube, key, group)
-        posting = [(e.type, e.reason, e.message) for e in decision.events]
-        now = format_time(datetime.now(UTC))
-        return postmortem.build(body, group, decision.new.to_dict(), pods, events, now, notes, posting)
 
     async def _delete_doomed(self, key: JobKey, doomed: tuple[str, ...]) -> None:
         """The pods a decision deletes (cleanPodPolicy, a restart, a suspend), in one request whatever their

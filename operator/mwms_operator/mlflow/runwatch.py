@@ -8,7 +8,7 @@ one writer."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +34,8 @@ from mwms_operator.render.spec import SpecDefaults, parse_for_group
 # A run the operator could not end is tried again this many times, one progress interval apart (and once more
 # after an operator restart): a server that is down for minutes is not tried for ever.
 RUN_END_TRIES = 10
+# A group's post-mortem, or what reads the rest of it and builds it (the reconciler's, awaited once).
+Postmortem = Mapping[str, Any] | Callable[[], Awaitable[Mapping[str, Any]]]
 
 
 class RunWatch:
@@ -59,9 +61,10 @@ class RunWatch:
         self._said: dict[JobKey, dict[str, Said]] = {}
         self._end_tries: dict[JobKey, int] = {}
         self.access = access
-        # Post-mortems to write, by (job, group): (tracking URI, experiment, the document, tries so far). A
-        # job deleted meanwhile keeps its own: `mwms describe --run` reads it after the job is gone.
-        self._postmortems: dict[tuple[JobKey, int], tuple[str, str, Mapping[str, Any], int]] = {}
+        # Post-mortems to write, by (job, group): (tracking URI, experiment, the document or how to build it,
+        # tries so far). A job deleted meanwhile keeps its own: `mwms describe --run` reads it after the job
+        # is gone. One worker: one group's reads (a LIST of events an object) at a time.
+        self._postmortems: dict[tuple[JobKey, int], tuple[str, str, Postmortem, int]] = {}
         self.postmortems: WorkQueue[tuple[JobKey, int]] = WorkQueue(
             self._keep, workers=1, name="postmortem", expected=refusals.TRANSIENT_ERRORS
         )
@@ -89,12 +92,16 @@ class RunWatch:
             self._end_tries[key] = 0
             self.queue.add(key)
 
-    def keep_postmortem(self, key: JobKey, spec: TrainJobSpec, document: Mapping[str, Any]) -> None:
-        """Write a group's post-mortem into the job's run (tried again, as a run's end is, while the tracking
-        server fails)."""
-        if not spec.tracking_uri.startswith(("http://", "https://")):
-            return
-        item = (key, int(document["group"]))
+    @staticmethod
+    def keeps_postmortem(spec: TrainJobSpec) -> bool:
+        """Whether a group's post-mortem has a run to go to: a tracking server the operator can call."""
+        return spec.tracking_uri.startswith(("http://", "https://"))
+
+    def keep_postmortem(self, key: JobKey, spec: TrainJobSpec, group: int, document: Postmortem) -> None:
+        """Write a group's post-mortem (or what builds it, awaited once, here) into the job's run (tried
+        again, as a run's end is, while the tracking server fails); only for a spec that keeps_postmortem
+        accepts, which the caller asks before reading."""
+        item = (key, group)
         self._postmortems[item] = (spec.tracking_uri, spec.experiment, document, 0)
         self.postmortems.add(item)
 
@@ -103,6 +110,9 @@ class RunWatch:
         if pending is None:
             return
         uri, experiment, document, tries = pending
+        if callable(document):
+            document = await document()
+            self._postmortems[item] = (uri, experiment, document, tries)
         key = item[0]
         said = await asyncio.to_thread(keep_postmortem, self.access, key.uid, uri, experiment, document)
         if said.reason in FINAL_REASONS or tries + 1 >= RUN_END_TRIES:

@@ -20,7 +20,7 @@ from mwms_contract import postmortem
 from mwms_kit.auth_proxy import AuthProxy
 from mwms_kit.mlflow_server import MlflowServer
 from mwms_kit.submit import run_mwms
-from mwms_kit.waits import condition, get_job, wait_condition
+from mwms_kit.waits import condition, get_job, postmortem_kept, wait_condition
 
 PROGRESS_INTERVAL = "600"  # no read while a job of this module runs: only the one at its end
 TAG = "mwms.dev/job-uid"
@@ -130,11 +130,11 @@ def test_a_short_job_ends_at_n_of_n_and_its_groups_postmortems_outlive_pods_even
     shown = mwms("get", "story")
     assert shown.returncode == 0 and shown.stdout.splitlines()[1].split()[-3:] == ["4/4", "100%", "0s"]
 
-    def postmortem_kept() -> bool:
-        found = condition(get_job(kubectl, namespace, "story"), "PostmortemKept")
-        return found is not None and found.true
-
-    wait_for(postmortem_kept, timeout=60, what="PostmortemKept")
+    wait_for(
+        lambda: postmortem_kept(get_job(kubectl, namespace, "story"), 1),
+        timeout=60,
+        what="PostmortemKept of the last group",
+    )
     restarted, succeeded = kept(mlflow_uri, run_id, 0), kept(mlflow_uri, run_id, 1)
     assert restarted.trainjob["status"]["phase"] == "Restarting"
     why = next(c for c in restarted.trainjob["status"]["conditions"] if c["type"] == "Restarting")["message"]

@@ -20,6 +20,7 @@ import pytest
 
 from mwms import Client
 from mwms_kit.submit import run_mwms
+from mwms_kit.waits import postmortem_kept
 
 REPO = Path(__file__).resolve().parents[3]
 SOURCES = "/mwms/src"
@@ -121,6 +122,11 @@ def test_a_killed_groups_logs_are_read_from_mlflow_after_the_pods_are_gone(
     assert missing.returncode == 1
     assert "has groups 0 to 1, not 2" in missing.stderr
 
+    wait_for(
+        lambda: postmortem_kept(kubectl.json("get", "trainjob", "kept", "-n", namespace), 1),
+        timeout=60,
+        what="PostmortemKept of the last group",
+    )
     described = mwms("describe", "kept")
     assert described.returncode == 0, described.stderr
     text = described.stdout

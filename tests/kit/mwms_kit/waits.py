@@ -20,6 +20,12 @@ def condition(job: Mapping[str, Any], type_: str) -> Condition | None:
     return TrainJobStatus.of(job).condition(type_)
 
 
+def postmortem_kept(job: Mapping[str, Any], group: int) -> bool:
+    """Whether the job says (PostmortemKept) that the post-mortem of this group is in its run."""
+    found = condition(job, "PostmortemKept")
+    return found is not None and found.true and f"of group {group} " in found.message
+
+
 def wait_condition(kubectl: Any, namespace: str, name: str, type_: str, timeout: int = 180) -> dict[str, Any]:
     """Wait (`kubectl wait`) until the job's `type_` condition is True; the job then."""
     kubectl(

@@ -1,11 +1,12 @@
-"""A group's post-mortem: decided when a group ends (success, failure, restart), read from the API server
-before the group's pods are deleted, built by the contract's pure builder within its size bound, and
-written into the job's MLflow run (an HTTP server answering as MLflow) with every failure named in the
-PostmortemKept condition."""
+"""A group's post-mortem: decided when a group ends (success, failure, restart), its pods read from the API
+server before they are deleted and their events after, off the reconcile, built by the contract's pure
+builder within its size bound, and written into the job's MLflow run (an HTTP server answering as MLflow)
+with every failure named in the PostmortemKept condition."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from mwms_contract import postmortem
 from mwms_kit.decisions import running_status
 from mwms_kit.fake_api_server import FakeApiServer, Seen, mlflow, served
 from mwms_kit.fake_kube import KEY, FakeKube, Indexes, job_body, pod_body
+from mwms_operator.kube.group_remains import group_events
 from mwms_operator.kube.refusals import ApiError
 from mwms_operator.mlflow.keeper import keep_postmortem
 from mwms_operator.reconciler import Reconciler
@@ -74,20 +76,27 @@ def ended_group(reconciler: Reconciler, indexes: Indexes, **spec: Any) -> FakeKu
     return kube
 
 
+def built(reconciler: Reconciler, group: int = 0) -> dict[str, Any]:
+    """The group's post-mortem as the post-mortem worker builds it: the rest read now."""
+    document = reconciler.runs._postmortems[(KEY, group)][2]
+    return asyncio.run(document()) if callable(document) else document
+
+
 def test_a_group_that_ends_has_its_postmortem_read_before_its_pods_are_deleted(reconciler, indexes):
     kube = ended_group(reconciler, indexes, runPolicy={"cleanPodPolicy": "All"})
     asyncio.run(reconciler.reconcile(KEY))
     names = [name for name, _ in kube.calls]
     assert names.index("job_pods") < names.index("delete_pods"), "read while the final states exist"
     assert kube.named("job_pods") == [(KEY.uid, 0)]
+    assert kube.named("pod_events") == [], "the events outlive the pods: read off the reconcile"
+    ((item, (uri, _, _, tries)),) = reconciler.runs._postmortems.items()
+    assert item == (KEY, 0) and uri == "http://mlflow:5000" and tries == 0
+    kept = postmortem.parse(built(reconciler))
     assert set(kube.named("pod_events")) == {
         ("mnist", KEY.uid),
         ("mnist-worker-0", "pod-0-0"),
         ("mnist-worker-1", "pod-1-0"),
     }
-    ((item, (uri, experiment, document, tries)),) = reconciler.runs._postmortems.items()
-    assert item == (KEY, 0) and uri == "http://mlflow:5000" and tries == 0
-    kept = postmortem.parse(document)
     assert kept.trainjob["status"]["phase"] == "Succeeded" and kept.trainjob["metadata"]["uid"] == KEY.uid
     assert [(w.index, w.exit_code, w.reason, w.node, w.finished_at) for w in kept.workers] == [
         (0, 0, "Completed", NODE, "2026-12-02T10:01:00Z"),
@@ -102,14 +111,21 @@ def test_a_group_that_ends_has_its_postmortem_read_before_its_pods_are_deleted(r
     assert kept.cut == ()
 
 
+def test_a_job_with_no_tracking_server_to_call_reads_no_postmortem(reconciler, indexes):
+    kube = ended_group(reconciler, indexes, mlflow={"trackingUri": "file:///mlruns"})
+    asyncio.run(reconciler.reconcile(KEY))
+    assert reconciler.state.status(KEY)["phase"] == "Succeeded"
+    assert kube.named("job_pods") == [] and kube.named("pod_events") == [], "nothing would keep what it read"
+    assert reconciler.runs._postmortems == {}
+
+
 def test_a_postmortem_that_cannot_be_read_whole_says_so_and_the_job_ends_all_the_same(reconciler, indexes):
     kube = ended_group(reconciler, indexes, runPolicy={"cleanPodPolicy": "All"})
     kube.events_error = ApiError(500, "etcdserver: request timed out")
     asyncio.run(reconciler.reconcile(KEY))
     assert reconciler.state.status(KEY)["phase"] == "Succeeded"
     assert kube.named("delete_pods"), "the group's pods are cleaned up as ever"
-    (_, _, document, _) = reconciler.runs._postmortems[(KEY, 0)]
-    assert document["cut"] == [
+    assert built(reconciler)["cut"] == [
         "the group's pods could not be read: (500) etcdserver: request timed out",
         "the events of 1 of 1 objects could not be read: (500) etcdserver: request timed out",
     ]
@@ -124,9 +140,33 @@ def test_a_restarted_group_keeps_the_postmortem_of_the_group_that_failed(reconci
     kube.group_pods = [failed]
     asyncio.run(reconciler.reconcile(KEY))
     assert reconciler.state.status(KEY)["phase"] == "Restarting"
-    kept = postmortem.parse(reconciler.runs._postmortems[(KEY, 0)][2])
+    kept = postmortem.parse(built(reconciler))
     assert kept.group == 0 and kept.trainjob["status"]["restarts"] == 1
     assert [(w.index, w.exit_code, w.reason) for w in kept.workers] == [(1, 137, "OOMKilled")]
+
+
+def test_events_that_take_too_long_are_left_out_and_said_so():
+    kube = FakeKube()
+    listed = kube.pod_events
+
+    def slow(*args: Any) -> list[dict[str, Any]]:
+        time.sleep(1.0)  # a LIST the API server matches against every event of a busy namespace
+        return listed(*args)
+
+    kube.pod_events = slow  # type: ignore[method-assign]
+    events, notes = asyncio.run(group_events(kube, KEY, [final_pod(0, 0, "Completed")], within=0.1))  # type: ignore[arg-type]
+    assert events == [] and notes == ["the events of 2 objects could not be read within 0.1 s"]
+
+
+def test_an_event_this_decision_posted_and_the_api_server_has_since_is_kept_once():
+    done = event("TrainJob", "mnist", "ChiefSucceeded", "worker 0 exited 0")
+    posting = [("Normal", "ChiefSucceeded", "worker 0 exited 0"), ("Normal", "PodsDeleted", "cleaned up")]
+    document = postmortem.build(job_body(), 0, {"phase": "Succeeded"}, [], [done], "2026-12-02T11:00:00Z",
+                                posting=posting)  # fmt: skip
+    assert [(e.reason, e.source) for e in postmortem.parse(document).events] == [
+        ("ChiefSucceeded", "kubelet"),
+        ("PodsDeleted", "mwms-operator"),
+    ]
 
 
 def test_the_postmortem_stays_within_its_bound_and_says_what_was_cut():
