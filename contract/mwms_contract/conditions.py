@@ -88,6 +88,9 @@ ARTIFACTS_NOT_PROXIED = "ArtifactsNotProxied"
 POD_EVENTS_FORBIDDEN = "PodEventsForbidden"
 # The one event that says a starting pod's events lookups keep failing otherwise (5xx, timeouts).
 POD_EVENTS_UNREADABLE = "PodEventsUnreadable"
+# The one event that says the operator could not list the job's namespace's pods or Services (RBAC): the
+# job is left alone until the operator restarts with that right.
+NAMESPACE_UNLISTED = "NamespaceUnlisted"
 
 # spec.managedBy names another controller: the one event that says the operator leaves the job to it.
 MANAGED_ELSEWHERE = "ManagedElsewhere"
@@ -120,6 +123,7 @@ REASONS = (
     TRACKING_SERVER_NOT_ALLOWED,
     POD_EVENTS_FORBIDDEN,
     POD_EVENTS_UNREADABLE,
+    NAMESPACE_UNLISTED,
     *TRACKING_REASONS,
     PROGRESS_FLOWING,
     RUN_ENDED_BY_CHIEF,

@@ -164,6 +164,7 @@ def main() -> None:
     import kopf
 
     from mwms_operator import handlers
+    from mwms_operator.kube import index_holds
     from mwms_operator.telemetry import memory, metrics
 
     parser = argparse.ArgumentParser(
@@ -182,6 +183,8 @@ def main() -> None:
         handler.addFilter(_QuietTimers())
     if config.log_level != "DEBUG":  # one access line per liveness probe (every 10 s) buries what matters
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    if not index_holds.release_with_their_watchers():
+        log.warning("kopf %s: one watched namespace gone or refused may hold every job", kopf.__version__)
     if not memory.slim_watch_events():
         log.info("kopf %s parses its watch events itself: they keep their managedFields", kopf.__version__)
     registry = kopf.OperatorRegistry()

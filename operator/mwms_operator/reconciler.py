@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from mwms_contract import names
+from mwms_contract import conditions, names
 from mwms_contract.conditions import PENDING, PODS_CREATED, SUSPENDED, TERMINAL, WORKLOAD_REFUSED
 from mwms_contract.ownership import manager_of, own_workload
 from mwms_contract.status import TrainJobStatus, format_time, parse_time, typed
@@ -33,7 +33,7 @@ from mwms_operator.decide.job_status import (
 from mwms_operator.decide.managed_by import decide_elsewhere
 from mwms_operator.decide.policy import decide
 from mwms_operator.decide.start import events_wanted
-from mwms_operator.kube import refusals
+from mwms_operator.kube import index_holds, refusals
 from mwms_operator.kube.client import Kube
 from mwms_operator.kube.event_lookups import PodEventLookups
 from mwms_operator.kube.group_creation import create_all, delete_pods
@@ -157,6 +157,8 @@ class Reconciler:
             manager = manager_of(body)
             if manager != names.CONTROLLER_NAME:
                 await self._elsewhere(key, body, manager)
+            elif index_holds.unlisted(key.namespace):
+                await self._unlisted(key, body)
             else:
                 await self._reconcile(key, body)
         except refusals.NamespaceEnding:  # a pod, the Service or an event refused (403, or 404 if gone)
@@ -171,6 +173,13 @@ class Reconciler:
                 "namespace %s is being deleted or gone: its TrainJobs are left alone until they are gone",
                 namespace,
             )
+
+    async def _unlisted(self, key: JobKey, body: Mapping[str, Any]) -> None:
+        """Its namespace could not be listed (kube/index_holds.py): left alone, and told so once."""
+        reason = conditions.NAMESPACE_UNLISTED
+        if self.state.tell_once(key, reason):
+            said = index_holds.unlisted(key.namespace)
+            await asyncio.to_thread(self.kube.post_event, body, "Warning", reason, said)
 
     async def _elsewhere(self, key: JobKey, body: Mapping[str, Any], manager: str) -> None:
         """A job another controller runs (decide/managed_by.py): its status is never written here; for

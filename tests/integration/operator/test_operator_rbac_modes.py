@@ -241,3 +241,67 @@ def test_an_operator_that_may_not_read_pod_events_still_times_a_job_out_and_says
         delete_cluster_scoped(kubectl, docs)
     # The refusal is handled, not retried as an error (whose traceback runs through the events lookup).
     assert "_with_startup_events" not in process.log(), process.log()[-3000:]
+
+
+def sees_trainjobs_only(namespace: str, release: str) -> list[dict[str, Any]]:
+    """A Role a half-done set-up may leave: the operator sees TrainJobs and posts events, lists no pods."""
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": f"{release}-trainjobs-only", "namespace": namespace},
+        "rules": [
+            {"apiGroups": ["mwms.dev"], "resources": ["trainjobs"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": f"{release}-trainjobs-only", "namespace": namespace},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": role["metadata"]["name"],
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": release, "namespace": RELEASE_NAMESPACE}],
+    }
+    return [role, binding]
+
+
+def test_a_watched_namespace_the_operator_may_not_list_holds_no_other_job(
+    kubectl, namespaced, make_standin, start_operator, wait_for
+):
+    """kopf holds every handler until each watched namespace's pods and Services were listed once. Here one
+    watched namespace cannot be listed (the ServiceAccount sees only its TrainJobs there), another has no Role
+    at all: the operator runs on, the job in the served namespace runs to the end, and the job in the first is
+    left alone with one event that says why."""
+    refused, bare = f"rb-refused-{SUFFIX}", f"rb-bare-{SUFFIX}"  # bare: no Role at all, TrainJobs unseen
+    for namespace in (refused, bare):
+        kubectl("create", "namespace", namespace)
+    try:
+        kubectl.apply(sees_trainjobs_only(refused, namespaced))
+        process = start_operator(
+            namespaced, RELEASE_NAMESPACE, {"MWMS_WATCH_NAMESPACES": f"{WATCHED},{refused},{bare}"}
+        )
+        try:
+            kubectl.apply(make_standin("unheld", 2), "-n", WATCHED)
+            kubectl.apply(make_standin("unlisted", 2), "-n", refused)
+            # kopf retries the refused lists for about a minute first (its error back-offs, 1 s to 21 s).
+            wait_condition(kubectl, WATCHED, "unheld", "Succeeded", timeout=300)
+
+            def told() -> list[str]:
+                events = kubectl.json("get", "events", "-n", refused)["items"]
+                return [e["message"] for e in events if e.get("reason") == "NamespaceUnlisted"]
+
+            said = wait_for(told, timeout=60, what="the NamespaceUnlisted event")
+            assert len(said) == 1 and f"could not list namespace {refused}" in said[0], said
+            assert "restart the operator" in said[0], said[0]
+            kubectl("delete", "trainjob", "unheld", "-n", WATCHED, "--timeout=60s")
+            assert process.process is not None and process.process.poll() is None, "the operator still runs"
+        finally:
+            process.stop()
+    finally:
+        for namespace in (refused, bare):
+            kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    for watch in (f"pods.v1@{refused}", f"trainjobs.v1alpha1.mwms.dev@{bare}"):
+        assert f"the watch of {watch} was refused" in process.log(), process.log()[-3000:]
