@@ -12,6 +12,7 @@ import pytest
 from tf_support import HANG_SECONDS, group, models_of, runs_of, trainjob_spec
 
 from mwms_contract import names
+from mwms_kit.auth_proxy import AuthProxy
 from mwms_kit.pid_namespace import AVAILABLE as PID_NAMESPACES
 from mwms_kit.pid_namespace import WHY_NOT
 from mwms_trainer.local import free_ports
@@ -66,6 +67,46 @@ def test_worker_killed_mid_fit_then_group_resumes_from_checkpoint(mlflow_server,
     steps = sorted(m.step for m in mlflow_client.get_metric_history(run.info.run_id, "loss"))
     assert set(steps) == set(range(epochs))  # every epoch once; the resumed group did not start over
     assert len(models_of(run.info.experiment_id, run.info.run_id, mlflow_server.url)) == 1
+
+
+def logs_loss_of_epoch(index: int):
+    """A `hold` for the AuthProxy: the chief's call that logs the loss of epoch `index` (0-based)."""
+
+    def picks(method: str, path: str, body: bytes) -> bool:
+        if not path.endswith("/runs/log-batch"):
+            return False
+        metrics = json.loads(body or b"{}").get("metrics", [])
+        return any(m.get("key") == "loss" and int(m.get("step", -1)) == index for m in metrics)
+
+    return picks
+
+
+def test_a_group_ended_while_an_epoch_is_logged_runs_that_epoch_again(mlflow_server, mlflow_client, tmp_path):
+    """The chief logs an epoch's metrics before the group saves the epoch's checkpoint: a group that ends
+    between the two runs that epoch again, never resumes after it with its metrics lost. Here the call that
+    logs epoch 3's loss is never answered, and the worker is killed in it."""
+    name, uid, epochs = "killed-while-logging", str(uuid.uuid4()), 5
+    spec = trainjob_spec(name, 1, {"epochs": epochs}, checkpoint=True)
+    proxy = AuthProxy(mlflow_server.url, [None])
+    proxy.hold = logs_loss_of_epoch(2)
+    first = group(spec, proxy.uri, tmp_path / "job", uid=uid).start()
+    try:
+        _wait_for(
+            lambda: proxy.holding.is_set() or first.procs[0].poll() is not None, HANG_SECONDS, "epoch 3's log"
+        )
+        assert proxy.holding.is_set(), first.log(0)[-3000:]
+        first.procs[0].kill()
+        first.procs[0].wait(timeout=60)
+    finally:
+        first.kill()
+        proxy.close()
+
+    second = group(spec, mlflow_server.url, tmp_path / "job", uid=uid, restart_count=1).start()
+    assert second.wait(timeout=HANG_SECONDS) == {0: 0}, second.log(0)[-3000:]
+    run = runs_of(mlflow_client, name)[0]
+    assert run.data.tags["mwms.dev/resumed-from-epoch"] == "2", run.data.tags  # epoch 3 again
+    steps = sorted(m.step for m in mlflow_client.get_metric_history(run.info.run_id, "loss"))
+    assert steps == list(range(epochs)), steps  # each epoch's loss once
 
 
 def test_peer_that_never_starts_exits_75_at_the_startup_deadline(mlflow_server, tmp_path):

@@ -202,6 +202,7 @@ class GroupCheckpoint:
             call_first_step = 0
             counter_at_call = 0
             since_save = 0
+            last = 0  # the epoch's last step, saved at its end
 
             def on_train_begin(self, logs: Any = None) -> None:
                 model = self.model
@@ -254,13 +255,22 @@ class GroupCheckpoint:
                 ran = int(self.model._train_counter.numpy()) - self.counter_at_call
                 last = self.call_first_step + ran - 1
                 self.since_save += ran
-                stopping = owner.stop.stopping()
-                epoch_end = last >= owner.steps_per_epoch - 1
-                due = owner.every_steps is not None and self.since_save >= owner.every_steps
-                if not stopping:
-                    if epoch_end or due:
-                        self.save(last)
-                    return
+                if last >= owner.steps_per_epoch - 1:
+                    self.last = last
+                    return  # saved in on_epoch_end, once the epoch's metrics are logged
+                if owner.stop.stopping():
+                    self.save_and_stop(last)
+                if owner.every_steps is not None and self.since_save >= owner.every_steps:
+                    self.save(last)
+
+            def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+                # This callback comes after the epoch's logger: a group that ends between the two runs this
+                # epoch again (its metrics logged twice), never resumes after it with its metrics lost.
+                if owner.stop.stopping():
+                    self.save_and_stop(self.last)
+                self.save(self.last)
+
+            def save_and_stop(self, last: int) -> None:
                 try:
                     self.save(last)
                 except TrainerError as e:

@@ -224,8 +224,8 @@ def fit(
         )
     resume = checkpoint.resume if checkpoint else ResumePoint()
     callbacks = [stop_on_non_finite_loss(cfg.epochs), epoch_logger(cluster.rank, cfg.epochs, tracker, resume)]
-    if checkpoint:
-        callbacks.insert(0, checkpoint.callback())
+    if checkpoint:  # last: it saves an epoch once the others have logged it and checked its loss
+        callbacks.append(checkpoint.callback())
     dataset = data.dataset(strategy, steps, resume.epoch, resume.step)
     with rendezvous.peer_loss_is_retryable("during fit"):
         history = model.fit(

@@ -1,14 +1,15 @@
 """A tracking server that requires credentials, for tests: a reverse proxy in front of a real `mlflow server`
 that answers 401 unless the request carries one of the accepted Authorization headers (None in them: a
 request without one too), and records which header each request carried (a secured MLflow, as an ingress
-with auth would make it). While `down`, it answers 503 to everything (the server behind it is away)."""
+with auth would make it). While `down`, it answers 503 to everything (the server behind it is away). A
+request that `hold(method, path, body)` picks is never answered (a call its client dies in): see `holding`."""
 
 from __future__ import annotations
 
 import http.client
 import threading
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -16,6 +17,8 @@ class AuthProxy:
     def __init__(self, upstream: str, accepted: Iterable[str | None], *, host: str = "127.0.0.1") -> None:
         self.accepted = set(accepted)
         self.down = False
+        self.hold: Callable[[str, str, bytes], bool] = lambda method, path, body: False
+        self.holding, self.released = threading.Event(), threading.Event()
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Authorization)
         target = urllib.parse.urlsplit(upstream)
         proxy = self
@@ -25,6 +28,10 @@ class AuthProxy:
                 auth = self.headers.get("Authorization")
                 proxy.requests.append((self.command, self.path, auth))
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if proxy.hold(self.command, self.path, body):
+                    proxy.holding.set()
+                    proxy.released.wait()
+                    return
                 if proxy.down:
                     self.send_response(503)
                     self.send_header("Content-Length", "0")
@@ -59,5 +66,6 @@ class AuthProxy:
         self.thread.start()
 
     def close(self) -> None:
+        self.released.set()
         self.server.shutdown()
         self.server.server_close()
