@@ -28,9 +28,11 @@ DRAIN_SECONDS = 5.0  # a grandchild the trainer left behind may hold the pipe op
 # trainer promises (pid1.py): at most 2 s to kill the trainer, these to upload its log.
 STOPPED_DRAIN_SECONDS = 0.3
 STOPPED_UPLOAD_SECONDS = 2.5
+# A worker stopped before its run was found searches for it first: these seconds more (it stops within 10 s).
+STOPPED_FIND_SECONDS = 5.0
 # While the trainer runs, the job's run is looked up at these pauses (then every RUN_LOOKUP_EVERY_SECONDS)
 # until found, so a stopped worker's STOPPED_UPLOAD_SECONDS go to the upload alone.
-RUN_LOOKUP_DELAYS_SECONDS = (2.0, 4.0, 8.0, 15.0)
+RUN_LOOKUP_DELAYS_SECONDS = (1.0, 1.0, 2.0, 2.0, 4.0, 8.0, 15.0)
 RUN_LOOKUP_EVERY_SECONDS = 30.0
 PROXIED = "mlflow-artifacts:"
 
@@ -136,7 +138,9 @@ class Capture:
         if self._reader is not None:
             self._reader.join(STOPPED_DRAIN_SECONDS if stopped else DRAIN_SECONDS)
         try:
-            budget = STOPPED_UPLOAD_SECONDS if stopped else UPLOAD_SECONDS
+            budget = UPLOAD_SECONDS
+            if stopped:
+                budget = STOPPED_UPLOAD_SECONDS + (STOPPED_FIND_SECONDS if self.run is None else 0.0)
             where = upload(self.environ, self.log.text(), budget=budget, run=self.run)
             print(f"mwms: this worker's log is in MLflow at {where}", file=sys.stderr, flush=True)
         except Exception as e:  # a lost log must not change how the worker ended

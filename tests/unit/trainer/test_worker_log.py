@@ -107,3 +107,22 @@ def test_a_stopped_worker_only_uploads_the_run_having_been_found_while_it_ran():
         artifact = "/api/2.0/mlflow-artifacts/artifacts/1/r1/artifacts/logs/group-0/worker-0.log"
         assert [(seen.method, seen.route) for seen in tracking.seen[searched:]] == [("PUT", artifact)]
         assert tracking.seen[-1].body == b"a line of the trainer\n"
+
+
+def test_a_worker_stopped_before_it_found_the_run_has_time_to_search_for_it(capsys):
+    """Stopped between the chief opening the run and its next lookup: the search and the PUT take 3 s,
+    more than the 2.5 s a stopped worker gets when the run is already known."""
+    run = {"info": {"run_id": "r1", "artifact_uri": "mlflow-artifacts:/1/r1/artifacts"}}
+    answer = mlflow(run, experiment_id="1")
+
+    def slow(seen):
+        time.sleep(1.0)
+        return answer(seen)
+
+    with served(FakeApiServer(answer=slow)) as tracking:
+        capture = worker_log.Capture({**JOB_ENV, names.ENV_TRACKING_URI: tracking.url})
+        capture.log.add(b"a line of the chief\n")
+        capture.finish(stopped=True)
+        uploaded = "this worker's log is in MLflow at runs:/r1/logs/group-0/worker-0.log"
+        assert uploaded in capsys.readouterr().err
+        assert tracking.seen[-1].body == b"a line of the chief\n"
