@@ -81,8 +81,9 @@ def kill_in_containerd(real_node, container_id: str) -> None:
     real_node.ctr("tasks", "kill", "--signal", "SIGKILL", container_id)
 
 
-EPOCHS = 8  # the chief is killed after epoch 2 of the second attempt: six epochs to spare
+EPOCHS = 8  # the chief is killed once the second attempt (from epoch 2 or 3) saves: epochs to spare
 RESUMED = "resumes from the checkpoint"
+SAVED = "checkpoint saved at epoch"  # the chief's line once a checkpoint is saved and published
 EPOCH_DONE = re.compile(rf"^worker \d+ epoch \d+/{EPOCHS} ", re.MULTILINE)
 
 
@@ -108,11 +109,12 @@ def test_killed_worker_then_killed_chief_restart_the_group_which_resumes_into_on
     node_kubectl.apply(training_job(name, checkpoint), "-n", node_namespace)
     seen: list[str] = []  # what each kill saw, printed if the test fails
     try:
-        # Worker 1 once epoch 1 is checkpointed; then the chief (worker 0) once the restarted group has
-        # resumed and finished another epoch. The resumed attempt's log is told apart by its resume line.
+        # Worker 1 once epoch 2 is logged (epoch 1's checkpoint is saved before epoch 2 runs, epoch 2's after
+        # its line); then the chief (worker 0) once the restarted group has resumed and saved a checkpoint of
+        # its own. The resumed attempt's log is told apart by its resume line.
         kills = (
-            (f"{name}-worker-1", lambda log: f"worker 1 epoch 1/{EPOCHS} " in log),
-            (f"{name}-worker-0", lambda log: EPOCH_DONE.search(log.partition(RESUMED)[2])),
+            (f"{name}-worker-1", lambda log: f"worker 1 epoch 2/{EPOCHS} " in log),
+            (f"{name}-worker-0", lambda log: SAVED in log.partition(RESUMED)[2]),
         )
         for restarts, (victim, mid_fit) in enumerate(kills, start=1):
             # The container id is read before the epoch line it waits for, so the kill follows that line at
@@ -147,8 +149,9 @@ def test_killed_worker_then_killed_chief_restart_the_group_which_resumes_into_on
 
 
 def progress_lines(log: str) -> list[str]:
-    """A worker log's resume and epoch lines: which epoch each attempt started at and reached."""
-    return [line[:80] for line in log.splitlines() if RESUMED in line or EPOCH_DONE.match(line)]
+    """A worker log's resume, checkpoint and epoch lines: which epoch each attempt started at and reached."""
+    kept = (RESUMED, SAVED)
+    return [line[:80] for line in log.splitlines() if any(k in line for k in kept) or EPOCH_DONE.match(line)]
 
 
 def files_of(directory: Path) -> list[str]:
