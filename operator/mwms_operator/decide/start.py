@@ -99,6 +99,11 @@ def events_wanted(
 
 def _cannot_start(f: Facts, pod: WorkerPod) -> str:
     grace = f"{f.parsed.container_error_grace_seconds if f.parsed else '?'}s"
+    if pod.events is not None and pod.events.pull_failed:  # seen before the container's ErrImagePull
+        return (
+            f"worker {pod.name} cannot pull its image ({grace} after it was scheduled, "
+            f"spec.runPolicy.containerErrorGraceSeconds): {pod.events.note}"
+        )
     headline = f"worker {pod.name} has not started {grace} after it was scheduled"
     headline += " (spec.runPolicy.containerErrorGraceSeconds)"
     if pod.events is not None and pod.events.error:

@@ -33,6 +33,7 @@ class PodEvents:
 
     pulling: bool = False  # its latest image event is `Pulling`: the pull has not ended
     pulled_at: datetime | None = None  # when its latest pull ended (`Pulled`)
+    pull_failed: bool = False  # its latest image event says the pull failed (kubelet: Failed, BackOff)
     note: str = ""  # "reason: message" of its latest Warning (Unhealthy, FailedMount, FailedScheduling…)
     readable: bool = True  # False: not read, the pod is judged without them (the start's rules say why)
     # With readable False: the error of the lookups that kept failing (kube/event_lookups.py); "" if they
@@ -44,6 +45,13 @@ UNREADABLE = PodEvents(readable=False)  # what a refused lookup (403) gives each
 
 
 PULL_EVENTS = ("Pulling", "Pulled", "Failed", "BackOff", "ErrImageNeverPull")
+
+
+def _failed_pull(event: Mapping[str, Any]) -> bool:
+    """The kubelet's "Failed to pull image", "Error: ErrImagePull", "Back-off pulling image" and the like (its
+    Failed and BackOff events also say a container failed to start or restarts: those name no pull)."""
+    reason, message = event.get("reason"), str(event.get("message") or "").lower()
+    return reason == "ErrImageNeverPull" or (reason in ("Failed", "BackOff") and "pull" in message)
 
 
 def pod_events(events: Iterable[Mapping[str, Any]]) -> PodEvents:
@@ -67,6 +75,7 @@ def pod_events(events: Iterable[Mapping[str, Any]]) -> PodEvents:
     return PodEvents(
         pulling=bool(pulls) and pulls[-1][1].get("reason") == "Pulling",
         pulled_at=pulled[-1] if pulled else None,
+        pull_failed=bool(pulls) and _failed_pull(pulls[-1][1]),
         note=note,
     )
 

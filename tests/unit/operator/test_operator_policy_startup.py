@@ -225,6 +225,20 @@ def test_a_scheduled_pod_that_does_not_start_fails_the_job_after_the_grace_namin
     )
 
 
+def test_a_pod_whose_pull_failed_ends_the_job_saying_it_cannot_pull_its_image():
+    # The kubelet's event comes a moment before the container's ErrImagePull: the grace may end between.
+    job = spec(replicas=1, runPolicy={"containerErrorGraceSeconds": 10})
+    first = step(None, [], job=job, service=False)
+    d = step(first.status, [creating(0)], at=5, job=job)
+    note = 'Failed: Failed to pull image "r/mwms-trainer:1": 401 Unauthorized'
+    late = step(d.status, [creating(0, PodEvents(note=note, pull_failed=True))], at=15, job=job)
+    assert conditions(late)["Failed"] == ("True", "ContainerError")
+    assert late.events[-1].message == (
+        "worker mnist-worker-0 cannot pull its image (10s after it was scheduled, "
+        f"spec.runPolicy.containerErrorGraceSeconds): {note}"
+    )
+
+
 def test_a_pod_pulling_its_image_is_not_counted_and_its_pull_restarts_the_grace():
     job = spec(replicas=1, runPolicy={"containerErrorGraceSeconds": 10})
     first = step(None, [], job=job, service=False)
