@@ -18,19 +18,26 @@ class BuildError(RuntimeError):
 
 
 def built(
-    script: str, *args: str, env: Mapping[str, str] | None = None, timeout: float = BUILD_TIMEOUT_SECONDS
+    script: str,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = BUILD_TIMEOUT_SECONDS,
+    progress: bool = False,
 ) -> Path:
-    """The path hack/build/`script` prints last; BuildError, with its stderr's tail, if it fails."""
+    """The path hack/build/`script` prints last; BuildError if it fails, with its stderr's tail, or, with
+    `progress` (a long build a person watches), its stderr shown as it runs instead."""
     command = ["bash", str(REPO / "hack" / "build" / script), *args]
+    full_env = {**os.environ, **(env or {})}
+    stderr = None if progress else subprocess.PIPE
     try:
-        full_env = {**os.environ, **(env or {})}
         done = subprocess.run(
-            command, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout
+            command, cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=timeout
         )
     except subprocess.TimeoutExpired as e:
-        raise BuildError(f"hack/build/{script} did not finish in {timeout:.0f} s") from e
+        raise BuildError(f"hack/build/{script} did not finish in {e.timeout:.0f} s") from e
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         shown = " ".join([script, *args])
-        raise BuildError(f"hack/build/{shown} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+        said = "its output is above" if progress else done.stderr[-3000:]
+        raise BuildError(f"hack/build/{shown} failed (exit {done.returncode}):\n{said}")
     return Path(lines[-1])

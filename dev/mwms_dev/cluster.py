@@ -21,7 +21,6 @@ import os
 import shutil
 import signal
 import ssl
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mwms_dev import gang_gates, kubelet_node, network, node_host, node_parts, pki
+from mwms_dev.builds import BuildError, built
 from mwms_dev.node_context import READY_TIMEOUT, NodeContext
 from mwms_dev.node_context import ClusterError as ClusterError
 from mwms_dev.node_context import free_port as free_port
@@ -59,10 +59,10 @@ def find_bin_dir() -> Path:
         return Path(env_dir)
     if not BUILD_SCRIPT.is_file():
         raise ClusterError(f"set MWMS_BIN_DIR: {BUILD_SCRIPT} not found to build or locate the binaries")
-    result = subprocess.run(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True)
-    if result.returncode != 0:
-        raise ClusterError(f"{BUILD_SCRIPT} failed with exit code {result.returncode}")
-    return Path(result.stdout.strip().splitlines()[-1])
+    try:
+        return built(BUILD_SCRIPT.name, timeout=None, progress=True)
+    except BuildError as e:
+        raise ClusterError(str(e)) from None
 
 
 class LocalCluster:

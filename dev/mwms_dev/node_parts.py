@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from mwms_dev.builds import BuildError, built
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build" / "build-node.sh"
@@ -66,10 +67,10 @@ def find_node_parts() -> NodeParts:
     """$MWMS_NODE_DIR, else whatever hack/build/build-node.sh prints (it builds what is missing)."""
     if env_dir := os.environ.get("MWMS_NODE_DIR"):
         return NodeParts(Path(env_dir))
-    result = subprocess.run(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True)
-    if result.returncode != 0:
-        raise NodeError(f"{BUILD_SCRIPT} failed with exit code {result.returncode}")
-    return NodeParts(Path(result.stdout.strip().splitlines()[-1]))
+    try:
+        return NodeParts(built(BUILD_SCRIPT.name, timeout=None, progress=True))
+    except BuildError as e:
+        raise NodeError(str(e)) from None
 
 
 def host_tools_problem() -> str | None:
