@@ -202,7 +202,6 @@ class GroupCheckpoint:
             call_first_step = 0
             counter_at_call = 0
             since_save = 0
-            last = 0  # the epoch's last step, saved at its end
 
             def on_train_begin(self, logs: Any = None) -> None:
                 model = self.model
@@ -256,7 +255,6 @@ class GroupCheckpoint:
                 last = self.call_first_step + ran - 1
                 self.since_save += ran
                 if last >= owner.steps_per_epoch - 1:
-                    self.last = last
                     return  # saved in on_epoch_end, once the epoch's metrics are logged
                 if owner.stop.stopping():
                     self.save_and_stop(last)
@@ -266,9 +264,10 @@ class GroupCheckpoint:
             def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
                 # This callback comes after the epoch's logger: a group that ends between the two runs this
                 # epoch again (its metrics logged twice), never resumes after it with its metrics lost.
+                last = owner.steps_per_epoch - 1
                 if owner.stop.stopping():
-                    self.save_and_stop(self.last)
-                self.save(self.last)
+                    self.save_and_stop(last)
+                self.save(last)
 
             def save_and_stop(self, last: int) -> None:
                 try:
