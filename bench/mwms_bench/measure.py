@@ -53,6 +53,75 @@ def slope_per_minute(samples: list[tuple[float, float]]) -> float:
     return round(60 * covar / var, 3) if var else 0.0
 
 
+def machine_busy_seconds(stat: str | None = None) -> float:
+    """CPU seconds every core of the machine has spent busy since boot (/proc/stat's first line, all but idle
+    and iowait): the difference over a command is the work it made, whoever ran it (root's node included)."""
+    fields = [int(f) for f in (stat or Path("/proc/stat").read_text()).splitlines()[0].split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def command_label(argv: list[str]) -> str:
+    """What a process is, in a word or two: the program, or for Python the module (-m) or the script."""
+    if not argv:
+        return "?"
+    program = Path(argv[0]).name
+    if not program.startswith("python"):
+        return program
+    args = [a for a in argv[1:] if a not in ("-u", "-B", "-E", "-s", "-I")]
+    if args[:1] == ["-m"] and len(args) > 1:
+        return f"python -m {args[1]}"
+    if args and not args[0].startswith("-"):
+        return f"python {Path(args[0]).name}"
+    return f"python {args[0]}" if args else "python"
+
+
+class CpuByCommand:
+    """Every process's CPU seconds by command_label, read from /proc each `interval` seconds: a process is
+    counted as of its last reading, so one that lives less than `interval` is missed."""
+
+    def __init__(self, interval: float = 2.0) -> None:
+        self.seen: dict[tuple[int, int], tuple[str, float]] = {}  # (pid, start tick) -> (label, CPU s)
+        self.before: dict[tuple[int, int], float] = {}
+        self.poller = Poller(self.read_all, interval)
+
+    def start(self) -> CpuByCommand:
+        """From now: what the processes running now have spent so far is not counted."""
+        self.read_all()
+        self.before = {key: seconds for key, (_, seconds) in self.seen.items()}
+        self.poller.start()
+        return self
+
+    def stop(self) -> CpuByCommand:
+        self.poller.stop()
+        self.read_all()
+        return self
+
+    def read_all(self) -> None:
+        ticks = os.sysconf("SC_CLK_TCK")
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                key = (int(entry.name), int(fields[19]))
+                label = self.seen[key][0] if key in self.seen else command_label(self.argv(entry))
+                self.seen[key] = (label, (int(fields[11]) + int(fields[12])) / ticks)
+
+    @staticmethod
+    def argv(entry: Path) -> list[str]:
+        return [a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
+
+    def minutes(self, top: int = 15, digits: int = 1) -> dict[str, float]:
+        """The `top` labels by CPU minutes, the rest summed as "other"."""
+        totals: dict[str, float] = {}
+        for key, (label, seconds) in self.seen.items():
+            totals[label] = totals.get(label, 0.0) + (seconds - self.before.get(key, 0.0)) / 60
+        ranked = sorted(totals.items(), key=lambda item: -item[1])
+        out = {label: round(minutes, digits) for label, minutes in ranked[:top]}
+        return out | {"other": round(sum(minutes for _, minutes in ranked[top:]), digits)}
+
+
 # --- a process ----------------------------------------------------------------------------------------
 
 
