@@ -13,7 +13,7 @@ from mwms.kube import SubmitError
 from mwms.tracking_server import TrackingServer
 from mwms.tracking_server import tracking_headers as tracking_headers  # re-exported
 from mwms_contract import names, termination
-from mwms_contract.conditions import PENDING, SUCCEEDED, SUSPENDED, TERMINAL
+from mwms_contract.conditions import NAMESPACE_UNLISTED, PENDING, SUCCEEDED, SUSPENDED, TERMINAL
 from mwms_contract.status import Condition as Condition  # re-exported: the SDK's types are the contract's
 from mwms_contract.status import MlflowRun, TrainJobStatus
 from mwms_contract.status import Progress as Progress
@@ -49,6 +49,11 @@ class Job:
     def message(self) -> str:
         """Why the job is in its phase (the Failed condition's message names the worker and its error)."""
         return next((c.message for c in self.conditions if c.type == self.phase), "")
+
+    @property
+    def held(self) -> str:
+        """Why the operator leaves the job alone for now (NamespaceUnlisted), or ""."""
+        return next((c.message for c in self.conditions if c.type == NAMESPACE_UNLISTED and c.true), "")
 
 
 def job_from(obj: Mapping[str, Any]) -> Job:

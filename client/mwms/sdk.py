@@ -182,7 +182,8 @@ class Client:
         """The job once its phase is one of `phases` (default: Succeeded, Failed or Suspended), as Kubeflow's
         wait_for_job_status. It also returns on a phase that cannot turn into one of them (Succeeded or
         Failed), and on Suspended (no phase follows until someone resumes it): see `.phase`. TimeoutError
-        after `timeout` seconds; ValueError for a phase that does not exist."""
+        after `timeout` seconds (saying why the operator leaves the job alone, if it does); ValueError for a
+        phase that does not exist."""
         wanted = set(WAIT_PHASES if phases is None else phases)
         unknown = wanted - set(PHASES)
         if unknown or not wanted:
@@ -193,8 +194,9 @@ class Client:
             if job.phase in wanted or job.phase in WAIT_PHASES:
                 return job
             if deadline is not None and time.monotonic() >= deadline:
+                why = f": {job.held}" if job.held else ""
                 raise TimeoutError(
-                    f"TrainJob {self.namespace}/{name} is still {job.phase} after {timeout:g}s"
+                    f"TrainJob {self.namespace}/{name} is still {job.phase} after {timeout:g}s{why}"
                 )
             time.sleep(poll)
 

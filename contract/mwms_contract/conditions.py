@@ -88,9 +88,12 @@ ARTIFACTS_NOT_PROXIED = "ArtifactsNotProxied"
 POD_EVENTS_FORBIDDEN = "PodEventsForbidden"
 # The one event that says a starting pod's events lookups keep failing otherwise (5xx, timeouts).
 POD_EVENTS_UNREADABLE = "PodEventsUnreadable"
-# The one event that says the operator could not list the job's namespace's pods or Services (RBAC): the
-# job is left alone until the operator restarts with that right.
+# The operator could not list the job's namespace's pods or Services (RBAC): the job is left alone until the
+# operator restarts with that right. One event, and the condition NamespaceUnlisted=True, reason WatchRefused,
+# where the operator may write the job's status; False, reason NamespaceListed, once it lists there.
 NAMESPACE_UNLISTED = "NamespaceUnlisted"
+WATCH_REFUSED = "WatchRefused"
+NAMESPACE_LISTED = "NamespaceListed"
 
 # spec.managedBy names another controller: the one event that says the operator leaves the job to it.
 MANAGED_ELSEWHERE = "ManagedElsewhere"
@@ -124,6 +127,8 @@ REASONS = (
     POD_EVENTS_FORBIDDEN,
     POD_EVENTS_UNREADABLE,
     NAMESPACE_UNLISTED,
+    WATCH_REFUSED,
+    NAMESPACE_LISTED,
     *TRACKING_REASONS,
     PROGRESS_FLOWING,
     RUN_ENDED_BY_CHIEF,

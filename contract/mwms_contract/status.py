@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -295,6 +295,11 @@ def run_patch(*, progress: Progress | None = None, mlflow: MlflowRun | None = No
     if mlflow is not None:
         patch[STATUS_KEYS["mlflow"]] = mlflow.to_dict()
     return patch
+
+
+def conditions_patch(conditions: Iterable[Condition]) -> dict[str, Any]:
+    """A JSON merge patch of the conditions alone: the whole list, since a merge patch replaces a list."""
+    return {STATUS_KEYS["conditions"]: [condition.to_dict() for condition in conditions]}
 
 
 def typed(status: TrainJobStatus | Mapping[str, Any] | None) -> TrainJobStatus:

@@ -29,6 +29,7 @@ from mwms_operator.decide.job_status import (
     KeepPostmortem,
     deferrable,
     next_due,
+    unlisted_status,
 )
 from mwms_operator.decide.managed_by import decide_elsewhere
 from mwms_operator.decide.policy import decide
@@ -175,11 +176,11 @@ class Reconciler:
             )
 
     async def _unlisted(self, key: JobKey, body: Mapping[str, Any]) -> None:
-        """Its namespace could not be listed (kube/index_holds.py): left alone, and told so once."""
-        reason = conditions.NAMESPACE_UNLISTED
-        if self.state.tell_once(key, reason):
+        """Its namespace could not be listed (kube/index_holds.py): left alone, and told so once (an event,
+        and the condition NamespaceUnlisted where the operator may write the job's status)."""
+        if self.state.tell_once(key, conditions.NAMESPACE_UNLISTED):
             said = index_holds.unlisted(key.namespace)
-            await asyncio.to_thread(self.kube.post_event, body, "Warning", reason, said)
+            await index_holds.tell(self.kube, body, said, unlisted_status(body, said, datetime.now(UTC)))
 
     async def _elsewhere(self, key: JobKey, body: Mapping[str, Any], manager: str) -> None:
         """A job another controller runs (decide/managed_by.py): its status is never written here; for
@@ -272,9 +273,8 @@ class Reconciler:
         self.runs.schedule(key, spec, status)
 
     async def _confirm_leaving(self, key: JobKey) -> bool:
-        """Pods of an earlier group that stay known past a grace are looked up: a DELETE the watch missed
-        (e.g. while the operator was down) must not leave the new group waiting forever. True while some
-        are still known (look again after the grace)."""
+        """Pods of an earlier group still known past a grace are looked up: a DELETE the watch missed (the
+        operator was down) must not hold the new group for ever. True while some are known (look again)."""
         leaving, overdue = self.state.leaving(key, LEAVING_GRACE_SECONDS)
         for pod in overdue:
             # Gone, or replaced by a pod of the same name (a newer group): either way this one is gone.
@@ -287,8 +287,8 @@ class Reconciler:
         self, meta: JobMeta, key: JobKey, decision: Decision, previous: Mapping[str, Any]
     ) -> bool:
         """Write the decided status if it changed; False if the TrainJob is gone. A change that may wait
-        (job_status.deferrable: counts, the start's clocks) is written once its window is over, by the work
-        queue's delayed requeue, with whatever came meanwhile: the last state is always written."""
+        (job_status.deferrable: counts, the start's clocks) is written once its window is over (the queue's
+        delayed requeue), with whatever came meanwhile."""
         patch, written = decision.status, self.state.server_status(key)
         if all(written.get(k) == v for k, v in patch.items()):
             self.state.settle(key)

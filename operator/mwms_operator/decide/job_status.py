@@ -16,6 +16,7 @@ from mwms_contract import termination
 from mwms_contract.conditions import (
     CREATED,
     FAILED,
+    NAMESPACE_UNLISTED,
     PENDING,
     PHASE_CONDITIONS,
     PODS_CREATED,
@@ -23,6 +24,7 @@ from mwms_contract.conditions import (
     RUNNING,
     SUSPENDED,
     TERMINAL,
+    WATCH_REFUSED,
     WORKERS_PENDING,
 )
 from mwms_contract.names import pod_name
@@ -33,6 +35,7 @@ from mwms_contract.status import (
     MlflowRun,
     ReplicaCounts,
     TrainJobStatus,
+    conditions_patch,
     format_time,
     parse_time,
     shown_uri,
@@ -168,6 +171,13 @@ def set_condition(
             conditions[i] = dataclasses.replace(new, last_transition_time=since)
             return
     conditions.append(new)
+
+
+def unlisted_status(job: Mapping[str, Any], message: str, now: datetime) -> dict[str, Any]:
+    """The status patch that says the job's namespace could not be listed (its other conditions kept)."""
+    conditions, generation = list(TrainJobStatus.of(job).conditions), job["metadata"].get("generation") or 1
+    set_condition(conditions, NAMESPACE_UNLISTED, True, WATCH_REFUSED, message, now, int(generation))
+    return conditions_patch(conditions)
 
 
 class Builder:

@@ -18,6 +18,8 @@ from mwms_contract.conditions import (
     FAILED,
     INVALID_SPEC,
     NAME_CONFLICT,
+    NAMESPACE_LISTED,
+    NAMESPACE_UNLISTED,
     PENDING,
     RESUMED,
     RUNNING,
@@ -290,6 +292,8 @@ def decide(
     `gang_served`: the API server serves the PodGroup API;
     `open_workload`: the job's own Kueue Workload while it is not yet marked Finished."""
     b = Builder(meta, previous or {}, now)
+    if b.holds(NAMESPACE_UNLISTED):  # decided at all: the operator lists the namespace now
+        b.condition(NAMESPACE_UNLISTED, False, NAMESPACE_LISTED, "the operator lists the namespace's pods")
     if isinstance(spec, TrainJobSpec):  # where the run is: `mwms logs` and `describe` read it there
         b.set(mlflow=with_tracking_uri(b.status.mlflow, spec.tracking_uri))
     ordered = sorted(pods, key=lambda p: (p.restart, p.index))

@@ -12,8 +12,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
+
+from mwms_contract.conditions import NAMESPACE_UNLISTED
+from mwms_operator.kube.client import Kube
+from mwms_operator.kube.refusals import ApiError
 
 log = logging.getLogger(__name__)
 _unlisted: dict[str, str] = {}  # namespace -> which of its watches was refused, and how
@@ -29,6 +33,19 @@ def unlisted(namespace: str) -> str:
         "operator's ServiceAccount list and watch on pods and services there (the chart does for "
         "operator.watchNamespaces), then restart the operator"
     )
+
+
+async def tell(kube: Kube, job: Mapping[str, Any], said: str, status: Mapping[str, Any]) -> None:
+    """A job of an unlisted namespace: one Warning event, and its `status` (the condition) where the operator
+    may write it; a Role that grants read-only TrainJobs there refuses that (the event says it all)."""
+    await asyncio.to_thread(kube.post_event, job, "Warning", NAMESPACE_UNLISTED, said)
+    meta = job["metadata"]
+    try:
+        await asyncio.to_thread(kube.patch_status, meta["namespace"], meta["name"], status)
+    except ApiError as error:
+        level = logging.INFO if error.status == 403 else logging.WARNING
+        where = f"{meta['namespace']}/{meta['name']}"
+        log.log(level, "%s: its NamespaceUnlisted condition was not written: %s", where, error)
 
 
 def release_with_their_watchers() -> bool:

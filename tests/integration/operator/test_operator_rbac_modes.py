@@ -244,13 +244,14 @@ def test_an_operator_that_may_not_read_pod_events_still_times_a_job_out_and_says
 
 
 def sees_trainjobs_only(namespace: str, release: str) -> list[dict[str, Any]]:
-    """A Role a half-done set-up may leave: the operator sees TrainJobs and posts events, lists no pods."""
+    """A Role a half-done set-up may leave: the operator tends TrainJobs and posts events, lists no pods."""
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": {"name": f"{release}-trainjobs-only", "namespace": namespace},
         "rules": [
             {"apiGroups": ["mwms.dev"], "resources": ["trainjobs"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["mwms.dev"], "resources": ["trainjobs/status"], "verbs": ["patch"]},
             {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
         ],
     }
@@ -274,7 +275,7 @@ def test_a_watched_namespace_the_operator_may_not_list_holds_no_other_job(
     """kopf holds every handler until each watched namespace's pods and Services were listed once. Here one
     watched namespace cannot be listed (the ServiceAccount sees only its TrainJobs there), another has no Role
     at all: the operator runs on, the job in the served namespace runs to the end, and the job in the first is
-    left alone with one event that says why."""
+    left alone with one event and one condition that say why."""
     refused, bare = f"rb-refused-{SUFFIX}", f"rb-bare-{SUFFIX}"  # bare: no Role at all, TrainJobs unseen
     for namespace in (refused, bare):
         kubectl("create", "namespace", namespace)
@@ -296,6 +297,18 @@ def test_a_watched_namespace_the_operator_may_not_list_holds_no_other_job(
             said = wait_for(told, timeout=60, what="the NamespaceUnlisted event")
             assert len(said) == 1 and f"could not list namespace {refused}" in said[0], said
             assert "restart the operator" in said[0], said[0]
+
+            def condition() -> dict[str, Any] | None:
+                status = kubectl.json("get", "trainjob", "unlisted", "-n", refused).get("status") or {}
+                found = [c for c in status.get("conditions") or [] if c["type"] == "NamespaceUnlisted"]
+                return found[0] if found else None
+
+            unlisted = wait_for(condition, timeout=30, what="the NamespaceUnlisted condition")
+            assert (unlisted["status"], unlisted["reason"], unlisted["message"]) == (
+                "True",
+                "WatchRefused",
+                said[0],
+            )
             kubectl("delete", "trainjob", "unheld", "-n", WATCHED, "--timeout=60s")
             assert process.process is not None and process.process.poll() is None, "the operator still runs"
         finally:

@@ -154,6 +154,18 @@ def test_wait_for_a_set_of_phases(monkeypatch, phases, seen, code):
         assert f"trainjob/j is {last}, not Running" in err
 
 
+def test_a_wait_that_times_out_on_a_job_the_operator_leaves_alone_says_why(monkeypatch):
+    said = "the operator could not list namespace team-b (its pods.v1 list was refused: …)"
+    unlisted = {"type": "NamespaceUnlisted", "status": "True", "reason": "WatchRefused", "message": said}
+    held = job("Pending") | {"status": {"phase": "Pending", "conditions": [unlisted]}}
+    api = scripted(jobs=lambda: held, pods=lambda: None)
+    code, out, err = run_cli(monkeypatch, api, "wait", "j", "--timeout", "0s")
+    assert (code, out) == (1, "") and f"is still Pending after 0s: {said}" in err, err
+    listed = job("Pending") | {"status": {"phase": "Pending", "conditions": [unlisted | {"status": "False"}]}}
+    with pytest.raises(TimeoutError, match=r"is still Pending after 0s$"):
+        client_on(scripted(jobs=lambda: listed, pods=lambda: None)).wait("j", timeout=0)
+
+
 def test_wait_for_a_phase_that_does_not_exist_is_a_bad_command_line_and_a_value_error(capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main(["wait", "j", "--for", "Runing"])

@@ -15,6 +15,7 @@ from kopf._core.reactor import orchestration, queueing
 
 from mwms_kit.trainjobs import trainjob
 from mwms_operator.kube import index_holds
+from mwms_operator.kube.refusals import ApiError
 from mwms_operator.observe.state import JobKey
 from mwms_operator.reconciler import Reconciler
 from mwms_operator.settings import OperatorConfig
@@ -112,18 +113,47 @@ def test_a_watch_that_fails_otherwise_keeps_kopfs_way(monkeypatch):
     assert asyncio.run(after_watcher_failed(monkeypatch, "team-b", UNAVAILABLE)) == (False, "")
 
 
-def test_a_job_of_an_unlisted_namespace_is_left_alone_and_told_once(monkeypatch):
+@pytest.mark.parametrize("status_write", [200, 403])
+def test_a_job_of_an_unlisted_namespace_is_left_alone_and_told_once(monkeypatch, status_write):
+    """Told by an event, and by its condition where the operator may write its status (a Role that grants
+    TrainJobs read-only refuses that write: the event alone tells, and the reconcile goes on)."""
     monkeypatch.setattr(index_holds, "_unlisted", {"team-b": "its pods.v1 list was refused: forbidden"})
     posted: list[tuple[str, str]] = []
-    kube = SimpleNamespace(post_event=lambda body, type_, reason, message: posted.append((reason, message)))
-    reconciler = Reconciler(kube, OperatorConfig())  # type: ignore[arg-type]  # only post_event is called
+    patched: list[tuple[str, str, dict]] = []
+
+    def patch_status(namespace: str, name: str, status: dict) -> dict:
+        if status_write == 403:
+            raise ApiError(403, 'trainjobs.mwms.dev "mnist" is forbidden: cannot patch resource status')
+        patched.append((namespace, name, status))
+        return {"status": status}
+
+    kube = SimpleNamespace(
+        post_event=lambda body, type_, reason, message: posted.append((reason, message)),
+        patch_status=patch_status,
+    )
+    reconciler = Reconciler(kube, OperatorConfig())  # type: ignore[arg-type]  # only these two are called
     reconciler.bind({}, {})
     key = JobKey("team-b", "mnist", "uid-1")
-    reconciler.state.job_event("ADDED", trainjob("mnist", 2, namespace="team-b", metadata={"uid": "uid-1"}))
+    running = {"type": "Running", "status": "True", "reason": "AllWorkersRunning", "message": "4 of 4"}
+    job = trainjob("mnist", 2, namespace="team-b", metadata={"uid": "uid-1", "generation": 3})
+    reconciler.state.job_event("ADDED", job | {"status": {"phase": "Running", "conditions": [running]}})
     asyncio.run(reconciler.reconcile(key))
     asyncio.run(reconciler.reconcile(key))
     assert [reason for reason, _ in posted] == ["NamespaceUnlisted"], posted
     assert "could not list namespace team-b (its pods.v1 list was refused: forbidden)" in posted[0][1]
+    if status_write == 403:
+        assert patched == []
+        return
+    [(namespace, name, status)] = patched
+    assert (namespace, name) == ("team-b", "mnist")
+    kept, unlisted = status["conditions"]  # a merge patch replaces the list: the Running condition stays
+    assert kept["type"] == "Running" and kept["status"] == "True", kept
+    assert (unlisted["type"], unlisted["status"], unlisted["reason"]) == (
+        "NamespaceUnlisted",
+        "True",
+        "WatchRefused",
+    )
+    assert unlisted["message"] == posted[0][1] and unlisted["observedGeneration"] == 3, unlisted
 
 
 def test_an_unlisted_namespace_deleted_and_made_again_is_listed_afresh(monkeypatch):

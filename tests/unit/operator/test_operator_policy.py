@@ -9,7 +9,14 @@ from mwms_contract import conditions as contract
 from mwms_contract.status import format_time
 from mwms_contract.trainjob import SpecError
 from mwms_kit.decisions import EVICTED, META, RUN, T0, conditions, group, pod, running_status, spec, step
-from mwms_operator.decide.job_status import CreatePods, CreateService, DeleteJob, DeletePods, KeepPostmortem
+from mwms_operator.decide.job_status import (
+    CreatePods,
+    CreateService,
+    DeleteJob,
+    DeletePods,
+    KeepPostmortem,
+    unlisted_status,
+)
 from mwms_operator.decide.policy import RULES, decide
 from mwms_operator.observe.findings import CreationRefused
 
@@ -49,6 +56,19 @@ def test_a_steady_state_changes_nothing_and_keeps_transition_times():
     again = step(status, group(), at=30)
     assert again.actions == () and again.events == ()
     assert again.status["conditions"] == status["conditions"]
+
+
+def test_a_job_told_its_namespace_was_unlisted_is_told_once_the_operator_lists_it():
+    """An operator restarted with the rights to list the namespace decides the job again: the condition its
+    predecessor wrote (NamespaceUnlisted=True) turns False, the job's other conditions as they were."""
+    status = running_status()
+    told = unlisted_status({"metadata": {"generation": 1}, "status": status}, "could not list", T0)
+    again = step({**status, **told}, group(), at=30)
+    assert conditions(again)["NamespaceUnlisted"] == ("False", "NamespaceListed")
+    assert conditions(again)["Running"] == ("True", "AllWorkersRunning")
+    assert step(status, group(), at=30).status["conditions"] == status["conditions"], (
+        "never told: no condition"
+    )
 
 
 def test_chief_exit_0_succeeds_with_the_mlflow_run_and_cleans_running_pods():
