@@ -85,7 +85,8 @@ class MlflowServer(ServerProcess):
         # Where the proxied artifacts go: a directory under root, or e.g. s3://bucket/prefix (with `env`
         # holding the server's own S3 settings: workers log through the proxy and need none).
         self.artifacts_destination = artifacts_destination or str((self.root / "artifacts").resolve())
-        self.env = {**os.environ, **(env or {})}
+        # As the chart runs it: without MLflow's job runner (8 more processes, for features no test uses).
+        self.env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **(env or {})}
         self.python = python  # the server's environment (s3_server.mlflow_s3_python has boto3)
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.root / "mlflow-server.log"
