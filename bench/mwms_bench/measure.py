@@ -98,15 +98,14 @@ class CpuByCommand:
         return self
 
     def read_all(self) -> None:
-        ticks = os.sysconf("SC_CLK_TCK")
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
             with contextlib.suppress(OSError, ValueError, IndexError):
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                key = (int(entry.name), int(fields[19]))
+                fields = _stat_fields(int(entry.name))
+                key = (int(entry.name), int(fields[19]))  # a pid with its start time: never reused
                 label = self.seen[key][0] if key in self.seen else command_label(self.argv(entry))
-                self.seen[key] = (label, (int(fields[11]) + int(fields[12])) / ticks)
+                self.seen[key] = (label, _cpu(fields))
 
     @staticmethod
     def argv(entry: Path) -> list[str]:
@@ -143,9 +142,18 @@ def peak_rss_mib(pid: int) -> float | None:
     return None
 
 
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (which may hold spaces): [0] is the state."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _cpu(fields: list[str]) -> float:
+    """User and system CPU seconds of _stat_fields."""
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
+    return round(_cpu(_stat_fields(pid)), 2)
 
 
 def smaps(pid: int) -> dict[str, float]:
